@@ -1,0 +1,275 @@
+"""Reader and writer for Muri's trace CSV (times in milliseconds on disk, seconds in memory).
+
+Numbers are parsed as decimals and scaled by 10**3 exactly, and written back as the shortest
+decimal that names the same float, so read_trace(write_trace(x)) == x bit for bit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Container, Iterable, Sequence
+
+from traces._checks import (
+    INT_FIELDS,
+    REQUIRED_COLUMNS,
+    STAGE_COLUMNS,
+    TIME_FIELDS,
+    Value,
+    check_job,
+)
+from traces.errors import Problem, TraceError
+from traces.models import MODELS
+from traces.record import JobRecord
+
+PathLike = str | os.PathLike[str]
+
+# Beyond this many decimal digits an integer column is certainly nonsense; refusing it early
+# also keeps a hostile "1e999999" from turning into a million-digit int.
+_MAX_INT_DIGITS = 18
+
+
+def _parse_number(text: str, *, integer: bool) -> tuple[object, str | None]:
+    """(value, None) or (None, message). Integers stay exact; times become seconds."""
+    shown = repr(text)
+    if not text.strip():
+        return None, "must not be empty"
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return None, f"must be a number, got {shown}"
+    if not number.is_finite():
+        return None, f"must be a finite number, got {shown}"
+    if integer:
+        if number.adjusted() > _MAX_INT_DIGITS:
+            return None, f"is out of range, got {shown}"
+        if number == number.to_integral_value():
+            return int(number), None
+        return float(number), None  # the shared check rejects it with its own wording
+    seconds = float(number.scaleb(-3))
+    if seconds in (float("inf"), float("-inf")):
+        return None, f"must be a finite number, got {shown}"
+    return seconds, None
+
+
+def _format_ms(seconds: float) -> str:
+    """Shortest decimal text (in ms) that reads back as exactly `seconds`."""
+    number = Decimal(repr(float(seconds)))
+    if not number.is_finite():
+        raise ValueError(f"cannot write a non-finite time: {seconds!r}")
+    number = number.scaleb(3)
+    return format(number, "f") if -20 <= number.adjusted() <= 20 else str(number)
+
+
+def _read_text(path: PathLike, label: str) -> tuple[str | None, Problem | None]:
+    try:
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        return None, Problem(label, None, None, "is a directory, not a trace file")
+    except FileNotFoundError:
+        return None, Problem(label, None, None, "no such file")
+    except OSError as exc:
+        return None, Problem(label, None, None, f"cannot read: {exc.strerror or exc}")
+    try:
+        return data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return None, Problem(
+            label, line, None, f"not UTF-8 text (byte 0x{data[exc.start]:02x} cannot be decoded)"
+        )
+
+
+def parse_trace(
+    path: PathLike,
+    *,
+    spec: object | None = None,
+    known_models: Container[str] | None = None,
+) -> tuple[list[JobRecord], list[Problem]]:
+    """Records of the clean rows plus every problem in the file: the core of read and validate."""
+    label = os.fspath(path)
+    known = MODELS if known_models is None else known_models
+    total_gpus = None if spec is None else int(getattr(spec, "total_gpus"))
+
+    text, problem = _read_text(path, label)
+    if problem is not None:
+        return [], [problem]
+    assert text is not None
+
+    problems: list[Problem] = []
+    records: list[JobRecord] = []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    columns: dict[str, int] | None = None
+    width = 0
+    first_line_of_id: dict[int, int] = {}
+    last_line = 0
+    try:
+        for row in reader:
+            line, last_line = last_line + 1, reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            if columns is None:
+                width = len(row)
+                columns, header_problems = _read_header(row, label, line)
+                problems.extend(header_problems)
+                continue
+            if len(row) != width:
+                problems.append(
+                    Problem(label, line, None, f"expected {width} fields, got {len(row)}")
+                )
+                continue
+            record, job_id, row_problems = _read_row(
+                row, columns, label, line, known=known, total_gpus=total_gpus
+            )
+            problems.extend(row_problems)
+            if job_id is not None:
+                first = first_line_of_id.setdefault(job_id, line)
+                if first != line:
+                    problems.append(
+                        Problem(
+                            label, line, "job_id",
+                            f"duplicate job_id {job_id} (first on line {first})",
+                        )
+                    )
+                    continue
+            if record is not None:
+                records.append(record)
+    except csv.Error as exc:
+        problems.append(Problem(label, last_line + 1, None, f"malformed CSV: {exc}"))
+    if columns is None:
+        problems.append(Problem(label, None, None, "file is empty (expected a header row)"))
+    return records, problems
+
+
+def _read_header(
+    row: Sequence[str], label: str, line: int
+) -> tuple[dict[str, int], list[Problem]]:
+    columns: dict[str, int] = {}
+    problems: list[Problem] = []
+    for index, raw in enumerate(row):
+        name = raw.strip()
+        if name in columns:
+            problems.append(Problem(label, line, name, "duplicate column"))
+        elif name:
+            columns[name] = index
+    for name in REQUIRED_COLUMNS:
+        if name not in columns:
+            problems.append(Problem(label, line, name, "missing column"))
+    return columns, problems
+
+
+def _read_row(
+    row: Sequence[str],
+    columns: dict[str, int],
+    label: str,
+    line: int,
+    *,
+    known: Container[str],
+    total_gpus: int | None,
+) -> tuple[JobRecord | None, int | None, list[Problem]]:
+    """(record or None when unusable, job id when readable, problems in column order)."""
+    problems: list[Problem] = []
+    values: dict[str, Value] = {}
+
+    stage_fields = [c for c in STAGE_COLUMNS[:3] if c in columns]
+    if "resource_time_3" in columns and row[columns["resource_time_3"]].strip():
+        stage_fields.append("resource_time_3")  # an empty 4th cell means a 3-stage job
+
+    for name in (*INT_FIELDS, *TIME_FIELDS, *stage_fields, "priority"):
+        if name not in columns:
+            continue
+        text = row[columns[name]]
+        integer = name in INT_FIELDS or name == "priority"
+        value, message = _parse_number(text, integer=integer)
+        if message:
+            problems.append(Problem(label, line, name, message))
+        else:
+            values[name] = (value, repr(text.strip()))
+    if "model_name" in columns:
+        text = row[columns["model_name"]]
+        values["model_name"] = (text.strip(), repr(text))
+
+    for field, message in check_job(
+        values, stage_fields, known_models=known, total_gpus=total_gpus
+    ):
+        problems.append(Problem(label, line, field, message))
+
+    def rank(problem: Problem) -> int:
+        return columns.get((problem.field or "").split("..")[0], len(columns))
+
+    problems.sort(key=rank)
+
+    job_id = values.get("job_id", (None, ""))[0]
+    if not isinstance(job_id, int) or any(p.field == "job_id" for p in problems):
+        job_id = None
+    needed = (*REQUIRED_COLUMNS[:9], *stage_fields)
+    if problems or len(stage_fields) < 3 or not all(n in values for n in needed):
+        return None, job_id, problems
+    record = JobRecord(
+        job_id=values["job_id"][0],  # type: ignore[arg-type]
+        num_gpu=values["num_gpu"][0],  # type: ignore[arg-type]
+        submit_time=values["submit_time"][0],  # type: ignore[arg-type]
+        iterations=values["iterations"][0],  # type: ignore[arg-type]
+        model_name=values["model_name"][0],  # type: ignore[arg-type]
+        batch_size=values["batch_size"][0],  # type: ignore[arg-type]
+        duration=values["duration"][0],  # type: ignore[arg-type]
+        interval=values["interval"][0],  # type: ignore[arg-type]
+        iteration_time=values["iteration_time"][0],  # type: ignore[arg-type]
+        stage_times=tuple(values[n][0] for n in stage_fields),  # type: ignore[misc]
+        priority=values["priority"][0] if "priority" in values else 0,  # type: ignore[arg-type]
+    )
+    return record, job_id, problems
+
+
+def read_trace(
+    path: PathLike,
+    spec: object | None = None,
+    *,
+    known_models: Container[str] | None = None,
+) -> list[JobRecord]:
+    """All jobs of a Muri CSV in file order, or TraceError listing every problem at once.
+
+    `spec` (anything with `total_gpus`) adds the check that each job fits the cluster;
+    `known_models` defaults to the MODELS catalogue.
+    """
+    records, problems = parse_trace(path, spec=spec, known_models=known_models)
+    if problems:
+        raise TraceError(problems)
+    return records
+
+
+def write_trace(path: PathLike, records: Iterable[JobRecord]) -> None:
+    """Write jobs in Muri's schema (ms); a resource_time_3 column appears only when needed."""
+    records = list(records)
+    for record in records:
+        if len(record.stage_times) not in (3, 4):
+            raise ValueError(
+                f"job {record.job_id}: stage_times must have 3 or 4 values, "
+                f"got {len(record.stage_times)}"
+            )
+    four = any(len(r.stage_times) == 4 for r in records)
+    stage_columns = STAGE_COLUMNS if four else STAGE_COLUMNS[:3]
+    header = [*REQUIRED_COLUMNS[:9], *stage_columns, "priority"]
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(header)
+        for r in records:
+            stages = [_format_ms(t) for t in r.stage_times]
+            stages += [""] * (len(stage_columns) - len(stages))
+            writer.writerow(
+                [
+                    str(r.job_id),
+                    str(r.num_gpu),
+                    _format_ms(r.submit_time),
+                    str(r.iterations),
+                    r.model_name,
+                    str(r.batch_size),
+                    _format_ms(r.duration),
+                    _format_ms(r.interval),
+                    _format_ms(r.iteration_time),
+                    *stages,
+                    str(r.priority),
+                ]
+            )

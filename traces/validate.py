@@ -1,0 +1,81 @@
+"""One entry point for checking a trace, whether it is a file or records already in memory."""
+
+from __future__ import annotations
+
+import os
+from typing import Container, Iterable
+
+from traces._checks import Value, check_job
+from traces.errors import Problem
+from traces.models import MODELS
+from traces.muri_csv import parse_trace
+from traces.record import JobRecord
+
+# what an in-memory problem names as its "file"; its line is the 1-based record position
+RECORDS_LABEL = "<records>"
+
+
+def validate(
+    records_or_path: Iterable[JobRecord] | str | os.PathLike[str],
+    *,
+    spec: object | None = None,
+    known_models: Container[str] | None = None,
+) -> list[Problem]:
+    """Every problem found (empty when clean); never raises for bad input.
+
+    A path is checked exactly as read_trace would check it. `spec` (anything with
+    `total_gpus`) adds the fits-the-cluster check; `known_models` defaults to MODELS.
+    """
+    if isinstance(records_or_path, (str, os.PathLike)):
+        return parse_trace(records_or_path, spec=spec, known_models=known_models)[1]
+    known = MODELS if known_models is None else known_models
+    total_gpus = None if spec is None else int(getattr(spec, "total_gpus"))
+    problems: list[Problem] = []
+    first_position: dict[object, int] = {}
+    for position, record in enumerate(records_or_path, start=1):
+        problems.extend(_check_record(record, position, known, total_gpus))
+        job_id = getattr(record, "job_id", None)
+        try:
+            first = first_position.setdefault(job_id, position)
+        except TypeError:  # unhashable id: already reported as not an integer
+            continue
+        if first != position:
+            problems.append(
+                Problem(
+                    RECORDS_LABEL, position, "job_id",
+                    f"duplicate job_id {job_id!r} (first at record {first})",
+                )
+            )
+    return problems
+
+
+def _check_record(
+    record: JobRecord, position: int, known: Container[str], total_gpus: int | None
+) -> list[Problem]:
+    values: dict[str, Value] = {}
+    for name in (
+        "job_id", "num_gpu", "submit_time", "iterations", "model_name", "batch_size",
+        "duration", "interval", "iteration_time", "priority",
+    ):
+        value = getattr(record, name, None)
+        values[name] = (value, repr(value))
+
+    problems: list[Problem] = []
+    stage_fields: list[str] = []
+    stages = getattr(record, "stage_times", None)
+    if not isinstance(stages, (tuple, list)) or len(stages) not in (3, 4):
+        count = len(stages) if isinstance(stages, (tuple, list)) else type(stages).__name__
+        problems.append(
+            Problem(RECORDS_LABEL, position, "stage_times", f"must hold 3 or 4 times, got {count}")
+        )
+    else:
+        for index, value in enumerate(stages):
+            name = f"stage_times[{index}]"
+            stage_fields.append(name)
+            values[name] = (value, repr(value))
+
+    for field, message in check_job(
+        values, stage_fields, known_models=known, total_gpus=total_gpus
+    ):
+        problems.append(Problem(RECORDS_LABEL, position, field, message))
+    return problems
