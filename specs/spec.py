@@ -1,0 +1,108 @@
+"""Cluster shape files: one header and one data row, in Muri's column names."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+COLUMNS = ("num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node")
+
+
+class SpecError(Exception):
+    """A spec file that cannot be used; `problems` holds one "file:line: field: why" per fault.
+
+    `file`, `line` and `field` locate the first problem (line/field may be None).
+    """
+
+    def __init__(self, file: str, problems: list[tuple[int | None, str | None, str]]):
+        self.file = file
+        self.line, self.field, _ = problems[0]
+        self.problems = [_where(file, line, field) + message for line, field, message in problems]
+        super().__init__("\n".join(self.problems))
+
+
+def _where(file: str, line: int | None, field: str | None) -> str:
+    where = file if line is None else f"{file}:{line}"
+    return f"{where}: {field}: " if field else f"{where}: "
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A homogeneous cluster: switches hold nodes, nodes hold GPUs, CPUs and memory (GB)."""
+
+    num_switch: int
+    nodes_per_switch: int
+    gpus_per_node: int
+    cpus_per_node: int
+    mem_per_node: int
+
+    @property
+    def num_nodes(self) -> int:
+        return self.num_switch * self.nodes_per_switch
+
+    @property
+    def total_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
+    """The spec in `path`, or SpecError naming every fault with its file, line and field."""
+    label = os.fspath(path)
+    try:
+        text = Path(path).read_bytes().decode("utf-8-sig")
+    except IsADirectoryError:
+        raise SpecError(label, [(None, None, "is a directory, not a spec file")]) from None
+    except FileNotFoundError:
+        raise SpecError(label, [(None, None, "no such file")]) from None
+    except OSError as exc:
+        raise SpecError(label, [(None, None, f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError:
+        raise SpecError(label, [(None, None, "not UTF-8 text")]) from None
+
+    rows: list[tuple[int, list[str]]] = []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    last = 0
+    try:
+        for row in reader:
+            line, last = last + 1, reader.line_num
+            if any(cell.strip() for cell in row):
+                rows.append((line, row))
+    except csv.Error as exc:
+        raise SpecError(label, [(last + 1, None, f"malformed CSV: {exc}")]) from None
+
+    if not rows:
+        raise SpecError(label, [(None, None, "file is empty (expected a header and one row)")])
+    header_line, header = rows[0]
+    columns = {name.strip(): i for i, name in enumerate(header)}
+    problems: list[tuple[int | None, str | None, str]] = [
+        (header_line, name, "missing column") for name in COLUMNS if name not in columns
+    ]
+    if len(rows) == 1:
+        problems.append((header_line + 1, None, "no data row after the header"))
+    for line, _ in rows[2:]:
+        problems.append((line, None, "more than one data row (a spec describes one cluster)"))
+    if problems:
+        raise SpecError(label, problems)
+
+    line, row = rows[1]
+    if len(row) != len(header):
+        raise SpecError(label, [(line, None, f"expected {len(header)} fields, got {len(row)}")])
+    values: list[int] = []
+    for name in COLUMNS:
+        text_value = row[columns[name]].strip()
+        try:
+            number = Decimal(text_value)
+            ok = number.is_finite() and number == number.to_integral_value() and number > 0
+        except InvalidOperation:
+            ok = False
+        if ok and number.adjusted() < 18:
+            values.append(int(number))
+        else:
+            problems.append((line, name, f"must be a positive integer, got {text_value!r}"))
+    if problems:
+        raise SpecError(label, problems)
+    return ClusterSpec(*values)
