@@ -1,0 +1,364 @@
+"""Group iteration time (TT) of interleaved jobs: the two models of DESIGN.md section 1.
+
+A *profile* is a tuple of per-stage seconds of one job running alone. Its length picks the
+model:
+
+* 3 values ``(data, gpu, net)``: the testbed pipeline, three stages in ``k = 4`` slots, the
+  data stage (asynchronous prefetch) may span two slots.  TT comes from unrolling the
+  pipeline recurrence until the period is steady.
+* any other length ``L`` (normally 4: ``(io, cpu, gpu, net)``): the cyclic model with
+  ``k = L`` slots, ``TT(p) = sum_s max_i t[p_i][(s - i) mod k]``.
+
+An *order* is a tuple of member profiles in slot order.  For the pipeline model with two
+members there is one more layout, "member 0, empty slot, member 1", written
+``(p0, None, p1)``.
+
+Stage times are taken to be finite and non-negative; nothing here checks that, because these
+functions sit in the innermost loop of the simulator.
+
+Everything is pure.  The speed comes from straight-line kernels generated once per
+``(profile length, group size)`` from the same step tables that the readable reference
+loops (``_cyclic_tt_reference``, ``_pipeline_tt_reference``) use; the tests hold both to the
+same bits.  ``best_order`` and ``worst_order`` sit behind bounded LRU caches keyed by the
+profile values, since a simulation re-evaluates the same groups round after round.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+from typing import Callable, Optional, Sequence
+
+Profile = tuple  # tuple[float, ...]
+Order = tuple  # tuple[Optional[Profile], ...]
+
+#: Profiles of this length use the pipeline model.
+PIPELINE_STAGES = 3
+#: Slots of the pipeline model's cycle.
+PIPELINE_SLOTS = 4
+#: Relative tolerance at which two successive pipeline periods count as steady.
+STEADY_REL_TOL = 1e-3
+#: Bound of the best-order cache (entries); a few tens of MB at most.
+BEST_CACHE_SIZE = 1 << 16
+WORST_CACHE_SIZE = 1 << 12
+
+_DATA, _GPU, _NET = 0, 1, 2
+
+
+def slots(profile_len: int) -> int:
+    """Cycle length k: the pipeline fits 3 stages in 4 slots, the cyclic model one per stage."""
+    if profile_len < 1:
+        raise ValueError("a profile needs at least one stage")
+    return PIPELINE_SLOTS if profile_len == PIPELINE_STAGES else profile_len
+
+
+# --------------------------------------------------------------------------------------------
+# Step tables: the single description of both models, shared by the reference loops and the
+# generated kernels.
+
+
+def _cyclic_slot_table(k: int, m: int) -> tuple:
+    """For slot s, the (member, stage) pairs that run in it."""
+    return tuple(tuple((i, (s - i) % k) for i in range(m)) for s in range(k))
+
+
+def _pipeline_step_table(m: int) -> tuple:
+    """For step i of the unrolling, the candidates (lag, member, stage) of f[i+1] = f[i-lag] + t.
+
+    Step i finishes the net stage of the member in slot i+1, the gpu stage of slot i+2 and the
+    data stage of slot i+3, which began a step earlier (hence lag 1).
+    """
+    steps = []
+    for i in range(2 * PIPELINE_SLOTS):
+        cands = []
+        for lag, shift, stage in ((0, 1, _NET), (0, 2, _GPU), (1, 3, _DATA)):
+            member = (i + shift) % PIPELINE_SLOTS
+            if member < m and i >= lag:
+                cands.append((lag, member, stage))
+        steps.append(tuple(cands))
+    return tuple(steps)
+
+
+def _isclose(a: float, b: float) -> bool:
+    """math.isclose(a, b, rel_tol=STEADY_REL_TOL) for finite values, spelled out so the kernels
+    can inline the very same comparisons."""
+    diff = abs(b - a)
+    return a == b or diff <= abs(STEADY_REL_TOL * b) or diff <= abs(STEADY_REL_TOL * a)
+
+
+# --------------------------------------------------------------------------------------------
+# Reference loops: the models as DESIGN.md states them, kept for reading and for the tests.
+
+
+def _cyclic_tt_reference(order: Sequence[Profile]) -> float:
+    k = len(order[0])
+    tt = 0.0
+    for slot in _cyclic_slot_table(k, len(order)):
+        longest = 0.0
+        for member, stage in slot:
+            longest = max(longest, order[member][stage])
+        tt += longest
+    return tt
+
+
+def _pipeline_tt_reference(order: Sequence[Optional[Profile]]) -> float:
+    if len(order) == 3 and order[1] is None:
+        return _two_member_gap_tt(order[0], order[2])
+    m = len(order)
+    if m == 1:
+        return sum(order[0])
+    f = [0.0] * (2 * PIPELINE_SLOTS + 1)
+    for i, cands in enumerate(_pipeline_step_table(m)):
+        best = 0.0
+        for lag, member, stage in cands:
+            best = max(best, f[i - lag] + order[member][stage])
+        f[i + 1] = best
+        if i >= PIPELINE_SLOTS:
+            period = f[i + 1] - f[i - 3]
+            if period > 0.0 and _isclose(period, f[i] - f[i - 4]):
+                return period
+    return f[2 * PIPELINE_SLOTS] - f[PIPELINE_SLOTS]
+
+
+def _two_member_gap_tt(p0: Profile, p1: Profile) -> float:
+    """'member 0, empty slot, member 1': each data stage hides behind the other's gpu+net."""
+    return max(p0[_DATA], p1[_GPU] + p1[_NET]) + max(p1[_DATA], p0[_GPU] + p0[_NET])
+
+
+# --------------------------------------------------------------------------------------------
+# Generated kernels: the reference loops unrolled for one (profile length, group size), so
+# that a TT costs a few dozen float operations and no interpreter bookkeeping.
+
+
+def _cyclic_kernel_source(k: int, m: int) -> str:
+    args = ", ".join(f"p{i}" for i in range(m))
+    lines = [f"def kernel({args}):"]
+    for i in range(m):
+        names = ", ".join(f"t{i}_{r}" for r in range(k))
+        lines.append(f"    {names}, = p{i}")
+    for s, slot in enumerate(_cyclic_slot_table(k, m)):
+        (i0, r0), rest = slot[0], slot[1:]
+        lines.append(f"    x{s} = t{i0}_{r0}")
+        for i, r in rest:
+            lines.append(f"    if t{i}_{r} > x{s}: x{s} = t{i}_{r}")
+    lines.append("    return " + " + ".join(f"x{s}" for s in range(k)))
+    return "\n".join(lines)
+
+
+def _pipeline_kernel_source(m: int) -> str:
+    args = ", ".join(f"p{i}" for i in range(m))
+    stage_name = {_DATA: "d", _GPU: "g", _NET: "n"}
+    lines = [f"def kernel({args}):"]
+    for i in range(m):
+        lines.append(f"    d{i}, g{i}, n{i} = p{i}")
+    lines.append("    f0 = 0.0")
+    for i, cands in enumerate(_pipeline_step_table(m)):
+        terms = [f"f{i - lag} + {stage_name[stage]}{member}" for lag, member, stage in cands]
+        lines.append(f"    f{i + 1} = {terms[0]}")
+        for term in terms[1:]:
+            lines.append(f"    v = {term}")
+            lines.append(f"    if v > f{i + 1}: f{i + 1} = v")
+        if i >= PIPELINE_SLOTS:
+            lines.append(f"    a = f{i + 1} - f{i - 3}")
+            lines.append(f"    b = f{i} - f{i - 4}")
+            lines.append(
+                "    if a > 0.0 and (a == b or abs(b - a) <= abs(REL * b)"
+                " or abs(b - a) <= abs(REL * a)): return a"
+            )
+    lines.append(f"    return f{2 * PIPELINE_SLOTS} - f{PIPELINE_SLOTS}")
+    return "\n".join(lines)
+
+
+def _search_source(m: int, better: str) -> str:
+    """Straight-line scan of all permutations in itertools order, keeping the first extreme."""
+    args = ", ".join(f"p{i}" for i in range(m))
+    lines = [f"def search({args}):"]
+    for n, perm in enumerate(itertools.permutations(range(m))):
+        call = "kernel(" + ", ".join(f"p{i}" for i in perm) + ")"
+        if n == 0:
+            lines += [f"    bt = {call}", "    bi = 0"]
+        else:
+            lines += [f"    t = {call}", f"    if t {better} bt: bt = t; bi = {n}"]
+    lines.append("    return bt, bi")
+    return "\n".join(lines)
+
+
+def _compile(source: str, name: str, namespace: dict) -> Callable:
+    code = compile(source, f"<interleave {name}>", "exec")
+    exec(code, namespace)  # noqa: S102 - source built above from the step tables only
+    return namespace[name]
+
+
+_CYCLIC, _PIPELINE = "cyclic", "pipeline"
+
+
+@lru_cache(maxsize=64)
+def _kernel(model: str, profile_len: int, m: int) -> Callable[..., float]:
+    """TT of one order of m members: kernel(p0, ..., p_{m-1})."""
+    if model == _PIPELINE:
+        if m == 1:
+            return _solo_tt  # alone, a job simply runs its stages back to back
+        source = _pipeline_kernel_source(m)
+    else:
+        source = _cyclic_kernel_source(profile_len, m)
+    return _compile(source, "kernel", {"REL": STEADY_REL_TOL})
+
+
+def _solo_tt(p0: Profile) -> float:
+    d, g, n = p0
+    return d + g + n
+
+
+@lru_cache(maxsize=64)
+def _search(profile_len: int, m: int, worst: bool) -> Callable[..., tuple]:
+    """search(p0, ...) -> (extreme TT, index into itertools.permutations(range(m)))."""
+    namespace = {"kernel": _kernel(_model(profile_len), profile_len, m)}
+    return _compile(_search_source(m, ">" if worst else "<"), "search", namespace)
+
+
+@lru_cache(maxsize=8)
+def _permutations(m: int) -> tuple:
+    return tuple(itertools.permutations(range(m)))
+
+
+def _model(profile_len: int) -> str:
+    return _PIPELINE if profile_len == PIPELINE_STAGES else _CYCLIC
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def _check_group(profiles: Sequence[Profile]) -> int:
+    """Profile length of a group, raising the message a caller's mistake deserves."""
+    if not profiles:
+        raise ValueError("a group needs at least one member")
+    if any(p is None for p in profiles):
+        raise ValueError(f"an empty slot is only valid as (p0, None, p1): {profiles!r}")
+    length = len(profiles[0])
+    if length < 1 or any(len(p) != length for p in profiles):
+        raise ValueError(f"members need non-empty profiles of one length: {profiles!r}")
+    if len(profiles) > slots(length):
+        raise ValueError(f"{len(profiles)} members do not fit in {slots(length)} slots")
+    return length
+
+
+def cyclic_tt(order: Sequence[Profile]) -> float:
+    """Cyclic-model TT with k = profile length (3-stage profiles too, if asked for directly)."""
+    try:
+        k, m = len(order[0]), len(order)
+        if m <= k:
+            return _kernel(_CYCLIC, k, m)(*order)
+    except (ValueError, TypeError, IndexError):
+        _check_group(order)  # names the malformed group, if that is what went wrong
+        raise
+    raise ValueError(f"{m} members do not fit in {k} cyclic slots")
+
+
+def pipeline_tt(order: Sequence[Optional[Profile]]) -> float:
+    """Testbed-pipeline TT: the steady period of the unrolled recurrence (DESIGN.md 1).
+
+    The period is the first f[i+1] - f[i-3] (i >= 4) within STEADY_REL_TOL of the one before,
+    else f[8] - f[4].  ``(p0, None, p1)`` is the two-member layout with an empty slot.  A job
+    alone takes the sum of its stages.
+    """
+    m = len(order)
+    if m == 3 and order[1] is None and order[0] is not None and order[2] is not None:
+        return _two_member_gap_tt(order[0], order[2])
+    if not 0 < m <= PIPELINE_SLOTS:
+        raise ValueError(f"{m} members do not fit in {PIPELINE_SLOTS} slots")
+    try:
+        return _kernel(_PIPELINE, PIPELINE_STAGES, m)(*order)
+    except (ValueError, TypeError):
+        if _check_group(order) != PIPELINE_STAGES:
+            raise ValueError(f"the pipeline model takes 3-stage profiles: {order!r}") from None
+        raise
+
+
+def group_tt(order: Sequence[Optional[Profile]]) -> float:
+    """TT of an order under the model its profiles call for."""
+    for p in order:
+        if p is not None:
+            return pipeline_tt(order) if len(p) == PIPELINE_STAGES else cyclic_tt(order)
+    raise ValueError("an order needs at least one member")
+
+
+@lru_cache(maxsize=BEST_CACHE_SIZE)
+def best_order_indices(profiles: tuple) -> tuple:
+    """(min TT, member indices in slot order, None for the empty slot), cached by value.
+
+    Ties keep the first order in itertools.permutations order; the two-member empty-slot
+    layout wins only when strictly faster.
+    """
+    return _extreme(profiles, worst=False)
+
+
+@lru_cache(maxsize=WORST_CACHE_SIZE)
+def worst_order_indices(profiles: tuple) -> tuple:
+    """(max TT, member indices in slot order), cached by value; the 'worst ordering' ablation."""
+    return _extreme(profiles, worst=True)
+
+
+def _extreme(profiles: tuple, worst: bool) -> tuple:
+    length = _check_group(profiles)
+    m = len(profiles)
+    tt, n = _search(length, m, worst)(*profiles)
+    indices = _permutations(m)[n]
+    if m == 2 and length == PIPELINE_STAGES:
+        gap = _two_member_gap_tt(profiles[0], profiles[1])
+        if (gap > tt) if worst else (gap < tt):
+            tt, indices = gap, (0, None, 1)
+    return tt, indices
+
+
+def best_tt(profiles: tuple) -> float:
+    """Smallest TT of a group given as a hashable tuple of profiles (served from the cache)."""
+    return best_order_indices(profiles)[0]
+
+
+best_tt.cache_info = best_order_indices.cache_info  # type: ignore[attr-defined]
+best_tt.cache_clear = best_order_indices.cache_clear  # type: ignore[attr-defined]
+
+
+def _with_profiles(profiles: Sequence[Profile], indices: tuple) -> Order:
+    """The order as the caller's own profile objects (the cache may hold equal copies)."""
+    return tuple(None if i is None else profiles[i] for i in indices)
+
+
+def _hashable(profiles: Sequence[Profile]) -> tuple:
+    key = tuple(profiles)
+    try:
+        hash(key)
+    except TypeError:  # lists as profiles: cache by their values
+        key = tuple(tuple(p) for p in profiles)
+    return key
+
+
+def best_order(profiles: Sequence[Profile]) -> tuple:
+    """(min TT, order) over every slot order of the group (and the empty-slot layout)."""
+    tt, indices = best_order_indices(_hashable(profiles))
+    return tt, _with_profiles(profiles, indices)
+
+
+def worst_order(profiles: Sequence[Profile]) -> tuple:
+    """(max TT, order) over every slot order (and the empty-slot layout if strictly slower)."""
+    tt, indices = worst_order_indices(_hashable(profiles))
+    return tt, _with_profiles(profiles, indices)
+
+
+def identity_order_tt(profiles: Sequence[Profile]) -> float:
+    """TT in the order given, for the 'no ordering' ablation (never the empty-slot layout)."""
+    return group_tt(tuple(profiles))
+
+
+def efficiency(profiles: Sequence[Optional[Profile]], tt: float) -> float:
+    """Share of the group's resource-time kept busy: sum of all stage times / (tt * k).
+
+    0.0 for a group with tt <= 0 (all-zero profiles), so such a group never earns an edge.
+    """
+    members = [p for p in profiles if p is not None]
+    if not members:
+        raise ValueError("a group needs at least one member")
+    if not tt > 0.0:
+        return 0.0
+    return sum(sum(p) for p in members) / (tt * slots(len(members[0])))
