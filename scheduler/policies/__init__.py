@@ -1,1 +1,36 @@
-"""scheduler/policies."""
+"""Policies by the names the CLI spells them."""
+from __future__ import annotations
+
+from typing import Callable
+
+from scheduler.policies.antman import AntMan
+from scheduler.policies.base import Policy, RoundContext
+from scheduler.policies.muri import Muri
+from scheduler.policies.priority import fifo, srsf, srtf
+from scheduler.policies.themis import Themis
+from scheduler.policies.tiresias import Tiresias
+from scheduler.presets import Preset
+
+POLICIES: dict[str, Callable[[Preset], Policy]] = {
+    "fifo": fifo,
+    "srtf": srtf,
+    "srsf": srsf,
+    "tiresias": Tiresias,
+    "themis": Themis,
+    "antman": AntMan,
+    "muri-s": lambda p: Muri(p, "muri-s", know_duration=True),
+    "muri-l": lambda p: Muri(p, "muri-l", know_duration=False),
+    "muri-l-worst": lambda p: Muri(p, "muri-l-worst", know_duration=False, ordering="worst"),
+    "muri-l-nomatch": lambda p: Muri(p, "muri-l-nomatch", know_duration=False, matching=False),
+}
+
+
+def make_policy(name: str, preset: Preset) -> Policy:
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
+    return factory(preset)
+
+
+__all__ = ["POLICIES", "Policy", "RoundContext", "make_policy"]

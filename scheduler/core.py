@@ -1,0 +1,116 @@
+"""The scheduling core: events in, plans out. It holds no clock, socket or file; every call
+carries the time the driver says it is, so the simulator and the live service drive it alike.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from scheduler.placement import ClusterState, Demand
+from scheduler.policies.base import Policy, RoundContext
+from scheduler.presets import Preset
+from scheduler.state import Job, Plan, Status
+from specs.spec import ClusterSpec
+from traces.record import JobRecord
+
+
+class SchedulingError(Exception):
+    """An event the core cannot accept (unknown job, a job twice, a job too large)."""
+
+
+class Core:
+    def __init__(self, spec: ClusterSpec, policy: Policy, preset: Preset):
+        self.spec = spec
+        self.policy = policy
+        self.preset = preset
+        self.cluster = ClusterState(spec, Demand(preset.cpu_per_gpu, preset.cpu_single_gpu))
+        self.jobs: dict[int, Job] = {}
+        self.queue: list[Job] = []  # runnable jobs, in the order ties are broken by
+        self.plan_now = Plan(())
+        self.now = 0.0
+
+    # -- events ----------------------------------------------------------------------------
+    def submit(self, record: JobRecord, now: float) -> Job:
+        if record.job_id in self.jobs:
+            raise SchedulingError(f"job {record.job_id} was already submitted")
+        if record.num_gpu > self.spec.total_gpus:
+            raise SchedulingError(f"job {record.job_id} needs {record.num_gpu} GPUs; "
+                                  f"the cluster has {self.spec.total_gpus}")
+        solo = record.iteration_time * self.preset.calibration
+        job = Job(record=record, solo_time=solo, profile=tuple(record.stage_times),
+                  remaining=float(record.iterations),
+                  remaining_estimate=record.iterations * solo, last_update=now)
+        self.jobs[job.id] = job
+        self.queue.append(job)
+        self.policy.on_submit(job, now)
+        return job
+
+    def advance(self, now: float, done: Mapping[int, float] | None = None) -> None:
+        """Time has moved to `now`; `done` gives iterations each running job finished since."""
+        done = done or {}
+        for job in self.queue:
+            dt = now - job.last_update
+            job.last_update = now
+            if job.status is Status.RUNNING:
+                job.remaining = max(job.remaining - done.get(job.id, 0.0), 0.0)
+                job.remaining_estimate = job.remaining * job.solo_time
+                job.attained += dt
+                job.queue_attained += dt
+            elif job.queue_attained > 0:
+                job.pending_since_run += dt  # since it last entered queue 0
+            self.policy.on_advance(job, now)
+        self.now = now
+
+    def update_profile(self, job_id: int, profile: Iterable[float] | None = None,
+                       solo_time: float | None = None) -> None:
+        """A measured profile replaces the trace's; the next round plans with it."""
+        job = self._job(job_id)
+        if profile is not None:
+            job.profile = tuple(float(x) for x in profile)
+        if solo_time is not None:
+            job.solo_time = float(solo_time)
+            job.remaining_estimate = job.remaining * job.solo_time
+
+    def finish(self, job_id: int, now: float) -> Job:
+        job = self._job(job_id)
+        if job.status is Status.DONE:
+            raise SchedulingError(f"job {job_id} already finished")
+        if job.status is Status.RUNNING:
+            job.attained += now - job.last_update
+        job.status = Status.DONE
+        job.finish_time = now
+        job.remaining = 0.0
+        self.queue.remove(job)
+        self.policy.on_finish(job, now)
+        return job
+
+    def round(self, now: float) -> Plan:
+        """Decide what runs now. Updates each job's status, group and counters."""
+        plan = self.policy.plan(RoundContext(now, self.queue, self.cluster, self.preset))
+        running = plan.running()
+        for job in self.queue:
+            group = running.get(job.id)
+            if group is None:
+                if job.status is Status.RUNNING:
+                    job.status = Status.PENDING
+                    job.preemptions += 1
+                job.group_key = ()
+                continue
+            if job.status is Status.PENDING:
+                job.status = Status.RUNNING
+                job.starts += 1
+                if job.first_start is None:
+                    job.first_start = now
+            job.group_tt = group.tt[job.id]
+            job.group_key = group.jobs
+        self.plan_now = plan
+        return plan
+
+    # -- queries ---------------------------------------------------------------------------
+    def _job(self, job_id: int) -> Job:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise SchedulingError(f"unknown job {job_id}") from None
+
+    def running(self) -> list[Job]:
+        return [j for j in self.queue if j.status is Status.RUNNING]

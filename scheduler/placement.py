@@ -1,0 +1,94 @@
+"""Consolidated ("yarn") placement on a free-resource model of the cluster.
+
+A round starts from an empty copy of the cluster and places jobs one by one; what a job takes
+is recorded as `NodeSlice`s so that drivers know which GPUs to use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specs.spec import ClusterSpec
+from scheduler.state import NodeSlice
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What a job of n GPUs needs besides GPUs: CPUs per GPU (a 1-GPU job needs fewer)."""
+
+    cpu_per_gpu: int = 6
+    cpu_single_gpu: int = 2
+
+    def cpus(self, gpus: int, whole_job_gpus: int) -> int:
+        return self.cpu_single_gpu if whole_job_gpus == 1 else self.cpu_per_gpu * gpus
+
+
+class ClusterState:
+    """Free GPUs and CPUs per node, grouped by switch. Cheap to reset every round."""
+
+    __slots__ = ("spec", "demand", "free_gpus", "free_cpus", "free_total")
+
+    def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
+        self.spec = spec
+        self.demand = demand
+        self.reset()
+
+    def reset(self) -> None:
+        g, n = self.spec.gpus_per_node, self.spec.num_nodes
+        self.free_gpus = [list(range(g)) for _ in range(n)]
+        self.free_cpus = [self.spec.cpus_per_node] * n
+        self.free_total = g * n
+
+    def _take(self, node: int, count: int, job_gpus: int) -> NodeSlice:
+        free = self.free_gpus[node]
+        taken, self.free_gpus[node] = tuple(free[:count]), free[count:]
+        self.free_cpus[node] -= self.demand.cpus(count, job_gpus)
+        self.free_total -= count
+        return NodeSlice(node, taken)
+
+    def place(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
+        """Consolidated placement within one switch, or None when it does not fit.
+
+        More than a node's worth takes whole idle nodes plus one node for the rest; otherwise
+        the first node with room. First fit keeps the choice predictable for operators.
+        """
+        if num_gpu > self.free_total:
+            return None
+        g = self.spec.gpus_per_node
+        per_switch = self.spec.nodes_per_switch
+        for s in range(self.spec.num_switch):
+            nodes = range(s * per_switch, (s + 1) * per_switch)
+            found = self._fit(nodes, num_gpu, g)
+            if found is not None:
+                return tuple(self._take(node, count, num_gpu) for node, count in found)
+        return None
+
+    def _fit(self, nodes: range, num_gpu: int, g: int) -> list[tuple[int, int]] | None:
+        fg, fc, d = self.free_gpus, self.free_cpus, self.demand
+        if num_gpu <= g:
+            need_cpu = d.cpus(num_gpu, num_gpu)
+            for node in nodes:
+                if len(fg[node]) >= num_gpu and fc[node] >= need_cpu:
+                    return [(node, num_gpu)]
+            return None
+        full_needed, rest = divmod(num_gpu, g)
+        full = []
+        for node in nodes:
+            if len(fg[node]) == g and fc[node] >= d.cpus(g, num_gpu):
+                full.append(node)
+                if len(full) == full_needed:
+                    break
+        if len(full) < full_needed:
+            return None
+        found = [(node, g) for node in full]
+        if rest:
+            need_cpu = d.cpus(rest, num_gpu)
+            last = next((n for n in nodes if n not in full and len(fg[n]) >= rest
+                         and fc[n] >= need_cpu), None)
+            if last is None:
+                return None
+            found.append((last, rest))
+        return found
+
+    def can_place(self, num_gpu: int) -> bool:
+        """Reserve room for a job without naming GPUs (admission); same rule as place()."""
+        return self.place(num_gpu) is not None

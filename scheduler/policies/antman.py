@@ -1,0 +1,223 @@
+"""AntMan: guaranteed jobs own their GPUs; an opportunistic job may share GPUs with at most one
+guaranteed job and runs slower by how their stages overlap. Nothing is ever preempted.
+
+GPU occupancy persists across rounds (unlike the other policies, which re-place from an empty
+cluster), and a guaranteed job that does not fit holds what it could get and waits for the
+rest, as the published artifact does.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from scheduler.policies.base import Policy, RoundContext
+from scheduler.state import Group, Job, NodeSlice, Plan, Status
+
+EMPTY, RESERVED, GUARANTEED = 0, 1, 2  # a GPU's load rank: opportunistic jobs prefer low
+
+
+@dataclass(slots=True)
+class _Gpu:
+    owner: int | None = None  # the guaranteed job holding it (fully placed or not yet)
+    owner_rank: int = EMPTY
+    guests: list[int] = field(default_factory=list)  # opportunistic jobs on it
+
+
+@dataclass(slots=True)
+class _Hold:
+    gpus: list[tuple[int, int]] = field(default_factory=list)  # (node, gpu)
+    missing: int = 0
+    last_node: int | None = None
+
+
+def overlap_iteration_time(guest: Job, host: Job) -> float:
+    """Iteration time of an opportunistic job squeezed into the gaps of a guaranteed job.
+
+    The guest's data stage runs while the host computes and communicates, its compute while
+    the host loads and communicates, its all-reduce while the host loads and computes; each
+    spill into a further host iteration costs one more host iteration.
+    """
+    d, g, n = guest.profile[:3]
+    hd, hg, hn = host.profile[:3]
+    iters = 0
+
+    def fit(work: float, gap: float) -> tuple[int, float]:
+        if gap <= 0:
+            return 0, work
+        return math.floor(work / gap), math.fmod(work, gap)
+
+    k, extra = fit(d, hg + hn)
+    iters += k
+    if extra > 0:
+        iters += 1
+        g -= min(g, hn, hg + hn - extra)
+    k, extra = fit(g, hd + hn)
+    iters += k
+    if extra > 0:
+        iters += 1
+        if extra < hd:
+            n -= min(n, hd + hg - extra)
+    k, extra = fit(n, hd + hg)
+    iters += k
+    if extra > hd:
+        iters += 1
+    return iters * host.solo_time
+
+
+class AntMan(Policy):
+    name = "antman"
+    interleaves = True
+
+    def __init__(self, preset):
+        super().__init__(preset)
+        self.gpus: list[list[_Gpu]] | None = None
+        self.holds: dict[int, _Hold] = {}
+        self.guest_gpus: dict[int, list[tuple[int, int]]] = {}
+
+    def _init(self, ctx: RoundContext) -> None:
+        spec = ctx.cluster.spec
+        self.gpus = [[_Gpu() for _ in range(spec.gpus_per_node)] for _ in range(spec.num_nodes)]
+
+    def on_finish(self, job: Job, now: float) -> None:
+        for node, gpu in self.holds.pop(job.id, _Hold()).gpus:
+            slot = self.gpus[node][gpu]
+            slot.owner, slot.owner_rank = None, EMPTY
+        for node, gpu in self.guest_gpus.pop(job.id, ()):
+            self.gpus[node][gpu].guests.remove(job.id)
+
+    # -- guaranteed jobs -------------------------------------------------------------------
+    def _free(self, node: int) -> list[int]:
+        return [i for i, s in enumerate(self.gpus[node]) if s.owner is None]
+
+    def _grab(self, job: Job, hold: _Hold, node: int, count: int) -> int:
+        free = self._free(node)[:count]
+        for gpu in free:
+            slot = self.gpus[node][gpu]
+            slot.owner, slot.owner_rank = job.id, RESERVED
+            hold.gpus.append((node, gpu))
+        hold.missing -= len(free)
+        return len(free)
+
+    def _place_guaranteed(self, job: Job) -> bool:
+        hold = self.holds.setdefault(job.id, _Hold(missing=job.num_gpu))
+        per_node = len(self.gpus[0])
+        nodes = range(len(self.gpus))
+        if job.num_gpu <= per_node:
+            if hold.missing == job.num_gpu:
+                best, best_free = None, 0
+                for node in nodes:
+                    free = len(self._free(node))
+                    if free >= hold.missing:
+                        self._grab(job, hold, node, hold.missing)
+                        hold.last_node = node
+                        return self._complete(hold)
+                    if free > best_free:
+                        best, best_free = node, free
+                if best is not None:
+                    self._grab(job, hold, best, best_free)
+                    hold.last_node = best
+                return False
+            self._grab(job, hold, hold.last_node, hold.missing)
+            return self._complete(hold)
+        need = hold.missing
+        n_full, rest = divmod(need, per_node)
+        full = []
+        if n_full:
+            for node in nodes:
+                if len(self._free(node)) >= per_node:
+                    full.append(node)
+                    if len(full) == n_full:
+                        break
+        enough = len(full) >= n_full
+        last = None
+        if rest:
+            if rest < job.num_gpu % per_node:
+                last = hold.last_node
+            else:
+                best, best_free = None, 0
+                for node in nodes:
+                    if node in full:
+                        continue
+                    free = len(self._free(node))
+                    if free >= rest:
+                        last = node
+                        break
+                    if free > best_free:
+                        best, best_free = node, free
+                if last is None:
+                    enough, last = False, best
+            if last is not None:
+                self._grab(job, hold, last, rest)
+                if rest == job.num_gpu % per_node:
+                    hold.last_node = last
+        for node in full:
+            self._grab(job, hold, node, per_node)
+        return enough and self._complete(hold)
+
+    def _complete(self, hold: _Hold) -> bool:
+        if hold.missing > 0:
+            return False
+        for node, gpu in hold.gpus:
+            self.gpus[node][gpu].owner_rank = GUARANTEED
+        return True
+
+    # -- opportunistic jobs ----------------------------------------------------------------
+    def _place_opportunistic(self, job: Job) -> bool:
+        open_gpus = [(slot.owner_rank, node, gpu)
+                     for node, row in enumerate(self.gpus)
+                     for gpu, slot in enumerate(row) if not slot.guests]
+        if len(open_gpus) < job.num_gpu:
+            return False
+        open_gpus.sort(key=lambda e: e[0])
+        chosen = [(node, gpu) for _, node, gpu in open_gpus[:job.num_gpu]]
+        for node, gpu in chosen:
+            self.gpus[node][gpu].guests.append(job.id)
+        self.guest_gpus[job.id] = chosen
+        return True
+
+    # -- the round -------------------------------------------------------------------------
+    def plan(self, ctx: RoundContext) -> Plan:
+        if self.gpus is None:
+            self._init(ctx)
+        queue = ctx.queue
+        queue.sort(key=lambda j: (j.priority, j.submit_time))
+        running = {j.id for j in queue if j.status is Status.RUNNING}
+        for job in queue:
+            if job.status is not Status.PENDING:
+                continue
+            placed = (self._place_guaranteed(job) if job.priority == 0
+                      else self._place_opportunistic(job))
+            if placed:
+                running.add(job.id)
+        by_id = {j.id: j for j in queue}
+        groups = [self._group(job, by_id) for job in queue if job.id in running]
+        return Plan(tuple(groups))
+
+    def _group(self, job: Job, by_id: dict[int, Job]) -> Group:
+        if job.priority == 0:
+            cells = self.holds[job.id].gpus
+            tt = job.solo_time
+        else:
+            cells = self.guest_gpus[job.id]
+            tt = job.solo_time
+            for other in self._neighbours(job, cells):
+                peer = by_id[other]
+                if peer.priority == 0:
+                    if self.holds[peer.id].missing == 0:
+                        tt = max(tt, overlap_iteration_time(job, peer))
+                else:
+                    tt = max(tt, 2.0 * job.solo_time)
+        slices: dict[int, list[int]] = {}
+        for node, gpu in cells:
+            slices.setdefault(node, []).append(gpu)
+        placement = tuple(NodeSlice(n, tuple(g)) for n, g in slices.items())
+        return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt={job.id: tt}, placement=placement)
+
+    def _neighbours(self, job: Job, cells) -> set[int]:
+        found = set()
+        for node, gpu in cells:
+            slot = self.gpus[node][gpu]
+            if slot.owner is not None:
+                found.add(slot.owner)
+            found.update(g for g in slot.guests if g != job.id)
+        return found

@@ -1,0 +1,63 @@
+"""What every policy shares: the round's inputs and the small hooks the core calls."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from scheduler.placement import ClusterState
+from scheduler.presets import Preset
+from scheduler.state import Group, Job, NodeSlice, Plan, Status
+
+
+@dataclass(slots=True)
+class RoundContext:
+    """One round's view. `queue` is the runnable jobs in the core's persistent order: a policy
+    may sort it in place, and ties in later rounds are broken by that order (as in the paper's
+    artifact, whose results depend on it)."""
+
+    now: float
+    queue: list[Job]
+    cluster: ClusterState
+    preset: Preset
+
+
+class Policy:
+    """Base policy: hooks are no-ops; subclasses implement `plan`."""
+
+    name = "base"
+    interleaves = False
+
+    def __init__(self, preset: Preset):
+        self.preset = preset
+
+    def on_submit(self, job: Job, now: float) -> None:
+        """A job arrived: set policy bookkeeping (queues, first estimates)."""
+
+    def on_advance(self, job: Job, now: float) -> None:
+        """Time moved on and `job` ran or waited: update bookkeeping (e.g. demotion)."""
+
+    def on_finish(self, job: Job, now: float) -> None:
+        """A job completed; release whatever the policy held for it."""
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        raise NotImplementedError
+
+
+def solo_group(job: Job, placement: Sequence[NodeSlice]) -> Group:
+    return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt={job.id: job.solo_time},
+                 placement=tuple(placement))
+
+
+def place_in_order(ctx: RoundContext, order: Sequence[Job]) -> list[Group]:
+    """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits."""
+    ctx.cluster.reset()
+    groups = []
+    for job in order:
+        slices = ctx.cluster.place(job.num_gpu)
+        if slices is not None:
+            groups.append(solo_group(job, slices))
+    return groups
+
+
+def is_running(job: Job) -> bool:
+    return job.status is Status.RUNNING

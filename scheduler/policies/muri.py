@@ -1,0 +1,217 @@
+"""Muri: multi-resource interleaving. Admit jobs in priority order, group jobs of the same #GPUs
+by multi-round maximum-weight matching on interleaving efficiency, place groups consolidated.
+
+Muri-S ranks by remaining GPU-time (durations known), Muri-L by attained GPU-time (unknown).
+Ablations: `ordering="worst"` (each group runs in its slowest order) and `matching=False`
+(consecutive jobs of a class are grouped without matching).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from scheduler import interleave
+from scheduler.matching import max_weight_pairs
+from scheduler.policies.base import Policy, RoundContext
+from scheduler.state import Group, Job, Plan
+
+Packing = list  # the jobs of one prospective group, in matching order
+
+
+class Muri(Policy):
+    interleaves = True
+
+    def __init__(self, preset, name: str, *, know_duration: bool, ordering: str = "best",
+                 matching: bool = True, backend: str = "auto"):
+        super().__init__(preset)
+        if ordering not in ("best", "worst", "none"):
+            raise ValueError(f"unknown ordering {ordering!r}")
+        self.name = name
+        self.know_duration = know_duration
+        self.ordering = ordering
+        self.matching = matching
+        self.backend = backend
+        self.k = preset.max_group
+        self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
+
+    # -- ranking ---------------------------------------------------------------------------
+    def on_submit(self, job: Job, now: float) -> None:
+        if self.know_duration and self.preset.fresh_estimate_duration:
+            job.remaining_estimate = job.record.duration
+
+    def key(self, job: Job) -> float:
+        if self.know_duration:
+            return job.remaining_estimate * job.num_gpu
+        return job.attained * job.num_gpu
+
+    # -- the interleave cost model ---------------------------------------------------------
+    def group_timing(self, jobs: list[Job], ordering: str | None = None) -> tuple[float, tuple]:
+        """(iteration time of every member, slot order as indices into `jobs`)."""
+        if len(jobs) == 1:
+            return jobs[0].solo_time, (0,)
+        ordering = ordering or self.ordering
+        if ordering == "none":
+            jobs = sorted(jobs, key=lambda j: j.id)
+        profiles = tuple(j.profile for j in jobs)
+        cache_key = (ordering, profiles)
+        hit = self._tt_cache.get(cache_key)
+        if hit is None:
+            if ordering == "best":
+                tt, order = interleave.best_order_indices(profiles)
+            elif ordering == "worst":
+                tt, order = interleave.worst_order_indices(profiles)
+            else:
+                tt, order = interleave.identity_order_tt(profiles), tuple(range(len(jobs)))
+            slowdown = self.preset.slowdown(len(jobs), ablation_nomatch=not self.matching)
+            hit = (tt * slowdown, order)
+            self._tt_cache[cache_key] = hit
+        return hit
+
+    def weight(self, a: Packing, b: Packing) -> float:
+        jobs = a + b
+        tt, _ = self.group_timing(jobs)
+        if tt <= 0:
+            return 0.0
+        k = interleave.slots(len(jobs[0].profile))
+        return sum(sum(j.profile) for j in jobs) / (tt * k)
+
+    # -- the round -------------------------------------------------------------------------
+    def plan(self, ctx: RoundContext) -> Plan:
+        queue = ctx.queue
+        queue.sort(key=self.key)
+        admitted = self._admit(ctx)
+        required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
+        total = ctx.cluster.spec.total_gpus
+        if self.matching:
+            packings = self._match(admitted, required, total)
+        else:
+            packings = self._consecutive(admitted, required, total)
+        if self.preset.auto_unpack:
+            packings = self._unpack(ctx, packings)
+        return Plan(tuple(self._place(ctx, packings)))
+
+    def _admit(self, ctx: RoundContext) -> dict[int, list[Job]]:
+        """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
+        of its #GPU class, since those may share its GPUs."""
+        classes: dict[int, list[Job]] = {}
+        for job in ctx.queue:
+            classes.setdefault(job.num_gpu, []).append(job)
+        chosen = dict.fromkeys(classes, 0)
+        reserved: set[int] = set()
+        cluster = ctx.cluster
+        cluster.reset()
+        for job in ctx.queue:
+            if job.id in reserved or not cluster.can_place(job.num_gpu):
+                continue
+            members = classes[job.num_gpu]
+            lo = chosen[job.num_gpu]
+            hi = min(lo + self.k, len(members))
+            reserved.update(j.id for j in members[lo:hi])
+            chosen[job.num_gpu] = hi
+        return {gpus: members[:chosen[gpus]] for gpus, members in classes.items()}
+
+    def _match(self, admitted: dict[int, list[Job]], required: int,
+               total: int) -> dict[int, list[Packing]]:
+        """Pair groups by maximum-weight matching, round after round, merging pairs (in node
+        order) only while the GPUs demanded still exceed the cluster."""
+        packings = {gpus: [[j] for j in jobs] for gpus, jobs in admitted.items()}
+        for _ in range(self.k):
+            ready: list[tuple[int, list[Packing]]] = []
+            for gpus, nodes in packings.items():
+                partner = self._pairs(nodes)
+                for u, node in enumerate(nodes):
+                    v = partner.get(u)
+                    if v is None:
+                        ready.append((gpus, [node]))
+                    elif v < u:
+                        ready.append((gpus, [nodes[v], node]))
+            merged: dict[int, list[Packing]] = {gpus: [] for gpus in packings}
+            for gpus, pair in ready:
+                if required <= total or len(pair) == 1:
+                    merged[gpus].extend(pair)
+                else:
+                    merged[gpus].append(pair[0] + pair[1])
+                    required -= gpus
+            packings = merged
+            if required <= total:
+                break
+        return packings
+
+    def _pairs(self, nodes: list[Packing]) -> dict[int, int]:
+        n = len(nodes)
+        if n < 2:
+            return {}
+        k = self.k
+        weight: Callable[[int, int], float] = lambda i, j: (
+            self.weight(nodes[i], nodes[j]) if len(nodes[i]) + len(nodes[j]) <= k else 0.0)
+        partner = {}
+        for i, j in max_weight_pairs(n, weight, backend=self.backend):
+            partner[i], partner[j] = j, i
+        return partner
+
+    def _consecutive(self, admitted: dict[int, list[Job]], required: int,
+                     total: int) -> dict[int, list[Packing]]:
+        """The no-matching ablation: each admitted block of k consecutive jobs is one group
+        while the demand exceeds the cluster."""
+        packings: dict[int, list[Packing]] = {}
+        for gpus, jobs in admitted.items():
+            out = packings.setdefault(gpus, [])
+            for start in range(0, len(jobs), self.k):
+                block = jobs[start:start + self.k]
+                head = [block[0]]
+                for job in block[1:]:
+                    if required > total:
+                        head.append(job)
+                        required -= gpus
+                    else:
+                        out.append([job])
+                out.append(head)
+        return packings
+
+    def _unpack(self, ctx: RoundContext, packings: dict[int, list[Packing]]) -> dict[int, list[Packing]]:
+        """Split any group slower than its members run one after another; then admit groups
+        again in priority order, since splitting may demand more GPUs than there are."""
+        candidates: list[tuple[float, int, Packing]] = []
+        for gpus, groups in packings.items():
+            for group in groups:
+                tt, _ = self.group_timing(group, "best")
+                if tt / sum(j.solo_time for j in group) > 1:
+                    candidates.extend((self.key(j), gpus, [j]) for j in group)
+                else:
+                    candidates.append((min(self.key(j) for j in group), gpus, group))
+        candidates.sort(key=lambda c: c[0])
+        cluster = ctx.cluster
+        cluster.reset()
+        kept: dict[int, list[Packing]] = {}
+        for _, gpus, group in candidates:
+            if cluster.can_place(gpus):
+                kept.setdefault(gpus, []).append(group)
+        return kept
+
+    def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]]) -> list[Group]:
+        """Largest #GPUs first (stable in priority order); a group is placed where its first
+        member in that order lands; a group that does not fit waits."""
+        home = {j.id: group for groups in packings.values() for group in groups for j in group}
+        ctx.queue.sort(key=lambda j: j.num_gpu, reverse=True)
+        cluster = ctx.cluster
+        cluster.reset()
+        placed: set[int] = set()
+        groups = []
+        for job in ctx.queue:
+            group = home.get(job.id)
+            if group is None or id(group) in placed:
+                continue
+            slices = cluster.place(job.num_gpu)
+            if slices is None:
+                continue
+            placed.add(id(group))
+            groups.append(self._as_group(group, slices))
+        return groups
+
+    def _as_group(self, members: Packing, slices) -> Group:
+        tt, order = self.group_timing(members)
+        if self.ordering == "none" and len(members) > 1:
+            members = sorted(members, key=lambda j: j.id)
+        slot_jobs = tuple(members[i].id for i in order if i is not None)
+        return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
+                     tt={j.id: tt for j in members}, placement=tuple(slices),
+                     empty_slot=None in order)

@@ -1,0 +1,70 @@
+"""Tiresias 2D-LAS: discrete queues by attained GPU-service, FIFO within a queue."""
+from __future__ import annotations
+
+import math
+
+from scheduler.policies.base import Policy, RoundContext, solo_group
+from scheduler.state import Job, Plan, Status
+
+
+class Tiresias(Policy):
+    """Jobs start in queue 0 and are demoted when their attained GPU-seconds pass a limit.
+
+    Admission counts free GPUs only (no node placement), as the published artifact does;
+    GPUs are then assigned by consolidated placement where they fit. After each pass the
+    jobs left waiting move to the back of their queue. Starvation promotion is optional.
+    """
+
+    name = "tiresias"
+
+    def __init__(self, preset):
+        super().__init__(preset)
+        self.limits = tuple(preset.tiresias_limits)
+        self.queues: list[list[Job]] = [[] for _ in range(len(self.limits) + 1)]
+
+    def on_submit(self, job: Job, now: float) -> None:
+        job.queue = 0
+        self.queues[0].append(job)
+
+    def on_finish(self, job: Job, now: float) -> None:
+        self.queues[job.queue].remove(job)
+
+    def on_advance(self, job: Job, now: float) -> None:
+        q = job.queue
+        if job.status is Status.RUNNING:
+            if q < len(self.limits) and job.queue_attained * job.num_gpu >= self.limits[q]:
+                self.queues[q].remove(job)
+                job.queue = q + 1
+                self.queues[q + 1].append(job)
+            return
+        factor = self.preset.tiresias_promote
+        if (factor > 0 and q > 0 and job.queue_attained > 0
+                and job.pending_since_run >= int(job.queue_attained * factor)):
+            self.queues[q].remove(job)
+            job.queue, job.queue_attained, job.pending_since_run = 0, 0.0, 0.0
+            job.promotions += 1
+            self.queues[0].append(job)
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        free = ctx.cluster.spec.total_gpus
+        chosen: list[Job] = []
+        for queue in self.queues:
+            for job in queue:
+                if free >= job.num_gpu:
+                    chosen.append(job)
+                    free -= job.num_gpu
+        running = set(map(id, chosen))
+        for queue in self.queues:
+            queue[:] = ([j for j in queue if id(j) in running]
+                        + [j for j in queue if id(j) not in running])
+        ctx.cluster.reset()
+        groups = []
+        for job in sorted(chosen, key=lambda j: -j.num_gpu):
+            slices = ctx.cluster.place(job.num_gpu)
+            groups.append(solo_group(job, slices if slices is not None else ()))
+        return Plan(tuple(groups), wakeup=self._next_demotion(chosen, ctx.now))
+
+    def _next_demotion(self, chosen: list[Job], now: float) -> float | None:
+        times = [math.ceil(self.limits[j.queue] / j.num_gpu) - j.queue_attained + now
+                 for j in chosen if j.queue < len(self.limits)]
+        return min(times) if times else None

@@ -1,0 +1,96 @@
+"""The scheduler's state model: jobs as the core sees them, groups, and the plan of a round.
+
+These are plain value objects. The core owns the `Job` objects and updates them from events;
+policies read them and return a `Plan`; drivers (simulator, live service) act on the plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from traces.record import JobRecord
+
+
+class Status(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """One job's scheduling state. Identity matters (eq=False): two jobs are never equal."""
+
+    record: JobRecord
+    solo_time: float  # calibrated solo iteration time, seconds
+    profile: tuple[float, ...]  # per-stage seconds used by the interleave model
+    remaining: float  # remaining iterations (float: the simulator accounts fractions)
+    remaining_estimate: float  # remaining solo time as the policy believes it (seconds)
+    status: Status = Status.PENDING
+    attained: float = 0.0  # wall seconds spent running (incl. restart overheads)
+    queue_attained: float = 0.0  # wall seconds that decide a 2D-LAS queue (promotion resets it)
+    pending_since_run: float = 0.0  # seconds pending since last run (starvation promotion)
+    queue: int = 0  # 2D-LAS queue index
+    last_update: float = 0.0
+    first_start: float | None = None
+    finish_time: float | None = None
+    preemptions: int = 0
+    starts: int = 0
+    promotions: int = 0
+    group_tt: float = 0.0  # iteration time in its current group (== solo_time alone)
+    group_key: tuple[int, ...] = ()  # ids of the current group's members
+    policy_data: dict = field(default_factory=dict)  # per-policy bookkeeping (e.g. Themis)
+
+    @property
+    def id(self) -> int:
+        return self.record.job_id
+
+    @property
+    def num_gpu(self) -> int:
+        return self.record.num_gpu
+
+    @property
+    def submit_time(self) -> float:
+        return self.record.submit_time
+
+    @property
+    def model(self) -> str:
+        return self.record.model_name
+
+    @property
+    def priority(self) -> int:
+        return self.record.priority
+
+    @property
+    def remaining_time(self) -> float:
+        return self.remaining * self.solo_time
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSlice:
+    """GPUs taken on one node."""
+
+    node: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Jobs that share the same GPUs, in slot order. A lone job is a group of one."""
+
+    jobs: tuple[int, ...]  # job ids in slot order (the interleave order)
+    num_gpu: int
+    tt: dict[int, float]  # per member: its iteration time in this group
+    placement: tuple[NodeSlice, ...]
+    empty_slot: bool = False  # the 3-stage "member 0, empty slot, member 1" layout
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of one round: what runs, where, how fast; and when to wake the core."""
+
+    groups: tuple[Group, ...]
+    wakeup: float | None = None  # a time at which the policy wants a round without any event
+
+    def running(self) -> dict[int, Group]:
+        return {j: g for g in self.groups for j in g.jobs}
