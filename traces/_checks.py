@@ -12,7 +12,7 @@ from typing import Container, Mapping, Sequence
 # (value, text shown after "got") for one field; a field that is absent or failed to parse
 # is simply left out of the mapping, so its own problem is not reported twice.
 Value = tuple[object, str]
-Finding = tuple["str | None", str]
+Finding = tuple[str | None, str]
 
 REQUIRED_COLUMNS = (
     "job_id",
