@@ -260,7 +260,9 @@ def pipeline_tt(order: Sequence[Optional[Profile]]) -> float:
 
     The period is the first f[i+1] - f[i-3] (i >= 4) within STEADY_REL_TOL of the one before,
     else f[8] - f[4].  ``(p0, None, p1)`` is the two-member layout with an empty slot.  A job
-    alone takes the sum of its stages.
+    alone takes the sum of its stages.  A zero period never counts as steady, so an all-zero
+    group gets 0.0 (the published artifact fails an assertion there); otherwise the numbers are
+    the artifact's, bit for bit.
     """
     m = len(order)
     if m == 3 and order[1] is None and order[0] is not None and order[2] is not None:
