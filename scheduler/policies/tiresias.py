@@ -7,6 +7,9 @@ from scheduler.policies.base import Policy, RoundContext, solo_group
 from scheduler.state import Job, Plan, Status
 
 
+_EPS = 1e-6  # GPU-seconds; float sums of wall times must not miss a limit by a hair
+
+
 class Tiresias(Policy):
     """Jobs start in queue 0 and are demoted when their attained GPU-seconds pass a limit.
 
@@ -32,7 +35,7 @@ class Tiresias(Policy):
     def on_advance(self, job: Job, now: float) -> None:
         q = job.queue
         if job.status is Status.RUNNING:
-            if q < len(self.limits) and job.queue_attained * job.num_gpu >= self.limits[q]:
+            if q < len(self.limits) and job.queue_attained * job.num_gpu >= self.limits[q] - _EPS:
                 self.queues[q].remove(job)
                 job.queue = q + 1
                 self.queues[q + 1].append(job)
