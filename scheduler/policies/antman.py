@@ -13,13 +13,17 @@ from dataclasses import dataclass, field
 from scheduler.policies.base import Policy, RoundContext
 from scheduler.state import Group, Job, NodeSlice, Plan, Status
 
-EMPTY, RESERVED, GUARANTEED = 0, 1, 2  # a GPU's load rank: opportunistic jobs prefer low
+# A GPU's load as AntMan books it; opportunistic jobs go to the least-loaded GPUs below the
+# cap. A guaranteed job's load is booked in two steps (most when it takes a GPU, the rest once
+# it holds all its GPUs); the float sums are kept as they are, since ties between GPUs are
+# broken by them.
+GUARANTEED_LOAD, COMPLETION_LOAD, GUEST_LOAD, LOAD_CAP = 0.1, 0.01, 0.9, 0.8
 
 
 @dataclass(slots=True)
 class _Gpu:
     owner: int | None = None  # the guaranteed job holding it (fully placed or not yet)
-    owner_rank: int = EMPTY
+    load: float = 0.0
     guests: list[int] = field(default_factory=list)  # opportunistic jobs on it
 
 
@@ -81,9 +85,12 @@ class AntMan(Policy):
     def on_finish(self, job: Job, now: float) -> None:
         for node, gpu in self.holds.pop(job.id, _Hold()).gpus:
             slot = self.gpus[node][gpu]
-            slot.owner, slot.owner_rank = None, EMPTY
+            slot.owner = None
+            slot.load -= GUARANTEED_LOAD
         for node, gpu in self.guest_gpus.pop(job.id, ()):
-            self.gpus[node][gpu].guests.remove(job.id)
+            slot = self.gpus[node][gpu]
+            slot.guests.remove(job.id)
+            slot.load -= GUEST_LOAD
 
     # -- guaranteed jobs -------------------------------------------------------------------
     def _free(self, node: int) -> list[int]:
@@ -93,7 +100,8 @@ class AntMan(Policy):
         free = self._free(node)[:count]
         for gpu in free:
             slot = self.gpus[node][gpu]
-            slot.owner, slot.owner_rank = job.id, RESERVED
+            slot.owner = job.id
+            slot.load += GUARANTEED_LOAD - COMPLETION_LOAD
             hold.gpus.append((node, gpu))
         hold.missing -= len(free)
         return len(free)
@@ -158,20 +166,22 @@ class AntMan(Policy):
         if hold.missing > 0:
             return False
         for node, gpu in hold.gpus:
-            self.gpus[node][gpu].owner_rank = GUARANTEED
+            self.gpus[node][gpu].load += COMPLETION_LOAD
         return True
 
     # -- opportunistic jobs ----------------------------------------------------------------
     def _place_opportunistic(self, job: Job) -> bool:
-        open_gpus = [(slot.owner_rank, node, gpu)
+        open_gpus = [(slot.load, node, gpu)
                      for node, row in enumerate(self.gpus)
-                     for gpu, slot in enumerate(row) if not slot.guests]
+                     for gpu, slot in enumerate(row) if slot.load < LOAD_CAP]
         if len(open_gpus) < job.num_gpu:
             return False
         open_gpus.sort(key=lambda e: e[0])
         chosen = [(node, gpu) for _, node, gpu in open_gpus[:job.num_gpu]]
         for node, gpu in chosen:
-            self.gpus[node][gpu].guests.append(job.id)
+            slot = self.gpus[node][gpu]
+            slot.guests.append(job.id)
+            slot.load += GUEST_LOAD
         self.guest_gpus[job.id] = chosen
         return True
 
