@@ -1,0 +1,19 @@
+"""Small builders shared by the tests."""
+from __future__ import annotations
+
+from specs.spec import ClusterSpec
+from traces.record import JobRecord
+
+
+def spec(nodes: int = 1, gpus: int = 4, cpus: int = 64, switches: int = 1) -> ClusterSpec:
+    return ClusterSpec(num_switch=switches, nodes_per_switch=nodes, gpus_per_node=gpus,
+                       cpus_per_node=cpus, mem_per_node=256)
+
+
+def job(job_id: int, num_gpu: int = 1, submit: float = 0.0, iterations: int = 100,
+        stages: tuple = (0.1, 0.1, 0.1), iteration_time: float | None = None,
+        model: str = "resnet18", priority: int = 0) -> JobRecord:
+    it = sum(stages) if iteration_time is None else iteration_time
+    return JobRecord(job_id=job_id, num_gpu=num_gpu, submit_time=submit, iterations=iterations,
+                     model_name=model, batch_size=32, duration=iterations * it, interval=0.0,
+                     iteration_time=it, stage_times=tuple(stages), priority=priority)
