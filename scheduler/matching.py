@@ -67,8 +67,14 @@ def max_weight_pairs(n: int, weight: Weight, *, backend: str = "auto") -> list[P
     """Pairs (i, j), i < j, sorted by i, of a maximum-weight matching on nodes 0..n-1.
 
     An edge exists iff weight(i, j) > 0; weight must be symmetric and is called for i < j only.
-    ``backend`` is "networkx", "rustworkx", or "auto" (rustworkx when installed).
+    ``backend`` is "networkx", "rustworkx", or "auto" (rustworkx when installed); or
+    "blossom", the pure-Python matcher of scheduler.blossom that breaks ties (and treats
+    weights within a relative 1e-5 as tied) exactly as the Muri artifact does.
     """
+    if backend == "blossom":
+        from scheduler.blossom import blossom_pairs
+
+        return blossom_pairs(n, weight)
     if backend not in BACKENDS:
         raise ValueError(f"unknown matching backend {backend!r}; choose from {BACKENDS}")
     if n < 0:
