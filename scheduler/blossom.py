@@ -319,6 +319,7 @@ class _DenseBlossom:
             return False
         nbrs = self.nbrs
         cost = self.cost
+        ea, eb = self._end_a, self._end_b
         while True:
             i = 0
             while i < len(q):
@@ -331,14 +332,27 @@ class _DenseBlossom:
                 for v in nbrs[u]:
                     rv = root[v]
                     if root[u] != rv:
-                        if yu + y[v] - w0[base + v] * 2.0 <= 0:
+                        c = yu + y[v] - w0[base + v] * 2.0
+                        if c <= 0:
                             if self.tight_edge(base + v):
                                 return True
-                        else:
-                            # the cheapest known edge from u to rv's outermost blossom
-                            cur = best[rv]
-                            if cur == 0 or cost(base + rv) < cost(cur * s + rv):
-                                best[rv] = u
+                            continue
+                        # keep the cheapest known edge into rv's outermost blossom (its
+                        # stored extended edge, which for a plain vertex is (u, v) itself)
+                        cur = best[rv]
+                        if cur == 0:
+                            best[rv] = u
+                            continue
+                        if rv > n:
+                            k = base + rv
+                            a = ea[k]
+                            b = eb[k]
+                            c = y[a] + y[b] - w0[a * s + b] * 2.0
+                        k = cur * s + rv
+                        a = ea[k]
+                        b = eb[k]
+                        if c < y[a] + y[b] - w0[a * s + b] * 2.0:
+                            best[rv] = u
             q.clear()
 
             top = self.top
