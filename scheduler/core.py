@@ -36,7 +36,13 @@ class Core:
             raise SchedulingError(f"job {record.job_id} needs {record.num_gpu} GPUs; "
                                   f"the cluster has {self.spec.total_gpus}")
         solo = record.iteration_time * self.preset.calibration
-        job = Job(record=record, solo_time=solo, profile=tuple(record.stage_times),
+        profile = tuple(record.stage_times)
+        if self.preset.normalize_profiles and sum(profile) > 0:
+            # A trace's stage times may not add up to its iteration time; the rest of an
+            # iteration is spread over the stages so a job alone runs at its solo speed.
+            scale = solo / sum(profile)
+            profile = tuple(t * scale for t in profile)
+        job = Job(record=record, solo_time=solo, profile=profile,
                   remaining=float(record.iterations),
                   remaining_estimate=record.iterations * solo, last_update=now)
         self.jobs[job.id] = job
@@ -45,18 +51,18 @@ class Core:
         return job
 
     def advance(self, now: float, done: Mapping[int, float] | None = None) -> None:
-        """Time has moved to `now`; `done` gives iterations each running job finished since."""
+        """Time has moved to `now`; `done` gives iterations each running job finished since.
+
+        Only running jobs change with time; a waiting job's clock is settled when it resumes.
+        """
         done = done or {}
-        for job in self.queue:
+        for job in self.running_jobs():
             dt = now - job.last_update
             job.last_update = now
-            if job.status is Status.RUNNING:
-                job.remaining = max(job.remaining - done.get(job.id, 0.0), 0.0)
-                job.remaining_estimate = job.remaining * job.solo_time
-                job.attained += dt
-                job.queue_attained += dt
-            elif job.queue_attained > 0:
-                job.pending_since_run += dt  # since it last entered queue 0
+            job.remaining = max(job.remaining - done.get(job.id, 0.0), 0.0)
+            job.remaining_estimate = job.remaining * job.solo_time
+            job.attained += dt
+            job.queue_attained += dt
             self.policy.on_advance(job, now)
         self.now = now
 
@@ -69,6 +75,7 @@ class Core:
         if solo_time is not None:
             job.solo_time = float(solo_time)
             job.remaining_estimate = job.remaining * job.solo_time
+        self.policy.on_profile(job)
 
     def finish(self, job_id: int, now: float) -> Job:
         job = self._job(job_id)
@@ -93,14 +100,19 @@ class Core:
                 if job.status is Status.RUNNING:
                     job.status = Status.PENDING
                     job.preemptions += 1
+                    job.pending_mark = now
                 job.group_key = ()
                 continue
             if job.status is Status.PENDING:
                 job.status = Status.RUNNING
                 job.starts += 1
+                job.last_update = now
                 if job.first_start is None:
                     job.first_start = now
-            job.group_tt = group.tt[job.id]
+                if job.pending_mark is not None:
+                    job.pending_since_run += now - job.pending_mark
+                    job.pending_mark = None
+            job.group_tt = group.tt
             job.group_key = group.jobs
         self.plan_now = plan
         return plan
@@ -112,5 +124,7 @@ class Core:
         except KeyError:
             raise SchedulingError(f"unknown job {job_id}") from None
 
-    def running(self) -> list[Job]:
-        return [j for j in self.queue if j.status is Status.RUNNING]
+    def running_jobs(self) -> list[Job]:
+        """Running jobs in queue order (the order policies see them in)."""
+        running = Status.RUNNING
+        return [j for j in self.queue if j.status is running]

@@ -1,7 +1,8 @@
 """Consolidated ("yarn") placement on a free-resource model of the cluster.
 
 A round starts from an empty copy of the cluster and places jobs one by one; what a job takes
-is recorded as `NodeSlice`s so that drivers know which GPUs to use.
+is recorded as `NodeSlice`s so that drivers know which GPUs to use. This runs for every
+running job in every round of a simulation, so it keeps plain per-node counters.
 """
 from __future__ import annotations
 
@@ -25,22 +26,31 @@ class Demand:
 class ClusterState:
     """Free GPUs and CPUs per node, grouped by switch. Cheap to reset every round."""
 
-    __slots__ = ("spec", "demand", "free_gpus", "free_cpus", "free_total")
+    __slots__ = ("spec", "demand", "free_gpus", "free_count", "free_cpus", "free_total",
+                 "_switches", "_per_node")
 
     def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
         self.spec = spec
         self.demand = demand
+        self._per_node = spec.gpus_per_node
+        per_switch = spec.nodes_per_switch
+        self._switches = [range(s * per_switch, (s + 1) * per_switch)
+                          for s in range(spec.num_switch)]
         self.reset()
 
     def reset(self) -> None:
-        g, n = self.spec.gpus_per_node, self.spec.num_nodes
-        self.free_gpus = [list(range(g)) for _ in range(n)]
+        g, n = self._per_node, self.spec.num_nodes
+        self.free_gpus = [None] * n  # GPU id lists, made on first use of a node
+        self.free_count = [g] * n
         self.free_cpus = [self.spec.cpus_per_node] * n
         self.free_total = g * n
 
     def _take(self, node: int, count: int, job_gpus: int) -> NodeSlice:
         free = self.free_gpus[node]
+        if free is None:
+            free = list(range(self._per_node))
         taken, self.free_gpus[node] = tuple(free[:count]), free[count:]
+        self.free_count[node] -= count
         self.free_cpus[node] -= self.demand.cpus(count, job_gpus)
         self.free_total -= count
         return NodeSlice(node, taken)
@@ -53,36 +63,29 @@ class ClusterState:
         """
         if num_gpu > self.free_total:
             return None
-        g = self.spec.gpus_per_node
-        per_switch = self.spec.nodes_per_switch
-        for s in range(self.spec.num_switch):
-            nodes = range(s * per_switch, (s + 1) * per_switch)
-            found = self._fit(nodes, num_gpu, g)
+        for nodes in self._switches:
+            found = self._fit(nodes, num_gpu)
             if found is not None:
                 return tuple(self._take(node, count, num_gpu) for node, count in found)
         return None
 
-    def _fit(self, nodes: range, num_gpu: int, g: int) -> list[tuple[int, int]] | None:
-        fg, fc, d = self.free_gpus, self.free_cpus, self.demand
+    def _fit(self, nodes: range, num_gpu: int) -> list[tuple[int, int]] | None:
+        g, fg, fc, d = self._per_node, self.free_count, self.free_cpus, self.demand
         if num_gpu <= g:
             need_cpu = d.cpus(num_gpu, num_gpu)
             for node in nodes:
-                if len(fg[node]) >= num_gpu and fc[node] >= need_cpu:
+                if fg[node] >= num_gpu and fc[node] >= need_cpu:
                     return [(node, num_gpu)]
             return None
         full_needed, rest = divmod(num_gpu, g)
-        full = []
-        for node in nodes:
-            if len(fg[node]) == g and fc[node] >= d.cpus(g, num_gpu):
-                full.append(node)
-                if len(full) == full_needed:
-                    break
+        full_cpu = d.cpus(g, num_gpu)
+        full = [node for node in nodes if fg[node] == g and fc[node] >= full_cpu][:full_needed]
         if len(full) < full_needed:
             return None
         found = [(node, g) for node in full]
         if rest:
             need_cpu = d.cpus(rest, num_gpu)
-            last = next((n for n in nodes if n not in full and len(fg[n]) >= rest
+            last = next((n for n in nodes if n not in full and fg[n] >= rest
                          and fc[n] >= need_cpu), None)
             if last is None:
                 return None

@@ -45,6 +45,10 @@ class Preset:
     nomatch_slowdown: Mapping[int, float] = field(default_factory=dict)  # override for no-matching ablation
     fresh_estimate_duration: bool = False  # Muri-S ranks a never-run job by the trace duration
     auto_unpack: bool = True
+    normalize_profiles: bool = True  # scale stage times to sum to the solo iteration time
+    # Which maximum-weight matching: any exact one will do, but among equal-weight matchings
+    # the artifact's own blossom implementation picks particular ones ("blossom" replays it).
+    matching_backend: str = "auto"
     max_group: int = 4
     cpu_per_gpu: int = 6
     cpu_single_gpu: int = 2
@@ -69,6 +73,8 @@ PAPER = Preset(
     nomatch_slowdown=MappingProxyType({4: 1.3 / 1.015}),
     fresh_estimate_duration=True,
     auto_unpack=True,
+    normalize_profiles=False,
+    matching_backend="blossom",
 )
 
 DEFAULT = Preset(name="default")

@@ -54,24 +54,27 @@ class Simulator:
         self.core = Core(spec, make_policy(policy, preset), preset)
         self.progress = progress
         self.runs: dict[int, _Run] = {}
+        self._cost = {r.job_id: preset.overhead(r.model_name, r.num_gpu) for r in records}
 
     def _apply(self, plan: Plan, now: float) -> None:
         """Turn a plan into per-job run parameters, charging overheads as the preset says."""
-        preset, jobs = self.preset, self.core.jobs
+        preset, cost = self.preset, self._cost
+        every_event, group_sum = preset.overhead_every_event, preset.overhead_group_sum
         runs: dict[int, _Run] = {}
+        previous = self.runs
         for group in plan.groups:
-            costs = [preset.overhead(jobs[j].model, group.num_gpu) for j in group.jobs]
+            members = group.jobs
+            costs = [cost[j] for j in members]
             total = sum(costs)
-            for job_id, own in zip(group.jobs, costs):
-                charge = total if preset.overhead_group_sum else own
-                before = self.runs.get(job_id)
-                if preset.overhead_every_event:
-                    overhead = charge
-                elif before is None or before.group != group.jobs or before.where != group.placement:
-                    overhead = charge  # start, restart, regroup or move
+            for job_id, own in zip(members, costs):
+                charge = total if group_sum else own
+                before = previous.get(job_id)
+                if every_event or before is None or before.group != members \
+                        or before.where != group.placement:
+                    overhead = charge  # every event (paper), or a start, restart, regroup, move
                 else:
                     overhead = before.overhead
-                runs[job_id] = _Run(group.tt[job_id], overhead, group.jobs, group.placement)
+                runs[job_id] = _Run(group.tt, overhead, members, group.placement)
         self.runs = runs
 
     def _end_time(self, job_id: int, now: float) -> float:
@@ -131,6 +134,8 @@ class Simulator:
 
 
 def _busy_gpus(plan: Plan) -> int:
+    if not plan.shared_gpus:
+        return sum(g.num_gpu for g in plan.groups)
     cells = set()
     loose = 0
     for group in plan.groups:

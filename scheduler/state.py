@@ -29,7 +29,8 @@ class Job:
     status: Status = Status.PENDING
     attained: float = 0.0  # wall seconds spent running (incl. restart overheads)
     queue_attained: float = 0.0  # wall seconds that decide a 2D-LAS queue (promotion resets it)
-    pending_since_run: float = 0.0  # seconds pending since last run (starvation promotion)
+    pending_since_run: float = 0.0  # seconds pending after first run, until the last resume
+    pending_mark: float | None = None  # when it last stopped running
     queue: int = 0  # 2D-LAS queue index
     last_update: float = 0.0
     first_start: float | None = None
@@ -80,7 +81,7 @@ class Group:
 
     jobs: tuple[int, ...]  # job ids in slot order (the interleave order)
     num_gpu: int
-    tt: dict[int, float]  # per member: its iteration time in this group
+    tt: float  # every member's iteration time in this group (members advance in lockstep)
     placement: tuple[NodeSlice, ...]
     empty_slot: bool = False  # the 3-stage "member 0, empty slot, member 1" layout
 
@@ -91,6 +92,7 @@ class Plan:
 
     groups: tuple[Group, ...]
     wakeup: float | None = None  # a time at which the policy wants a round without any event
+    shared_gpus: bool = False  # groups may overlap on GPUs (AntMan's opportunistic jobs)
 
     def running(self) -> dict[int, Group]:
         return {j: g for g in self.groups for j in g.jobs}

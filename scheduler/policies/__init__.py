@@ -11,6 +11,10 @@ from scheduler.policies.themis import Themis
 from scheduler.policies.tiresias import Tiresias
 from scheduler.presets import Preset
 
+def _backend(preset: Preset) -> str:
+    return preset.matching_backend
+
+
 POLICIES: dict[str, Callable[[Preset], Policy]] = {
     "fifo": fifo,
     "srtf": srtf,
@@ -18,9 +22,10 @@ POLICIES: dict[str, Callable[[Preset], Policy]] = {
     "tiresias": Tiresias,
     "themis": Themis,
     "antman": AntMan,
-    "muri-s": lambda p: Muri(p, "muri-s", know_duration=True),
-    "muri-l": lambda p: Muri(p, "muri-l", know_duration=False),
-    "muri-l-worst": lambda p: Muri(p, "muri-l-worst", know_duration=False, ordering="worst"),
+    "muri-s": lambda p: Muri(p, "muri-s", know_duration=True, backend=_backend(p)),
+    "muri-l": lambda p: Muri(p, "muri-l", know_duration=False, backend=_backend(p)),
+    "muri-l-worst": lambda p: Muri(p, "muri-l-worst", know_duration=False, ordering="worst",
+                                    backend=_backend(p)),
     "muri-l-nomatch": lambda p: Muri(p, "muri-l-nomatch", know_duration=False, matching=False),
 }
 

@@ -201,7 +201,7 @@ class AntMan(Policy):
                 running.add(job.id)
         by_id = {j.id: j for j in queue}
         groups = [self._group(job, by_id) for job in queue if job.id in running]
-        return Plan(tuple(groups))
+        return Plan(tuple(groups), shared_gpus=True)
 
     def _group(self, job: Job, by_id: dict[int, Job]) -> Group:
         if job.priority == 0:
@@ -221,7 +221,7 @@ class AntMan(Policy):
         for node, gpu in cells:
             slices.setdefault(node, []).append(gpu)
         placement = tuple(NodeSlice(n, tuple(g)) for n, g in slices.items())
-        return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt={job.id: tt}, placement=placement)
+        return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt=tt, placement=placement)
 
     def _neighbours(self, job: Job, cells) -> set[int]:
         found = set()

@@ -36,6 +36,9 @@ class Policy:
     def on_advance(self, job: Job, now: float) -> None:
         """Time moved on and `job` ran or waited: update bookkeeping (e.g. demotion)."""
 
+    def on_profile(self, job: Job) -> None:
+        """A job's measured profile replaced the old one: drop what was derived from it."""
+
     def on_finish(self, job: Job, now: float) -> None:
         """A job completed; release whatever the policy held for it."""
 
@@ -44,7 +47,7 @@ class Policy:
 
 
 def solo_group(job: Job, placement: Sequence[NodeSlice]) -> Group:
-    return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt={job.id: job.solo_time},
+    return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt=job.solo_time,
                  placement=tuple(placement))
 
 

@@ -32,6 +32,7 @@ class Muri(Policy):
         self.backend = backend
         self.k = preset.max_group
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
+        self._weights: dict[tuple, float] = {}  # cleared when a profile changes
 
     # -- ranking ---------------------------------------------------------------------------
     def on_submit(self, job: Job, now: float) -> None:
@@ -67,12 +68,25 @@ class Muri(Policy):
         return hit
 
     def weight(self, a: Packing, b: Packing) -> float:
+        """Efficiency of the merged group; remembered by member ids, since the same
+        candidates meet again round after round while profiles stay put."""
+        key = (tuple(j.id for j in a), tuple(j.id for j in b))
+        hit = self._weights.get(key)
+        if hit is not None:
+            return hit
         jobs = a + b
         tt, _ = self.group_timing(jobs)
-        if tt <= 0:
-            return 0.0
-        k = interleave.slots(len(jobs[0].profile))
-        return sum(sum(j.profile) for j in jobs) / (tt * k)
+        value = 0.0
+        if tt > 0:
+            k = interleave.slots(len(jobs[0].profile))
+            value = sum(sum(j.profile) for j in jobs) / (tt * k)
+        if len(self._weights) > 200_000:
+            self._weights.clear()
+        self._weights[key] = value
+        return value
+
+    def on_profile(self, job: Job) -> None:
+        self._weights.clear()
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
@@ -114,6 +128,8 @@ class Muri(Policy):
         """Pair groups by maximum-weight matching, round after round, merging pairs (in node
         order) only while the GPUs demanded still exceed the cluster."""
         packings = {gpus: [[j] for j in jobs] for gpus, jobs in admitted.items()}
+        if required <= total:
+            return packings  # everything fits alone: a matching would be thrown away
         for _ in range(self.k):
             ready: list[tuple[int, list[Packing]]] = []
             for gpus, nodes in packings.items():
@@ -213,5 +229,5 @@ class Muri(Policy):
             members = sorted(members, key=lambda j: j.id)
         slot_jobs = tuple(members[i].id for i in order if i is not None)
         return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
-                     tt={j.id: tt for j in members}, placement=tuple(slices),
+                     tt=tt, placement=tuple(slices),
                      empty_slot=None in order)

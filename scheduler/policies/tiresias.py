@@ -34,21 +34,30 @@ class Tiresias(Policy):
 
     def on_advance(self, job: Job, now: float) -> None:
         q = job.queue
-        if job.status is Status.RUNNING:
-            if q < len(self.limits) and job.queue_attained * job.num_gpu >= self.limits[q] - _EPS:
-                self.queues[q].remove(job)
-                job.queue = q + 1
-                self.queues[q + 1].append(job)
-            return
-        factor = self.preset.tiresias_promote
-        if (factor > 0 and q > 0 and job.queue_attained > 0
-                and job.pending_since_run >= int(job.queue_attained * factor)):
+        if q < len(self.limits) and job.queue_attained * job.num_gpu >= self.limits[q] - _EPS:
             self.queues[q].remove(job)
-            job.queue, job.queue_attained, job.pending_since_run = 0, 0.0, 0.0
-            job.promotions += 1
-            self.queues[0].append(job)
+            job.queue = q + 1
+            self.queues[q + 1].append(job)
+
+    def _promote_starved(self, now: float) -> None:
+        """Optional: a job that waited long enough relative to its service goes back to
+        queue 0 (off in the published artifact)."""
+        factor = self.preset.tiresias_promote
+        for q, queue in enumerate(self.queues[1:], start=1):
+            for job in list(queue):
+                if job.status is not Status.PENDING or job.queue_attained <= 0:
+                    continue
+                waited = job.pending_since_run + (now - (job.pending_mark or now))
+                if waited >= int(job.queue_attained * factor):
+                    queue.remove(job)
+                    job.queue, job.queue_attained, job.pending_since_run = 0, 0.0, 0.0
+                    job.pending_mark = now
+                    job.promotions += 1
+                    self.queues[0].append(job)
 
     def plan(self, ctx: RoundContext) -> Plan:
+        if self.preset.tiresias_promote > 0:
+            self._promote_starved(ctx.now)
         free = ctx.cluster.spec.total_gpus
         chosen: list[Job] = []
         for queue in self.queues:

@@ -1,0 +1,107 @@
+"""Simulator speed against the published artifact, and one planning round's latency.
+
+Run from the repository root:  python bench/bench_sim.py [--artifact DIR] [--skip-large]
+
+Targets (issue 2): Muri-S on trace3 < 1.5 s and on trace3_pr < 5 s, Themis on trace3 < 10 s,
+SRSF on trace3 < 0.5 s, a generated 20,000-job trace on 512 GPUs < 60 s for Muri-S, and one
+Muri planning round over 256 candidate jobs < 100 ms.
+
+The baseline is the artifact's own simulator. With `--artifact DIR` (a checkout of the
+artifact's `simulator/` folder, never part of this repository) it is timed in the same run;
+without it the ratios use the artifact times measured once on this machine shape (2 cores),
+given below. The reference traces are read from ../shared/reference/ and skipped if absent.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scheduler.core import Core  # noqa: E402
+from scheduler.policies import make_policy  # noqa: E402
+from scheduler.presets import get_preset  # noqa: E402
+from scheduler.simulator import simulate  # noqa: E402
+from specs import load_spec, spec_path  # noqa: E402
+from traces import read_trace  # noqa: E402
+from traces.generate import generate  # noqa: E402
+
+REFERENCE = ROOT.parent / "shared" / "reference"
+# (trace, policy, artifact schedule name, artifact seconds quoted by the issue, target seconds)
+CASES = [
+    ("trace3", "srsf", "shortest-gpu", 7.0, 0.5),
+    ("trace3", "muri-s", "multi-resource-blossom-same-gpu", 117.0, 1.5),
+    ("trace3_pr", "muri-s", "multi-resource-blossom-same-gpu", 480.0, 5.0),
+    ("trace3", "themis", "themis", 1000.0, 10.0),
+]
+
+
+def time_artifact(artifact: Path, trace: str, schedule: str) -> float:
+    with tempfile.TemporaryDirectory() as logs:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "run_sim.py", f"--cluster_spec={REFERENCE / 'n8g8.csv'}",
+                        "--scheme=yarn", f"--trace_file={REFERENCE / (trace + '.csv')}",
+                        f"--schedule={schedule}", f"--log_path={logs}", "--multi_resource", "4"],
+                       cwd=artifact, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return time.perf_counter() - start
+
+
+def planning_round_ms(candidates: int = 256, repeats: int = 20) -> float:
+    """Median latency of one Muri-S round with `candidates` queued jobs on 64 GPUs."""
+    preset = get_preset("default")
+    records = generate(candidates, seed=11, max_gpus=8, backlog=True)
+    samples = []
+    for r in range(repeats):
+        core = Core(load_spec(spec_path("n8g8")), make_policy("muri-s", preset), preset)
+        for rec in records:
+            core.submit(rec, 0.0)
+        start = time.perf_counter()
+        core.round(0.0)
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--artifact", type=Path, help="the artifact's simulator/ folder, to time it here")
+    ap.add_argument("--skip-large", action="store_true", help="skip the 20,000-job run")
+    args = ap.parse_args()
+    rows = []
+    paper = get_preset("paper")
+    if (REFERENCE / "n8g8.csv").is_file():
+        spec = load_spec(REFERENCE / "n8g8.csv")
+        for trace, policy, schedule, quoted, target in CASES:
+            records = read_trace(REFERENCE / f"{trace}.csv")
+            result = simulate(records, spec, policy, paper)
+            baseline = time_artifact(args.artifact, trace, schedule) if args.artifact else quoted
+            rows.append({"case": f"{policy} {trace} (paper preset)", "seconds": round(result.wall_s, 3),
+                         "target_s": target, "artifact_s": round(baseline, 1),
+                         "speedup": round(baseline / result.wall_s, 1),
+                         "baseline": "measured now" if args.artifact else "quoted"})
+    else:
+        print(f"reference traces not found at {REFERENCE}: skipping the artifact comparison",
+              file=sys.stderr)
+    if not args.skip_large:
+        records = generate(20_000, seed=3, max_gpus=32, mean_interarrival=225.0)
+        result = simulate(records, load_spec(spec_path("n64g8")), "muri-s", get_preset("default"))
+        rows.append({"case": "muri-s 20,000 generated jobs, 512 GPUs (default preset)",
+                     "seconds": round(result.wall_s, 2), "target_s": 60.0,
+                     "rounds": result.rounds})
+    rows.append({"case": "one muri-s planning round, 256 candidate jobs, 64 GPUs",
+                 "seconds": round(planning_round_ms() / 1000, 4), "target_s": 0.1})
+    for row in rows:
+        row["meets_target"] = row["seconds"] < row["target_s"]
+        print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
