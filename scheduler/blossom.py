@@ -20,7 +20,9 @@ Conventions inside the solver (the public function translates):
   copied weight of 0 means "no edge" even though the endpoints are kept: this mirrors the
   reference formulation, whose contraction step resets weights but not endpoints;
 * the reduced cost (slack) of an extended edge is ``y[a] + y[b] - 2 * w(a, b)`` with
-  ``w`` the original weight of its endpoints, so it is always recomputed from current duals.
+  ``w`` the original weight of its endpoints, so it is always recomputed from current duals;
+* weights are directed: ``w(a, b)`` and ``w(b, a)`` are stored separately (they may differ
+  in the last bit, see ``blossom_pairs``), and every read uses the orientation at hand.
 
 Float rules (reproduced on purpose, they decide ties):
 
@@ -400,7 +402,13 @@ class _DenseBlossom:
 def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int, int]]:
     """Pairs (i, j), i < j, sorted by i, of a maximum-weight matching on nodes 0..n-1.
 
-    An edge exists iff weight(i, j) > 0 (asked once, for i < j only; assumed symmetric).
+    weight is asked once for every ordered pair (i, j), i != j: weight(i, j) is the edge
+    as seen from i, and an edge exists in that direction iff it is > 0.  The two
+    directions are kept apart on purpose.  A pair weight computed from "i's jobs then j's"
+    (a sum over a concatenated list, say) can differ from the reverse order in its last
+    bit, and the artifact stores both and reads whichever direction it is scanning.  Where
+    tied sums are compared exactly, that last bit picks the winner, so mirroring one
+    triangle would change the pairs it chooses.
     Equal-weight alternatives, and weights within a relative 1e-5 of each other, are
     resolved exactly as the Muri artifact's blossom implementation resolves them.
     """
@@ -410,13 +418,14 @@ def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int
     table = [0.0] * (stride * stride)
     w_max = 0.0
     for i in range(n):
-        ri = (i + 1) * stride
-        for j in range(i + 1, n):
+        ri = (i + 1) * stride + 1
+        for j in range(n):
+            if j == i:
+                continue
             w = weight(i, j)
             if w > 0:
                 w = float(w)
-                table[ri + j + 1] = w
-                table[(j + 1) * stride + i + 1] = w
+                table[ri + j] = w
                 if w > w_max:
                     w_max = w
     if w_max <= 0:

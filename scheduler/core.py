@@ -92,7 +92,9 @@ class Core:
 
     def round(self, now: float) -> Plan:
         """Decide what runs now. Updates each job's status, group and counters."""
-        plan = self.policy.plan(RoundContext(now, self.queue, self.cluster, self.preset))
+        previous = ({j: g.placement for g in self.plan_now.groups for j in g.jobs}
+                    if self.preset.sticky_placement else {})
+        plan = self.policy.plan(RoundContext(now, self.queue, self.cluster, self.preset, previous))
         running = plan.running()
         for job in self.queue:
             group = running.get(job.id)

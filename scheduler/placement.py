@@ -55,19 +55,41 @@ class ClusterState:
         self.free_total -= count
         return NodeSlice(node, taken)
 
-    def place(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
+    def place(self, num_gpu: int,
+              prefer: tuple[NodeSlice, ...] | None = None) -> tuple[NodeSlice, ...] | None:
         """Consolidated placement within one switch, or None when it does not fit.
 
-        More than a node's worth takes whole idle nodes plus one node for the rest; otherwise
-        the first node with room. First fit keeps the choice predictable for operators.
+        `prefer` (where the job runs now) is taken when it is still free: moving a running
+        job costs a checkpoint and a restart. Otherwise more than a node's worth takes whole
+        idle nodes plus one node for the rest, and less takes the first node with room.
+        First fit keeps the choice predictable for operators.
         """
         if num_gpu > self.free_total:
             return None
+        if prefer and sum(len(s.gpus) for s in prefer) == num_gpu and self._keep(prefer, num_gpu):
+            return prefer
         for nodes in self._switches:
             found = self._fit(nodes, num_gpu)
             if found is not None:
                 return tuple(self._take(node, count, num_gpu) for node, count in found)
         return None
+
+    def _keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
+        d = self.demand
+        for s in slices:
+            free = self.free_gpus[s.node]
+            free = range(self._per_node) if free is None else free
+            if (not all(g in free for g in s.gpus)
+                    or self.free_cpus[s.node] < d.cpus(len(s.gpus), job_gpus)):
+                return False
+        for s in slices:
+            free = self.free_gpus[s.node]
+            free = list(range(self._per_node)) if free is None else free
+            self.free_gpus[s.node] = [g for g in free if g not in s.gpus]
+            self.free_count[s.node] -= len(s.gpus)
+            self.free_cpus[s.node] -= d.cpus(len(s.gpus), job_gpus)
+            self.free_total -= len(s.gpus)
+        return True
 
     def _fit(self, nodes: range, num_gpu: int) -> list[tuple[int, int]] | None:
         g, fg, fc, d = self._per_node, self.free_count, self.free_cpus, self.demand

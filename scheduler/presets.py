@@ -46,6 +46,7 @@ class Preset:
     fresh_estimate_duration: bool = False  # Muri-S ranks a never-run job by the trace duration
     auto_unpack: bool = True
     normalize_profiles: bool = True  # scale stage times to sum to the solo iteration time
+    sticky_placement: bool = True  # a running job keeps its GPUs when they are still free
     # Which maximum-weight matching: any exact one will do, but among equal-weight matchings
     # the artifact's own blossom implementation picks particular ones ("blossom" replays it).
     matching_backend: str = "auto"
@@ -74,6 +75,7 @@ PAPER = Preset(
     fresh_estimate_duration=True,
     auto_unpack=True,
     normalize_profiles=False,
+    sticky_placement=False,
     matching_backend="blossom",
 )
 

@@ -19,6 +19,10 @@ class RoundContext:
     queue: list[Job]
     cluster: ClusterState
     preset: Preset
+    previous: dict[int, tuple[NodeSlice, ...]]  # where running jobs are now (if sticky)
+
+    def where(self, job: Job) -> tuple[NodeSlice, ...] | None:
+        return self.previous.get(job.id)
 
 
 class Policy:
@@ -56,7 +60,7 @@ def place_in_order(ctx: RoundContext, order: Sequence[Job]) -> list[Group]:
     ctx.cluster.reset()
     groups = []
     for job in order:
-        slices = ctx.cluster.place(job.num_gpu)
+        slices = ctx.cluster.place(job.num_gpu, ctx.where(job))
         if slices is not None:
             groups.append(solo_group(job, slices))
     return groups

@@ -216,7 +216,7 @@ class Muri(Policy):
             group = home.get(job.id)
             if group is None or id(group) in placed:
                 continue
-            slices = cluster.place(job.num_gpu)
+            slices = cluster.place(job.num_gpu, ctx.where(job))
             if slices is None:
                 continue
             placed.add(id(group))

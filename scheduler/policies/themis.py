@@ -106,7 +106,7 @@ class Themis(Policy):
         groups = []
         for job in queue:
             if id(job) in chosen:
-                slices = cluster.place(job.num_gpu)
+                slices = cluster.place(job.num_gpu, ctx.where(job))
                 if slices is not None:
                     groups.append(solo_group(job, slices))
         return Plan(tuple(groups))

@@ -72,7 +72,7 @@ class Tiresias(Policy):
         ctx.cluster.reset()
         groups = []
         for job in sorted(chosen, key=lambda j: -j.num_gpu):
-            slices = ctx.cluster.place(job.num_gpu)
+            slices = ctx.cluster.place(job.num_gpu, ctx.where(job))
             groups.append(solo_group(job, slices if slices is not None else ()))
         return Plan(tuple(groups), wakeup=self._next_demotion(chosen, ctx.now))
 
