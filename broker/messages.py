@@ -1,0 +1,174 @@
+"""The message schema: every message on the wire, its fields and their types, in one place.
+
+A message is a msgpack map with an envelope (`type`, `v`, `id`, `sender`, `ts`) and typed
+fields. `decode` turns bytes into a validated `Message` or raises `MessageError` saying what
+is wrong; nothing malformed gets past it, so handlers can trust what they receive.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import msgpack
+
+VERSION = 1
+MAX_MESSAGE_BYTES = 256 * 1024  # larger frames are refused before decoding
+
+# field name -> (allowed python types, required)
+_INT, _NUM, _STR, _BOOL = (int,), (int, float), (str,), (bool,)
+_LIST, _MAP = (list, tuple), (dict,)
+_ANY = (int, float, str, bool, list, tuple, dict, type(None))
+
+# type -> {field: (types, required)}. Requests are answered by `reply` or `error`.
+SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    # -- replies ------------------------------------------------------------------------
+    "reply": {"re": (_STR, True), "ok": (_BOOL, True), "body": (_MAP, False)},
+    "error": {"re": (_STR, False), "code": (_STR, True), "reason": (_STR, True)},
+    # -- broker control (a service behind the router) ------------------------------------
+    "service.register": {"service": (_STR, True)},
+    "service.heartbeat": {"service": (_STR, True)},
+    "service.unregister": {"service": (_STR, True)},
+    # -- feeder -> scheduler -------------------------------------------------------------
+    "job.submit": {"job": (_MAP, True)},  # a trace record as a map (traces.record fields)
+    # -- agent -> scheduler ------------------------------------------------------------------
+    "agent.register": {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
+                       "mem": (_NUM, True), "running": (_LIST, False)},
+    "agent.heartbeat": {"node": (_STR, True), "running": (_LIST, False)},
+    "job.finished": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
+                     "ok": (_BOOL, True), "detail": (_STR, False)},
+    "job.stopped": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True)},
+    # -- scheduler -> agent --------------------------------------------------------------
+    "job.launch": {"job_id": (_INT, True), "gpus": (_LIST, True), "group": (_LIST, True),
+                   "slot": (_INT, True), "workload": (_MAP, True), "start_iteration": (_NUM, True)},
+    "job.stop": {"job_id": (_INT, True)},
+    # -- status queries ----------------------------------------------------------------------
+    "status.query": {"what": (_STR, False)},
+    # -- events (pub/sub; telemetry only, never the only carrier of state) -------------------
+    "event.timing": {"job_id": (_INT, True), "stages": (_MAP, True), "iteration_time": (_NUM, True),
+                     "iterations": (_NUM, True)},
+    "event.progress": {"job_id": (_INT, True), "iterations": (_NUM, True)},
+    "event.job": {"job_id": (_INT, True), "state": (_STR, True), "detail": (_MAP, False)},
+    "event.agent": {"node": (_STR, True), "state": (_STR, True)},
+    "event.round": {"groups": (_LIST, True), "latency_ms": (_NUM, True)},
+    "event.log": {"record": (_MAP, True)},
+}
+ENVELOPE = {"type": _STR, "v": _INT, "id": _STR, "sender": _STR, "ts": _NUM}
+EVENT_EXTRA = {"seq": _INT}  # per-sender sequence number, so subscribers can see gaps
+
+
+class MessageError(ValueError):
+    """A frame that is not a valid message. `code` is machine-readable, the text is for people."""
+
+    def __init__(self, code: str, reason: str, msg_id: str | None = None):
+        super().__init__(f"{code}: {reason}")
+        self.code, self.reason, self.msg_id = code, reason, msg_id
+
+
+@dataclass(frozen=True)
+class Message:
+    type: str
+    id: str
+    sender: str
+    ts: float
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    v: int = VERSION
+    seq: int | None = None
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.fields.get(name, default)
+
+    @property
+    def is_event(self) -> bool:
+        return self.type.startswith("event.")
+
+
+class IdSource:
+    """Unique message ids per sender: pid, start time and a counter (no shared state)."""
+
+    def __init__(self, sender: str):
+        self._prefix = f"{sender}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+        self._count = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}-{next(self._count)}"
+
+
+def make(type_: str, sender: str, msg_id: str, seq: int | None = None, **fields: Any) -> Message:
+    """Build a message; validated as decode would, so a sender cannot produce garbage."""
+    msg = Message(type=type_, id=msg_id, sender=sender, ts=time.time(), fields=fields, seq=seq)
+    _validate(_as_map(msg))
+    return msg
+
+
+def _as_map(msg: Message) -> dict[str, Any]:
+    out = {"type": msg.type, "v": msg.v, "id": msg.id, "sender": msg.sender, "ts": msg.ts}
+    if msg.seq is not None:
+        out["seq"] = msg.seq
+    out.update(msg.fields)
+    return out
+
+
+def encode(msg: Message) -> bytes:
+    data = msgpack.packb(_as_map(msg), use_bin_type=True)
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise MessageError("too_large", f"{len(data)} bytes > {MAX_MESSAGE_BYTES}", msg.id)
+    return data
+
+
+def decode(data: bytes) -> Message:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise MessageError("bad_frame", "frame is not bytes")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise MessageError("too_large", f"{len(data)} bytes > {MAX_MESSAGE_BYTES}")
+    try:
+        raw = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
+    except Exception as err:  # msgpack raises several types for garbage
+        raise MessageError("bad_encoding", f"not msgpack: {type(err).__name__}") from None
+    if not isinstance(raw, dict):
+        raise MessageError("bad_frame", "message is not a map")
+    _validate(raw)
+    fields = {k: v for k, v in raw.items() if k not in ENVELOPE and k not in EVENT_EXTRA}
+    return Message(type=raw["type"], id=raw["id"], sender=raw["sender"], ts=float(raw["ts"]),
+                   fields=fields, v=raw["v"], seq=raw.get("seq"))
+
+
+def _validate(raw: Mapping[str, Any]) -> None:
+    msg_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+    for name, types in ENVELOPE.items():
+        if name not in raw:
+            raise MessageError("missing_field", f"envelope field {name!r} is missing", msg_id)
+        if not _is(raw[name], types):
+            raise MessageError("bad_field", f"{name!r} must be {_names(types)}", msg_id)
+    if raw["v"] != VERSION:
+        raise MessageError("bad_version", f"version {raw['v']} is not supported (want {VERSION})", msg_id)
+    spec = SCHEMA.get(raw["type"])
+    if spec is None:
+        raise MessageError("unknown_type", f"unknown message type {raw['type']!r}", msg_id)
+    if raw["type"].startswith("event.") and not _is(raw.get("seq"), _INT):
+        raise MessageError("missing_field", "events need an integer 'seq'", msg_id)
+    for name, (types, required) in spec.items():
+        if name not in raw:
+            if required:
+                raise MessageError("missing_field", f"{raw['type']}: field {name!r} is missing", msg_id)
+            continue
+        if not _is(raw[name], types):
+            raise MessageError("bad_field", f"{raw['type']}: {name!r} must be {_names(types)}", msg_id)
+    extra = set(raw) - set(spec) - set(ENVELOPE) - set(EVENT_EXTRA)
+    if extra:
+        raise MessageError("unknown_field", f"{raw['type']}: unknown fields {sorted(extra)}", msg_id)
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # True is an int to Python, never to us
+    return isinstance(value, types)
+
+
+def _names(types: tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in types)
