@@ -77,6 +77,31 @@ class Core:
             job.remaining_estimate = job.remaining * job.solo_time
         self.policy.on_profile(job)
 
+    def set_node_online(self, node: int, online: bool) -> None:
+        """The live driver says whether a node's agent is there; offline nodes get no work."""
+        if not 0 <= node < self.spec.num_nodes:
+            raise SchedulingError(f"unknown node {node}")
+        (self.cluster.offline.discard if online else self.cluster.offline.add)(node)
+
+    def stop(self, job_id: int, now: float) -> Job:
+        """A running job stopped outside a plan (its node died, its trainer crashed): it waits
+        for the next round, which may place it elsewhere."""
+        job = self._job(job_id)
+        if job.status is Status.RUNNING:
+            job.attained += now - job.last_update
+            job.last_update = now
+            job.status = Status.PENDING
+            job.preemptions += 1
+            job.pending_mark = now
+            job.group_key = ()
+        return job
+
+    def set_remaining(self, job_id: int, remaining: float) -> None:
+        """Progress as the live system knows it for sure (a checkpoint), replacing estimates."""
+        job = self._job(job_id)
+        job.remaining = max(float(remaining), 0.0)
+        job.remaining_estimate = job.remaining * job.solo_time
+
     def finish(self, job_id: int, now: float) -> Job:
         job = self._job(job_id)
         if job.status is Status.DONE:

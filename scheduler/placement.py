@@ -27,7 +27,7 @@ class ClusterState:
     """Free GPUs and CPUs per node, grouped by switch. Cheap to reset every round."""
 
     __slots__ = ("spec", "demand", "free_gpus", "free_count", "free_cpus", "free_total",
-                 "_switches", "_per_node")
+                 "_switches", "_per_node", "offline")
 
     def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
         self.spec = spec
@@ -36,6 +36,7 @@ class ClusterState:
         per_switch = spec.nodes_per_switch
         self._switches = [range(s * per_switch, (s + 1) * per_switch)
                           for s in range(spec.num_switch)]
+        self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
         self.reset()
 
     def reset(self) -> None:
@@ -44,6 +45,9 @@ class ClusterState:
         self.free_count = [g] * n
         self.free_cpus = [self.spec.cpus_per_node] * n
         self.free_total = g * n
+        for node in self.offline:
+            self.free_gpus[node], self.free_count[node], self.free_cpus[node] = [], 0, 0
+            self.free_total -= g
 
     def _take(self, node: int, count: int, job_gpus: int) -> NodeSlice:
         free = self.free_gpus[node]
