@@ -29,11 +29,12 @@ def graphs(draw, max_nodes=10):
 
 
 def weight_fn(table, calls=None):
+    """Symmetric weights from a table keyed by (i, j), i < j."""
     def weight(i, j):
-        assert i < j, "weight must be asked for i < j only"
+        assert i != j, "weight must not be asked for a self-loop"
         if calls is not None:
             calls.append((i, j))
-        return table.get((i, j), 0.0)
+        return table.get((min(i, j), max(i, j)), 0.0)
 
     return weight
 
@@ -66,7 +67,8 @@ def test_optimal_and_valid(graph):
     pairs = blossom_pairs(n, weight_fn(table, calls))
     assert_valid(n, pairs, table)
     assert_near_optimal(n, pairs, table)
-    assert len(calls) == len(set(calls)) == n * (n - 1) // 2
+    # every ordered pair once: the artifact reads both directions of an edge
+    assert len(calls) == len(set(calls)) == n * (n - 1)
 
 
 def test_random_graphs_exactly_optimal_without_near_ties():
@@ -163,6 +165,79 @@ ARTIFACT_TIE_CASES = [
 @pytest.mark.parametrize("n, table, expected", ARTIFACT_TIE_CASES)
 def test_artifact_tie_breaking(n, table, expected):
     assert blossom_pairs(n, weight_fn(table)) == expected
+
+
+# A real 11-node matrix from the Muri policy (trace3, second matching round): rows 3, 6 and
+# 8 are one job type, so many pair weights tie exactly, and weight(i, j) differs from
+# weight(j, i) in the last bit for some pairs (the sum over "i's jobs then j's" rounds
+# differently from the reverse).  The artifact reads each direction where it scans it, so
+# that last bit picks among the tied matchings; mirroring either triangle picks others.
+COUNTER1_WEIGHTS = [
+    [0.0, 0.43691446850113425, 0.4357888031951521, 0.43893986706437405, 0.4304684928085729,
+     0.3041296415539815, 0.43893986706437405, 0.43766625915993856, 0.43893986706437405,
+     0.423583992689378, 0.43766625915993856],
+    [0.43691446850113425, 0.0, 0.39752853929723314, 0.43133325480362245, 0.3941623068220322,
+     0.2758582574772432, 0.4313332548036225, 0.4361177159198621, 0.43133325480362245,
+     0.3871965576849081, 0.4361177159198621],
+    [0.4357888031951521, 0.39752853929723314, 0.0, 0.3506095344822364, 0.3844529247715569,
+     0.35373235645933004, 0.3506095344822364, 0.35520304307597406, 0.3506095344822364,
+     0.39260214900297674, 0.35520304307597406],
+    [0.438939867064374, 0.43133325480362245, 0.3506095344822365, 0.0, 0.4566997087542902,
+     0.26060538339292805, 0.3315782882496064, 0.3376426441862856, 0.3315782882496064,
+     0.36928514098797594, 0.3376426441862856],
+    [0.43046849280857286, 0.3941623068220322, 0.3844529247715569, 0.45669970875429017, 0.0,
+     0.31487915006640105, 0.45669970875429017, 0.46455176182889324, 0.45669970875429017,
+     0.3722458705324686, 0.46455176182889324],
+    [0.3041296415539815, 0.2758582574772432, 0.35373235645933004, 0.26060538339292805,
+     0.31487915006640105, 0.0, 0.26060538339292805, 0.257353550295858, 0.26060538339292805,
+     0.36848385167464104, 0.257353550295858],
+    [0.438939867064374, 0.43133325480362245, 0.3506095344822365, 0.3315782882496064,
+     0.4566997087542902, 0.26060538339292805, 0.0, 0.3376426441862856, 0.3315782882496064,
+     0.36928514098797594, 0.3376426441862856],
+    [0.43766625915993856, 0.4361177159198621, 0.35520304307597406, 0.3376426441862856,
+     0.46455176182889324, 0.257353550295858, 0.3376426441862856, 0.0, 0.3376426441862856,
+     0.37422059730646645, 0.3440327713096459],
+    [0.438939867064374, 0.43133325480362245, 0.3506095344822365, 0.3315782882496064,
+     0.4566997087542902, 0.26060538339292805, 0.3315782882496064, 0.3376426441862856, 0.0,
+     0.36928514098797594, 0.3376426441862856],
+    [0.423583992689378, 0.3871965576849081, 0.39260214900297674, 0.3692851409879759,
+     0.3722458705324686, 0.36848385167464104, 0.3692851409879759, 0.37422059730646645,
+     0.3692851409879759, 0.0, 0.37422059730646645],
+    [0.43766625915993856, 0.4361177159198621, 0.35520304307597406, 0.3376426441862856,
+     0.46455176182889324, 0.257353550295858, 0.3376426441862856, 0.3440327713096459,
+     0.3376426441862856, 0.37422059730646645, 0.0],
+]
+
+
+def test_artifact_real_matrix_with_last_bit_asymmetry():
+    w = COUNTER1_WEIGHTS
+    assert any(w[i][j] != w[j][i] for i in range(11) for j in range(i))
+    assert blossom_pairs(11, lambda i, j: w[i][j]) == [(0, 3), (1, 8), (2, 9), (4, 7), (6, 10)]
+
+
+@pytest.mark.parametrize("triangle, expected", [
+    ("upper", [(0, 8), (1, 6), (2, 9), (3, 10), (4, 7)]),
+    ("lower", [(0, 6), (1, 8), (2, 9), (3, 10), (4, 7)]),
+])
+def test_artifact_real_matrix_mirrored(triangle, expected):
+    """The same matrix made symmetric from one triangle: the artifact's answers differ."""
+    w = COUNTER1_WEIGHTS
+    if triangle == "upper":
+        sym = lambda i, j: w[min(i, j)][max(i, j)]  # noqa: E731
+    else:
+        sym = lambda i, j: w[max(i, j)][min(i, j)]  # noqa: E731
+    assert blossom_pairs(11, sym) == expected
+
+
+def test_each_direction_asked_once():
+    calls = []
+
+    def weight(i, j):
+        calls.append((i, j))
+        return 0.5
+
+    blossom_pairs(4, weight)
+    assert sorted(calls) == [(i, j) for i in range(4) for j in range(4) if i != j]
 
 
 def test_matching_backend_dispatch():
