@@ -2,8 +2,9 @@
 
 `paper` reproduces the published artifact's accounting (see the reference notes): a 1.015
 calibration of iteration times, a restart overhead charged to every running job at every
-scheduling event (a group member pays its group's sum), fixed group slowdown multipliers and
-the trace's `duration` as the first remaining-time estimate of Muri-S.
+scheduling event (a group member pays its group's sum), fixed group slowdown multipliers,
+the trace's `duration` as the first remaining-time estimate of Muri-S, auto-unpack off, and
+the artifact's own matching implementation (its tie-breaking decides between equal matchings).
 `default` is the physically sensible model: overhead paid once per start, restart, regroup
 or move; no multipliers; auto-unpack on so that no group is slower than running alone.
 """
@@ -73,7 +74,7 @@ PAPER = Preset(
     group_slowdown=MappingProxyType({2: 1.33 / 1.015, 3: 1.5 / 1.015, 4: 1.37 / 1.015}),
     nomatch_slowdown=MappingProxyType({4: 1.3 / 1.015}),
     fresh_estimate_duration=True,
-    auto_unpack=True,
+    auto_unpack=False,
     normalize_profiles=False,
     sticky_placement=False,
     matching_backend="blossom",
