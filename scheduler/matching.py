@@ -66,7 +66,9 @@ def _match_rustworkx(n: int, edges: list) -> set:
 def max_weight_pairs(n: int, weight: Weight, *, backend: str = "auto") -> list[Pair]:
     """Pairs (i, j), i < j, sorted by i, of a maximum-weight matching on nodes 0..n-1.
 
-    An edge exists iff weight(i, j) > 0; weight must be symmetric and is called for i < j only.
+    An edge exists iff weight(i, j) > 0; weight must be symmetric and is called for i < j only
+    (the "blossom" backend asks both directions, as the artifact did: its float weights differ
+    in the last bit between directions, and that decides between tied matchings).
     ``backend`` is "networkx", "rustworkx", or "auto" (rustworkx when installed); or
     "blossom", the pure-Python matcher of scheduler.blossom that breaks ties (and treats
     weights within a relative 1e-5 as tied) exactly as the Muri artifact does.

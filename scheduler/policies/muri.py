@@ -33,6 +33,7 @@ class Muri(Policy):
         self.k = preset.max_group
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
+        self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
 
     # -- ranking ---------------------------------------------------------------------------
     def on_submit(self, job: Job, now: float) -> None:
@@ -87,6 +88,7 @@ class Muri(Policy):
 
     def on_profile(self, job: Job) -> None:
         self._weights.clear()
+        self._matchings.clear()
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
@@ -156,12 +158,21 @@ class Muri(Policy):
         n = len(nodes)
         if n < 2:
             return {}
+        # The same candidates in the same order often meet again in the next round (an event
+        # that changed nothing here); the matching is a function of them, so remember it.
+        key = tuple(tuple(j.id for j in node) for node in nodes)
+        partner = self._matchings.get(key)
+        if partner is not None:
+            return partner
         k = self.k
         weight: Callable[[int, int], float] = lambda i, j: (
             self.weight(nodes[i], nodes[j]) if len(nodes[i]) + len(nodes[j]) <= k else 0.0)
         partner = {}
         for i, j in max_weight_pairs(n, weight, backend=self.backend):
             partner[i], partner[j] = j, i
+        if len(self._matchings) > 4096:
+            self._matchings.clear()
+        self._matchings[key] = partner
         return partner
 
     def _consecutive(self, admitted: dict[int, list[Job]], required: int,
