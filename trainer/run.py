@@ -1,0 +1,159 @@
+"""Run one job: `python -m trainer.run --job-id N --node NAME ...` (launched by the node agent).
+
+The trainer owns one job's progress. It resumes from its checkpoint, advances the workload,
+publishes progress and stage timings as telemetry, checkpoints every report interval and on
+SIGTERM/SIGINT, and says how it ended through its exit status, which is the contract with the
+agent:
+
+* 0 (EXIT_FINISHED): all iterations done, final checkpoint written (done=true);
+* 3 (EXIT_STOPPED): stopped on request (or orphaned), checkpoint written, work remains;
+* anything else: a crash; the last periodic checkpoint is the best the agent can report.
+
+Only the emulated workload exists today; it does not import torch so that startup stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Sequence
+
+from node_agent import checkpoint
+from workloads.emulated import EmulatedRun, EmulatedSpec
+
+EXIT_FINISHED = 0
+EXIT_STOPPED = 3
+EXIT_USAGE = 2  # argparse's own code for bad arguments
+CHUNK_WALL_S = 0.02  # how often the loop looks at signals and its parent
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m trainer.run", description=__doc__.split("\n")[0])
+    p.add_argument("--job-id", type=int, required=True)
+    p.add_argument("--node", required=True, help="node name (recorded in the checkpoint)")
+    p.add_argument("--endpoints", default=None,
+                   help="broker endpoints file; without it nothing is published")
+    p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--iterations", type=float, required=True, help="total iterations of the job")
+    p.add_argument("--iteration-time", type=float, required=True,
+                   help="trace seconds per iteration (the group's iteration time from the scheduler)")
+    p.add_argument("--stages", type=_floats, required=True,
+                   help="data,gpu,net stage times in trace seconds (reported in timing events)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--report-every", type=float, default=0.2,
+                   help="wall seconds between progress/timing events and checkpoints")
+    p.add_argument("--start-iteration", type=float, default=0.0,
+                   help="iterations already done per the scheduler; the checkpoint wins if ahead")
+    p.add_argument("--run-dir", default=None, help="write JSON logs to RUN_DIR/trainer-<job>.log")
+    p.add_argument("--workload", default="emulated", choices=["emulated"])
+    args = p.parse_args(argv)
+    if not args.report_every > 0:
+        p.error("--report-every must be > 0")
+    return args
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip() != "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+
+
+class _Telemetry:
+    """Publishes progress/timing events; a no-op without endpoints. Never fatal after startup."""
+
+    def __init__(self, endpoints_file: str | None, job_id: int, log: Any):
+        self._pub = None
+        self._log = log
+        self._job_id = job_id
+        if endpoints_file:
+            from broker.client import Endpoints, Publisher  # imported lazily: zmq only when used
+            self._pub = Publisher(Endpoints.load(endpoints_file), f"trainer.{job_id}")
+
+    def report(self, iterations: float, spec: EmulatedSpec) -> None:
+        if self._pub is None:
+            return
+        try:
+            self._pub.publish("event.progress", job_id=self._job_id, iterations=float(iterations))
+            self._pub.publish("event.timing", job_id=self._job_id, stages=spec.stage_map(),
+                              iteration_time=float(spec.iteration_time), iterations=float(iterations))
+        except Exception as err:  # telemetry is lossy by design; losing it must not stop training
+            self._log.warning("publish_failed", error=repr(err))
+
+    def close(self) -> None:
+        if self._pub is not None:
+            try:
+                self._pub.close()
+            except Exception:
+                pass
+
+
+def _logger(args: argparse.Namespace) -> Any:
+    import structlog
+
+    if args.run_dir:
+        from broker.logs import configure_logging
+
+        configure_logging(f"trainer-{args.job_id}", args.run_dir)
+    return structlog.get_logger().bind(job_id=args.job_id, node=args.node)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The trainer's main loop; returns the exit status (see the module docstring)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    parent = os.getppid()
+    log = _logger(args)
+
+    spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
+                        stages=args.stages, time_scale=args.time_scale)
+    saved = checkpoint.read(args.checkpoint_dir, args.job_id)
+    start = max(saved.iterations if saved else 0.0, args.start_iteration)
+    emu = EmulatedRun(spec, start=start, t0=time.monotonic())
+    telemetry = _Telemetry(args.endpoints, args.job_id, log)
+    log.info("trainer_start", start=emu.start, total=spec.total, from_checkpoint=bool(saved),
+             wall_per_iteration=spec.wall_per_iteration, pid=os.getpid())
+
+    def save(done: bool) -> float:
+        its = spec.total if done else emu.iterations(time.monotonic())
+        checkpoint.write(args.checkpoint_dir, checkpoint.Checkpoint(
+            job_id=args.job_id, iterations=its, total=spec.total, node=args.node, done=done))
+        telemetry.report(its, spec)
+        return its
+
+    try:
+        save(done=False)
+        next_report = time.monotonic() + args.report_every
+        while True:
+            now = time.monotonic()
+            if emu.finished(now):
+                its = save(done=True)
+                log.info("trainer_finished", iterations=its)
+                return EXIT_FINISHED
+            if stop.is_set() or os.getppid() != parent:
+                its = save(done=False)
+                log.info("trainer_stopped", iterations=its, orphaned=not stop.is_set())
+                return EXIT_STOPPED
+            if now >= next_report:
+                save(done=False)
+                next_report = max(next_report + args.report_every, now)
+            stop.wait(max(0.0, min(CHUNK_WALL_S, emu.wall_left(now), next_report - now)))
+    finally:
+        telemetry.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as err:  # a bad workload spec: say so and fail like a crash would
+        print(f"trainer: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

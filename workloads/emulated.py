@@ -1,0 +1,64 @@
+"""The emulated workload: a job that holds each stage for its profiled time and does nothing else.
+
+It lets the live system replay a trace at a chosen time scale without GPUs or torch: progress
+is a pure function of elapsed wall time, so a trainer that is delayed (loaded machine) catches
+up instead of drifting, and the measured rate equals the configured one. Kept free of I/O and
+clocks (the caller passes `now`) so it can be tested exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STAGE_NAMES = ("data", "gpu", "net")
+
+
+@dataclass(frozen=True)
+class EmulatedSpec:
+    """One emulated job. Times are trace seconds; `time_scale` is trace seconds per wall second."""
+
+    total: float
+    iteration_time: float
+    stages: tuple[float, ...]
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.total > 0:
+            raise ValueError(f"total iterations must be > 0, got {self.total}")
+        if not self.iteration_time > 0:
+            raise ValueError(f"iteration_time must be > 0, got {self.iteration_time}")
+        if not self.time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if len(self.stages) != len(STAGE_NAMES) or any(not s >= 0 for s in self.stages):
+            raise ValueError(f"stages must be {len(STAGE_NAMES)} non-negative numbers, got {self.stages}")
+
+    @property
+    def wall_per_iteration(self) -> float:
+        return self.iteration_time / self.time_scale
+
+    def stage_map(self) -> dict[str, float]:
+        """The per-stage times a real trainer would measure; in emulation, the configured ones."""
+        return {name: float(t) for name, t in zip(STAGE_NAMES, self.stages)}
+
+
+class EmulatedRun:
+    """Progress of one emulated job from `start` iterations, begun at wall time `t0`."""
+
+    def __init__(self, spec: EmulatedSpec, start: float, t0: float):
+        self.spec = spec
+        self.start = min(max(0.0, float(start)), spec.total)
+        self.t0 = t0
+        # the end as a time, so "finished" does not hinge on float rounding of a division
+        self.t_end = t0 + (spec.total - self.start) * spec.wall_per_iteration
+
+    def finished(self, now: float) -> bool:
+        return now >= self.t_end
+
+    def iterations(self, now: float) -> float:
+        if self.finished(now):
+            return self.spec.total
+        done = self.start + max(0.0, now - self.t0) / self.spec.wall_per_iteration
+        return min(done, self.spec.total)
+
+    def wall_left(self, now: float) -> float:
+        """Wall seconds until the last iteration completes (0 when done)."""
+        return max(0.0, self.t_end - now)
