@@ -1,0 +1,63 @@
+"""The broker's three addresses, and the small JSON file that hands them to every component.
+
+The broker binds port 0 by default, so the file it writes once bound is how the scheduler,
+agents and trainers learn where it is; writes are atomic so a reader never sees half a file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_FIELDS = ("events_in", "events_out", "requests")
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    events_in: str   # XSUB bound by the broker; publishers connect here
+    events_out: str  # XPUB bound by the broker; subscribers connect here
+    requests: str    # ROUTER bound by the broker; requesters and services connect here
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str | bytes) -> "Endpoints":
+        """Parse and check the file's content; a bad file is a ValueError naming what is wrong."""
+        try:
+            raw = json.loads(s)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"endpoints: not JSON ({err})") from None
+        if not isinstance(raw, dict):
+            raise ValueError("endpoints: expected a JSON object")
+        missing = [f for f in _FIELDS if f not in raw]
+        if missing:
+            raise ValueError(f"endpoints: missing {missing}")
+        bad = [f for f in _FIELDS if not isinstance(raw[f], str) or "://" not in raw[f]]
+        if bad:
+            raise ValueError(f"endpoints: {bad} must be zmq addresses like tcp://host:port")
+        return cls(**{f: raw[f] for f in _FIELDS})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "Endpoints":
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write to a temporary file in the same folder, then rename over the target (atomic)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(self.to_json() + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
