@@ -1,0 +1,421 @@
+"""The broker process: the one address every Interlace component needs.
+
+Two jobs in one process (DESIGN.md section 3):
+
+* an event bus, XSUB in / XPUB out, forwarded by libzmq's own proxy on a helper thread (it
+  runs without the GIL, so the bus keeps raw PUB/SUB speed and subscriptions flow back to
+  publishers by themselves);
+* a request router (the Majordomo idea): requesters send to a named service, workers of that
+  service register by heartbeating, the broker picks a live worker round-robin and carries
+  the reply back. Every request payload is validated before it is forwarded; anything
+  malformed is logged and answered with an `error`, never allowed to stop the loop.
+
+A restarted broker knows no services until their next heartbeat, so for `startup_grace`
+seconds after start a request for an unknown service is held instead of refused.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import ipaddress
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import structlog
+import zmq
+
+from broker.endpoints import Endpoints
+from broker.logs import configure_logging
+from broker.messages import MAX_MESSAGE_BYTES, IdSource, MessageError, decode
+from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, error_payload, is_request_type,
+                         service_name)
+
+SENDER = "broker"
+BATCH = 256                  # router messages handled per wake-up before checking timers
+TICK_S = 0.1                 # longest wait between checks of the stop flag
+HARD_LIMIT_FACTOR = 8        # frames above max_message * this make libzmq drop the peer unread
+
+
+@dataclass
+class _Worker:
+    service: str
+    last_seen: float
+
+
+@dataclass
+class _Parked:
+    """A request held during the start-up grace, waiting for its service to heartbeat."""
+    deadline: float
+    client: bytes
+    service: str
+    payload: bytes
+    msg_id: str
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Broker:
+    """Binds the three sockets at construction (so `endpoints` is known), serves in `run`."""
+
+    def __init__(self, host: str = "127.0.0.1", ports: Sequence[int] = (0, 0, 0), *,
+                 service_timeout: float = 3.0, max_message: int = MAX_MESSAGE_BYTES,
+                 startup_grace: float | None = None):
+        if len(ports) != 3:
+            raise ValueError("ports: need three (events_in, events_out, requests)")
+        if service_timeout <= 0:
+            raise ValueError("service_timeout must be > 0")
+        self._log = structlog.get_logger("broker").bind(component="broker")
+        self._timeout = float(service_timeout)
+        self._grace = self._timeout if startup_grace is None else float(startup_grace)
+        self._max = int(max_message)
+        self._ids = IdSource(SENDER)
+        self._workers: dict[bytes, _Worker] = {}
+        self._services: dict[str, collections.deque[bytes]] = {}
+        self._parked: list[_Parked] = []
+        self._closing = threading.Event()
+        self._done = threading.Event()
+        self._done.set()
+        self._lock = threading.Lock()
+        self._closed = False
+        if not is_loopback(host):
+            self._log.warning("broker.insecure_bind", host=host,
+                              detail="not loopback and no CURVE keys: anyone who can reach "
+                                     "this host can talk to the broker")
+        self._ctx = zmq.Context()
+        self._sockets: list[zmq.Socket] = []
+        try:
+            self._xsub = self._bind(zmq.XSUB, host, ports[0], RCVHWM=EVENT_HWM,
+                                    MAXMSGSIZE=self._max)
+            self._xpub = self._bind(zmq.XPUB, host, ports[1], SNDHWM=EVENT_HWM)
+            self._router = self._bind(zmq.ROUTER, host, ports[2],
+                                      MAXMSGSIZE=self._max * HARD_LIMIT_FACTOR)
+        except BaseException:
+            self._close_sockets()
+            raise
+        self.endpoints = Endpoints(
+            events_in=self._xsub.getsockopt_string(zmq.LAST_ENDPOINT),
+            events_out=self._xpub.getsockopt_string(zmq.LAST_ENDPOINT),
+            requests=self._router.getsockopt_string(zmq.LAST_ENDPOINT))
+        self._started = time.monotonic()
+
+    def _bind(self, kind: int, host: str, port: int, **options: int) -> zmq.Socket:
+        sock = self._ctx.socket(kind)
+        self._sockets.append(sock)
+        sock.setsockopt(zmq.LINGER, 0)
+        for name, value in options.items():
+            sock.setsockopt(getattr(zmq, name), value)
+        if ":" in host.strip("[]"):
+            sock.setsockopt(zmq.IPV6, 1)
+            host = f"[{host.strip('[]')}]"
+        sock.bind(f"tcp://{host}:{int(port) if port else '*'}")
+        return sock
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Serve until `stop` is set or `close` is called (from another thread)."""
+        stop = stop if stop is not None else threading.Event()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("broker is closed")
+            if not self._done.is_set():
+                raise RuntimeError("broker is already running")
+            self._done.clear()
+        self._started = time.monotonic()  # the grace counts from when requests are served
+        control = self._ctx.socket(zmq.PAIR)
+        peer = self._ctx.socket(zmq.PAIR)
+        address = f"inproc://broker-control-{id(self)}"
+        control.bind(address)
+        peer.connect(address)
+        events = threading.Thread(target=self._forward_events, args=(peer,),
+                                  name="broker-events", daemon=True)
+        events.start()
+        self._log.info("broker.serving", **self.endpoints.__dict__)
+        try:
+            self._route(stop)
+        finally:
+            control.send(b"TERMINATE")
+            events.join(10)
+            control.close(0)
+            self._done.set()
+            self._log.info("broker.stopped")
+
+    def _forward_events(self, control: zmq.Socket) -> None:
+        """XSUB -> XPUB and subscriptions back, inside libzmq until TERMINATE."""
+        try:
+            zmq.proxy_steerable(self._xsub, self._xpub, None, control)
+        except zmq.ZMQError as err:
+            if err.errno != zmq.ETERM:
+                self._log.error("broker.event_proxy_failed", error=str(err))
+        finally:
+            control.close(0)
+
+    def _route(self, stop: threading.Event) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        next_sweep = time.monotonic() + self._timeout
+        while not stop.is_set() and not self._closing.is_set():
+            if poller.poll(self._wait_ms()):
+                for _ in range(BATCH):
+                    try:
+                        frames = self._router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    try:
+                        self._handle(frames)
+                    except Exception:  # a bug here must not take the bus down
+                        self._log.exception("broker.internal_error")
+            now = time.monotonic()
+            if self._parked:
+                self._release_parked(now)
+            if now >= next_sweep:
+                self._sweep(now)
+                next_sweep = now + self._timeout
+
+    def _wait_ms(self) -> int:
+        wait = TICK_S
+        if self._parked:
+            wait = min(wait, max(0.0, min(p.deadline for p in self._parked) - time.monotonic()))
+        return int(wait * 1000) + 1
+
+    # -- frames ---------------------------------------------------------------------------
+    def _handle(self, frames: list[bytes]) -> None:
+        ident, body = frames[0], frames[1:]
+        if len(body) < 2 or body[0] != EMPTY:
+            return self._refuse(ident, "bad_frame", "expected frames [empty, command, ...]")
+        if any(len(f) > self._max for f in body):
+            size = max(len(f) for f in body)
+            return self._refuse(ident, "too_large", f"frame of {size} bytes > {self._max}")
+        command, rest = body[1], body[2:]
+        if command == REQ:
+            return self._on_request(ident, rest)
+        if command == HB:
+            return self._on_heartbeat(ident, rest)
+        if command == REP:
+            return self._on_reply(ident, rest)
+        return self._refuse(ident, "bad_frame", f"unknown command {command[:16]!r}")
+
+    def _on_request(self, client: bytes, rest: list[bytes]) -> None:
+        if len(rest) != 2:
+            return self._refuse(client, "bad_frame", "REQ needs [service, payload]")
+        name = service_name(rest[0])
+        if name is None:
+            return self._refuse(client, "bad_frame", f"bad service name {rest[0][:64]!r}")
+        payload = rest[1]
+        try:
+            msg = decode(payload)
+        except MessageError as err:
+            return self._refuse(client, err.code, err.reason, err.msg_id)
+        if not is_request_type(msg.type):
+            return self._refuse(client, "not_request",
+                                f"{msg.type!r} is not a request type", msg.id)
+        now = time.monotonic()
+        worker = self._pick(name, now)
+        if worker is not None:
+            self._send([worker, EMPTY, REQ, client, payload])
+        elif now < self._started + self._grace:
+            self._parked.append(_Parked(self._started + self._grace, client, name, payload, msg.id))
+        else:
+            self._no_service(client, name, msg.id)
+
+    def _on_heartbeat(self, ident: bytes, rest: list[bytes]) -> None:
+        name = service_name(rest[0]) if len(rest) == 1 else None
+        if name is None:
+            return self._refuse(ident, "bad_frame", "HB needs [service] with a plain name")
+        now = time.monotonic()
+        worker = self._workers.get(ident)
+        if worker is None or worker.service != name or now - worker.last_seen > self._timeout:
+            if worker is not None:
+                self._forget(ident)
+            self._workers[ident] = _Worker(name, now)
+            self._services.setdefault(name, collections.deque()).append(ident)
+            self._log.info("broker.worker_registered", service=name, worker=ident.hex(),
+                           workers=len(self._services[name]))
+        else:
+            worker.last_seen = now
+        self._send([ident, EMPTY, HB])
+        if self._parked:
+            self._release_parked(now, service=name)
+
+    def _on_reply(self, ident: bytes, rest: list[bytes]) -> None:
+        worker = self._workers.get(ident)
+        if worker is None:
+            return self._refuse(ident, "not_worker", "REP from a peer that has not heartbeated")
+        if len(rest) != 2 or not rest[0]:
+            return self._refuse(ident, "bad_frame", "REP needs [client, payload]")
+        client, payload = rest
+        try:
+            msg = decode(payload)
+        except MessageError as err:
+            return self._refuse(ident, err.code, err.reason, err.msg_id)
+        if msg.type not in ("reply", "error"):
+            return self._refuse(ident, "not_reply", f"{msg.type!r} is not reply or error", msg.id)
+        worker.last_seen = time.monotonic()
+        self._send([client, EMPTY, REP, payload])
+
+    # -- services -------------------------------------------------------------------------
+    def _pick(self, name: str, now: float) -> bytes | None:
+        """Round-robin over live workers; stale ones are dropped on the way."""
+        ring = self._services.get(name)
+        while ring:
+            ident = ring[0]
+            worker = self._workers.get(ident)
+            if worker is None or worker.service != name or now - worker.last_seen > self._timeout:
+                ring.popleft()
+                if worker is not None and worker.service == name:
+                    del self._workers[ident]
+                    self._log.info("broker.worker_expired", service=name, worker=ident.hex())
+                continue
+            ring.rotate(-1)
+            return ident
+        self._services.pop(name, None)
+        return None
+
+    def _forget(self, ident: bytes) -> None:
+        worker = self._workers.pop(ident, None)
+        if worker is None:
+            return
+        ring = self._services.get(worker.service)
+        if ring is not None:
+            try:
+                ring.remove(ident)
+            except ValueError:
+                pass
+            if not ring:
+                del self._services[worker.service]
+
+    def _sweep(self, now: float) -> None:
+        for ident, worker in list(self._workers.items()):
+            if now - worker.last_seen > self._timeout:
+                self._log.info("broker.worker_expired", service=worker.service, worker=ident.hex())
+                self._forget(ident)
+
+    def _release_parked(self, now: float, service: str | None = None) -> None:
+        keep: list[_Parked] = []
+        for parked in self._parked:
+            worker = self._pick(parked.service, now) if service in (None, parked.service) else None
+            if worker is not None:
+                self._send([worker, EMPTY, REQ, parked.client, parked.payload])
+            elif now >= parked.deadline:
+                self._no_service(parked.client, parked.service, parked.msg_id)
+            else:
+                keep.append(parked)
+        self._parked = keep
+
+    # -- answers --------------------------------------------------------------------------
+    def _no_service(self, client: bytes, name: str, msg_id: str) -> None:
+        self._log.info("broker.no_service", service=name, re=msg_id, client=client.hex())
+        self._send([client, EMPTY, REP,
+                    error_payload(SENDER, self._ids, "no_service",
+                                  f"no live worker for service {name!r}", msg_id)])
+
+    def _refuse(self, ident: bytes, code: str, reason: str, msg_id: str | None = None) -> None:
+        self._log.warning("broker.malformed", code=code, reason=reason, re=msg_id,
+                          peer=ident.hex())
+        self._send([ident, EMPTY, REP, error_payload(SENDER, self._ids, code, reason, msg_id)])
+
+    def _send(self, frames: list[bytes]) -> None:
+        try:
+            self._router.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError as err:  # peer gone or its queue full: the requester retries
+            self._log.debug("broker.send_dropped", error=str(err))
+
+    # -- teardown -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop a running loop (if any), then release the sockets. Safe to call twice."""
+        self._closing.set()
+        if not self._done.wait(10):
+            self._log.error("broker.close_timeout")
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for sock in self._sockets:
+            sock.close(0)
+        self._sockets.clear()
+        self._ctx.term()
+
+
+def _parse_ports(text: str) -> tuple[int, int, int]:
+    try:
+        ports = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"ports: {text!r} is not three integers") from None
+    if len(ports) != 3 or not all(0 <= p <= 65535 for p in ports):
+        raise argparse.ArgumentTypeError("ports: need three ports 0..65535 (0 = any free port)")
+    return ports  # type: ignore[return-value]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry: bind, publish the endpoints file, serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="start-broker",
+        description="Interlace message broker: event bus (XSUB/XPUB) and request router.")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="interface to bind (default 127.0.0.1; others need --insecure)")
+    parser.add_argument("--ports", type=_parse_ports, default=(0, 0, 0),
+                        help="events_in,events_out,requests ports; 0 = any free port "
+                             "(default 0,0,0)")
+    parser.add_argument("--endpoints-file", type=Path,
+                        help="write the bound endpoints here as JSON (atomically) "
+                             "(default RUN_DIR/endpoints.json when --run-dir is given)")
+    parser.add_argument("--run-dir", type=Path, help="folder for broker.log")
+    parser.add_argument("--service-timeout", type=float, default=3.0,
+                        help="seconds without a heartbeat before a worker counts as dead")
+    parser.add_argument("--max-message", type=int, default=MAX_MESSAGE_BYTES,
+                        help="largest accepted frame in bytes")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow binding a non-loopback interface without CURVE keys")
+    args = parser.parse_args(argv)
+    log = configure_logging("broker", args.run_dir, args.log_level)
+    if not is_loopback(args.host) and not args.insecure:
+        log.error("broker.refused_bind", host=args.host,
+                  detail="binding a non-loopback interface needs CURVE keys (not yet "
+                         "supported) or --insecure for a trusted lab network")
+        return 2
+    if args.insecure:
+        log.warning("broker.insecure", host=args.host,
+                    detail="INSECURE: no authentication or encryption on the message plane")
+    try:
+        broker = Broker(args.host, args.ports, service_timeout=args.service_timeout,
+                        max_message=args.max_message)
+    except zmq.ZMQError as err:
+        log.error("broker.bind_failed", host=args.host, ports=list(args.ports), error=str(err))
+        return 1
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        target = args.endpoints_file
+        if target is None and args.run_dir is not None:
+            target = args.run_dir / "endpoints.json"
+        if target is not None:
+            broker.endpoints.save(target)
+        print(broker.endpoints.to_json(), flush=True)
+        log.info("broker.started", endpoints_file=str(target) if target else None,
+                 **broker.endpoints.__dict__)
+        broker.run(stop)
+    finally:
+        broker.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
