@@ -1,0 +1,411 @@
+"""Client side of the message plane: requesters, services, publishers, subscribers.
+
+Each class owns one socket and is meant for one thread. Requests are at-least-once: a
+requester resends the same message (same id) until a reply arrives, and a service answers a
+repeated id from its reply cache without running the handler again, so together they give
+exactly-once effects as long as the cache remembers the id. Events are lossy by design;
+per-sender sequence numbers make losses visible (`Subscriber.gaps`).
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Callable, Sequence
+
+import structlog
+import zmq
+
+from broker.endpoints import Endpoints
+from broker.messages import IdSource, Message, MessageError, decode, encode, make
+from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, connect, error_payload,
+                         is_request_type, service_name)
+
+RECV_BATCH = 100  # messages a service handles per wake-up before checking its heartbeat
+
+
+class RequestFailed(Exception):
+    """The other side answered with an `error` message."""
+
+    def __init__(self, code: str, reason: str, re: str | None = None):
+        super().__init__(f"{code}: {reason}")
+        self.code, self.reason, self.re = code, reason, re
+
+
+class RequestTimeout(Exception):
+    """No reply after every retry: the broker or the service is down or overloaded."""
+
+
+class HandlerError(Exception):
+    """Raised by a service handler to answer with an `error` (code for machines, reason for people)."""
+
+    def __init__(self, code: str, reason: str):
+        super().__init__(f"{code}: {reason}")
+        self.code, self.reason = code, reason
+
+
+def _ms(seconds: float) -> int:
+    return max(0, int(seconds * 1000 + 0.999))
+
+
+class Requester:
+    """Sends requests to named services through the broker and waits for the answer.
+
+    A DEALER keeps reconnecting by itself, so a restarted broker is picked up; a reply lost
+    on the way is recovered by resending the same id. Not thread-safe: one per thread.
+    """
+
+    def __init__(self, endpoints: Endpoints, sender: str, *, timeout: float = 2.0,
+                 retries: int = 5):
+        if timeout <= 0 or retries < 0:
+            raise ValueError("timeout must be > 0 and retries >= 0")
+        self.sender, self.timeout, self.retries = sender, float(timeout), int(retries)
+        self._ids = IdSource(sender)
+        self._log = structlog.get_logger("broker.client").bind(sender=sender)
+        self._sock: zmq.Socket | None = connect(zmq.Context.instance(), zmq.DEALER,
+                                                endpoints.requests)
+
+    def request(self, service: str, type_: str, **fields) -> Message:
+        """Send and wait; the reply `Message` (fields re, ok, body) or RequestFailed/Timeout.
+
+        A message that is not a valid request (bad fields, too large) raises MessageError
+        here, before anything is sent.
+        """
+        sock = self._socket()
+        if service_name(service.encode("utf-8")) is None:
+            raise ValueError(f"bad service name {service!r}")
+        if not is_request_type(type_):
+            raise MessageError("not_request", f"{type_!r} is not a request type")
+        msg = make(type_, self.sender, self._ids(), **fields)
+        frames = [EMPTY, REQ, service.encode("ascii"), encode(msg)]
+        for attempt in range(1 + self.retries):
+            if attempt:
+                self._log.info("request.retry", service=service, type=type_, id=msg.id,
+                               attempt=attempt)
+            try:
+                sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.Again:  # queue full while the broker is away; the next try resends
+                self._log.warning("request.send_blocked", service=service, id=msg.id)
+            answer = self._await(sock, msg.id, time.monotonic() + self.timeout)
+            if answer is None:
+                continue
+            if answer.type == "error":
+                raise RequestFailed(answer["code"], answer["reason"], msg.id)
+            return answer
+        raise RequestTimeout(f"{service}: no answer to {type_} {msg.id} after "
+                             f"{1 + self.retries} tries of {self.timeout:g}s")
+
+    def _await(self, sock: zmq.Socket, msg_id: str, deadline: float) -> Message | None:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sock.poll(_ms(left)):
+                if time.monotonic() >= deadline:
+                    return None
+                continue
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                continue
+            if len(frames) != 3 or frames[0] != EMPTY or frames[1] != REP:
+                self._log.warning("request.bad_frames", frames=len(frames))
+                continue
+            try:
+                answer = decode(frames[2])
+            except MessageError as err:
+                self._log.warning("request.bad_reply", code=err.code, reason=err.reason)
+                continue
+            if answer.type not in ("reply", "error"):
+                self._log.warning("request.bad_reply", code="not_reply", type=answer.type)
+                continue
+            if answer.get("re") != msg_id:  # a late answer to an earlier try or request
+                self._log.debug("request.stale_reply", re=answer.get("re"), want=msg_id)
+                continue
+            return answer
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            raise RuntimeError("requester is closed")
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+
+class Service:
+    """A named worker behind the broker: heartbeats, answers requests, de-duplicates retries.
+
+    The heartbeat doubles as registration, so a restarted broker learns the service again
+    within one interval. If the broker stays silent for several intervals the socket is
+    rebuilt, which drops anything queued for a broker that is gone.
+    """
+
+    def __init__(self, endpoints: Endpoints, name: str, handler: Callable[[Message], dict | None],
+                 *, heartbeat: float = 0.5, dedup: int = 10_000):
+        if service_name(name.encode("utf-8")) is None:
+            raise ValueError(f"bad service name {name!r} (letters, digits, _.:- up to 128)")
+        if heartbeat <= 0 or dedup < 0:
+            raise ValueError("heartbeat must be > 0 and dedup >= 0")
+        self.name, self.handler = name, handler
+        self.heartbeat, self.dedup = float(heartbeat), int(dedup)
+        self.handled = 0      # requests answered by running the handler
+        self.duplicates = 0   # requests answered from the reply cache
+        self._endpoints = endpoints
+        self._ids = IdSource(name)
+        self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._liveness = max(5 * self.heartbeat, 2.0)
+        self._log = structlog.get_logger("broker.service").bind(service=name)
+        self._sock: zmq.Socket | None = None
+        self._broker_lost = False
+        self._connect()
+
+    def _connect(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+        # IMMEDIATE: nothing queues for a broker that is not there (no stale replays)
+        self._sock = connect(zmq.Context.instance(), zmq.DEALER, self._endpoints.requests,
+                             immediate=1)
+        self._next_hb = 0.0
+        self._last_heard = time.monotonic()
+
+    def poll(self, timeout: float) -> int:
+        """Handle requests arriving within `timeout` seconds; heartbeat when due."""
+        if self._sock is None:
+            raise RuntimeError("service is closed")
+        deadline = time.monotonic() + max(0.0, timeout)
+        handled = 0
+        while True:
+            now = time.monotonic()
+            if now >= self._next_hb:
+                sent = self._send([EMPTY, HB, self.name.encode("ascii")])
+                # not connected yet: try again soon, so registration follows the connection
+                self._next_hb = now + (self.heartbeat if sent else min(self.heartbeat, 0.02))
+            wait = min(deadline, self._next_hb) - now
+            if self._sock.poll(_ms(wait)):
+                handled += self._drain()
+            elif time.monotonic() - self._last_heard > self._liveness:
+                if not self._broker_lost:
+                    self._log.warning("service.broker_silent", seconds=round(self._liveness, 2))
+                self._broker_lost = True
+                self._connect()
+            if time.monotonic() >= deadline:
+                return handled
+
+    def serve(self, stop) -> None:
+        """Poll until `stop` (a threading.Event) is set."""
+        while not stop.is_set():
+            self.poll(min(0.1, self.heartbeat))
+
+    def _drain(self) -> int:
+        handled = 0
+        assert self._sock is not None
+        for _ in range(RECV_BATCH):
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self._last_heard = time.monotonic()
+            if self._broker_lost:
+                self._log.info("service.broker_back")
+                self._broker_lost = False
+            if len(frames) >= 2 and frames[0] == EMPTY and frames[1] == HB:
+                continue
+            if len(frames) >= 3 and frames[0] == EMPTY and frames[1] == REQ:
+                client = frames[2]
+                if len(frames) != 4:
+                    self._log.warning("service.malformed", code="bad_frame", frames=len(frames))
+                    self._reply(client, error_payload(self.name, self._ids, "bad_frame",
+                                                      "REQ needs [client, payload]"))
+                    continue
+                self._reply(client, self._answer(frames[3]))
+                handled += 1
+                continue
+            if len(frames) == 3 and frames[0] == EMPTY and frames[1] == REP:
+                self._log.warning("service.broker_error", detail=self._describe(frames[2]))
+                continue
+            self._log.warning("service.malformed", code="bad_frame", frames=len(frames),
+                              detail="no reply path; dropped")
+        return handled
+
+    def _answer(self, payload: bytes) -> bytes:
+        """The encoded reply for one request payload; never raises."""
+        try:
+            req = decode(payload)
+        except MessageError as err:
+            self._log.warning("service.malformed", code=err.code, reason=err.reason, re=err.msg_id)
+            return error_payload(self.name, self._ids, err.code, err.reason, err.msg_id)
+        if not is_request_type(req.type):
+            self._log.warning("service.malformed", code="not_request", type=req.type, re=req.id)
+            return error_payload(self.name, self._ids, "not_request",
+                                 f"{req.type!r} is not a request type", req.id)
+        cached = self._cache.get(req.id)
+        if cached is not None:
+            self._cache.move_to_end(req.id)
+            self.duplicates += 1
+            self._log.info("service.duplicate", type=req.type, re=req.id, sender=req.sender)
+            return cached
+        out = self._run_handler(req)
+        self.handled += 1
+        if self.dedup:
+            self._cache[req.id] = out
+            while len(self._cache) > self.dedup:
+                self._cache.popitem(last=False)
+        return out
+
+    def _run_handler(self, req: Message) -> bytes:
+        try:
+            body = self.handler(req)
+            if body is None:
+                body = {}
+            if not isinstance(body, dict):
+                raise TypeError(f"handler returned {type(body).__name__}, not dict or None")
+            out = encode(make("reply", self.name, self._ids(), re=req.id, ok=True, body=body))
+            decode(out)  # what the requester cannot read must not leave as a success
+            return out
+        except HandlerError as err:
+            self._log.info("service.handler_error", type=req.type, re=req.id, code=err.code,
+                           reason=err.reason)
+            try:
+                return error_payload(self.name, self._ids, str(err.code), str(err.reason), req.id)
+            except MessageError:
+                return error_payload(self.name, self._ids, "internal", "bad HandlerError", req.id)
+        except Exception as err:
+            self._log.exception("service.handler_failed", type=req.type, re=req.id)
+            return error_payload(self.name, self._ids, "internal",
+                                 f"{type(err).__name__}: {err}", req.id)
+
+    def _reply(self, client: bytes, payload: bytes) -> None:
+        self._send([EMPTY, REP, client, payload])
+
+    def _send(self, frames: list[bytes]) -> bool:
+        try:
+            self._sock.send_multipart(frames, zmq.NOBLOCK)  # type: ignore[union-attr]
+            return True
+        except zmq.Again:  # no broker connected right now; requesters retry, HB repeats
+            self._log.debug("service.send_dropped", command=frames[1].decode())
+            return False
+
+    @staticmethod
+    def _describe(payload: bytes) -> str:
+        try:
+            msg = decode(payload)
+            return f"{msg.get('code')}: {msg.get('reason')}"
+        except MessageError as err:
+            return str(err)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+
+class Publisher:
+    """Puts events on the bus with a per-sender sequence number (1, 2, 3, ...)."""
+
+    def __init__(self, endpoints: Endpoints, sender: str):
+        self.sender = sender
+        self._ids = IdSource(sender)
+        self._seq = 0
+        self._sock: zmq.Socket | None = connect(zmq.Context.instance(), zmq.PUB,
+                                                endpoints.events_in, linger=500,
+                                                sndhwm=EVENT_HWM)
+
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last event published."""
+        return self._seq
+
+    def publish(self, type_: str, **fields) -> None:
+        """Validate and send an `event.*`; dropped silently if the bus is away (lossy)."""
+        if self._sock is None:
+            raise RuntimeError("publisher is closed")
+        if not type_.startswith("event."):
+            raise MessageError("not_event", f"{type_!r} is not an event type")
+        seq = self._seq + 1
+        msg = make(type_, self.sender, self._ids(), seq=seq, **fields)
+        payload = encode(msg)
+        self._seq = seq  # only a sent-worthy event consumes a number, so gaps mean loss
+        try:
+            self._sock.send_multipart([type_.encode("ascii"), payload], zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+class Subscriber:
+    """Receives valid events whose type starts with one of `prefixes`; counts seq gaps.
+
+    Gaps are exact only when the prefixes cover all of a sender's event types (the sequence
+    runs over every event of that sender). A sequence that goes back means the sender
+    restarted; counting starts again from there.
+    """
+
+    def __init__(self, endpoints: Endpoints, prefixes: Sequence[str] = ("event.",)):
+        if isinstance(prefixes, str):
+            prefixes = (prefixes,)
+        self.gaps: dict[str, int] = {}
+        self.invalid = 0  # events skipped as malformed
+        self._last: dict[str, int] = {}
+        self._log = structlog.get_logger("broker.subscriber")
+        self._sock: zmq.Socket | None = connect(zmq.Context.instance(), zmq.SUB,
+                                                endpoints.events_out, rcvhwm=EVENT_HWM)
+        for prefix in prefixes:
+            self._sock.setsockopt(zmq.SUBSCRIBE, prefix.encode("utf-8"))
+
+    def recv(self, timeout: float) -> Message | None:
+        """The next valid event within `timeout` seconds, or None."""
+        if self._sock is None:
+            raise RuntimeError("subscriber is closed")
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._sock.poll(_ms(left)):
+                    return None
+                continue
+            msg = self._check(frames)
+            if msg is not None:
+                self._track(msg)
+                return msg
+
+    def _check(self, frames: list[bytes]) -> Message | None:
+        if len(frames) != 2:
+            return self._skip("bad_frame", f"{len(frames)} frames, want [topic, payload]")
+        try:
+            msg = decode(frames[1])
+        except MessageError as err:
+            return self._skip(err.code, err.reason)
+        if not msg.is_event:
+            return self._skip("not_event", f"{msg.type!r} on the event bus")
+        if frames[0] != msg.type.encode("utf-8"):
+            return self._skip("bad_topic", f"topic {frames[0][:64]!r} != type {msg.type!r}")
+        return msg
+
+    def _skip(self, code: str, reason: str) -> None:
+        self.invalid += 1
+        self._log.warning("subscriber.malformed", code=code, reason=reason)
+        return None
+
+    def _track(self, msg: Message) -> None:
+        assert msg.seq is not None  # decode guarantees it for events
+        last = self._last.get(msg.sender)
+        self.gaps.setdefault(msg.sender, 0)
+        if last is not None and msg.seq > last + 1:
+            missing = msg.seq - last - 1
+            self.gaps[msg.sender] += missing
+            self._log.warning("subscriber.gap", sender=msg.sender, missing=missing,
+                              after=last, seq=msg.seq)
+        elif last is not None and msg.seq <= last:
+            self._log.info("subscriber.seq_reset", sender=msg.sender, seq=msg.seq, last=last)
+        self._last[msg.sender] = msg.seq
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
