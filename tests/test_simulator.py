@@ -57,9 +57,13 @@ def test_auto_unpack_keeps_jobs_that_would_slow_each_other_apart():
     # multipliers the group is slower than running alone, so auto-unpack splits it.
     a = job(0, iterations=500, stages=(0.0, 0.3, 0.0))
     b = job(1, iterations=500, stages=(0.0, 0.3, 0.0))
-    res = simulate([a, b], spec(nodes=1, gpus=1), "muri-s", PAPER)
+    one_gpu = spec(nodes=1, gpus=1)
+    res = simulate([a, b], one_gpu, "muri-s", get_preset("paper", auto_unpack=True))
     starts = sorted(o.start for o in res.outcomes)
     assert starts[0] == 0.0 and starts[1] > 0.0
+    # Without auto-unpack (the published configuration) they share the GPU from the start.
+    res = simulate([a, b], one_gpu, "muri-s", PAPER)
+    assert [o.start for o in res.outcomes] == [0.0, 0.0]
 
 
 def test_tiresias_demotes_a_job_once_its_attained_service_passes_the_limit():
