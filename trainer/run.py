@@ -101,12 +101,11 @@ def _logger(args: argparse.Namespace) -> Any:
     return structlog.get_logger().bind(job_id=args.job_id, node=args.node)
 
 
-def run(args: argparse.Namespace) -> int:
-    """The trainer's main loop; returns the exit status (see the module docstring)."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    parent = os.getppid()
+def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
+    """The trainer's main loop; returns the exit status (see the module docstring).
+
+    `stop` is set by SIGTERM/SIGINT; `parent` is the pid whose disappearance means orphaned.
+    """
     log = _logger(args)
 
     spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
@@ -147,9 +146,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # handlers first: a stop that arrives while we start still ends in a checkpoint
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    parent = os.getppid()
     args = parse_args(argv)
     try:
-        return run(args)
+        return run(args, stop, parent)
     except ValueError as err:  # a bad workload spec: say so and fail like a crash would
         print(f"trainer: {err}", file=sys.stderr)
         return 1
