@@ -1,0 +1,492 @@
+"""The node agent: `python -m node_agent.agent --node NAME --gpus 0,1,2,3 --endpoints FILE ...`.
+
+One per node. It registers with the scheduler and heartbeats, serves `job.launch` / `job.stop`
+as service `agent.<NAME>`, runs one trainer process per job, and tells the scheduler how each
+trainer ended. State changes travel request/reply and are retried until acknowledged
+(`job.finished`, `job.stopped`); only telemetry goes over the lossy bus (from the trainers).
+
+Threads: the service thread answers requests (launch/stop touch the job table under a lock);
+the main thread registers, heartbeats, reaps exited trainers and delivers the outbox. Each
+zmq socket is used by the one thread that created it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from broker.messages import MessageError
+from node_agent import checkpoint
+from trainer.run import EXIT_FINISHED, EXIT_STOPPED
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so trainers import this very checkout
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: str
+    gpus: tuple[int, ...]
+    cpus: int
+    mem: float
+    endpoints_file: str
+    run_dir: Path
+    time_scale: float = 1.0
+    heartbeat: float = 0.5
+    report_every: float = 0.2
+    stop_timeout: float = 10.0
+    request_timeout: float = 2.0
+    request_retries: int = 2
+
+    @property
+    def name(self) -> str:
+        return f"agent.{self.node}"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def trainer_dir(self) -> Path:
+        return self.run_dir / "trainers"
+
+
+@dataclass
+class _Job:
+    job_id: int
+    proc: subprocess.Popen
+    gpus: tuple[int, ...]
+    total: float
+    group: list = field(default_factory=list)
+    slot: int = 0
+    start: float = 0.0  # start_iteration of the launch: a floor until the first checkpoint
+    stopping: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class _BadRequest(Exception):
+    """A request this agent refuses; turned into HandlerError(code, reason) at the boundary."""
+
+    def __init__(self, code: str, reason: str):
+        super().__init__(f"{code}: {reason}")
+        self.code, self.reason = code, reason
+
+
+def _describe_exit(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit status {rc}"
+
+
+def _tail(path: Path, limit: int = 400) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+class Agent:
+    """The job table and the rules for launching, stopping and reporting trainers.
+
+    Messages to the scheduler are queued in `outbox` (type, fields) and delivered by the main
+    loop; the table is guarded by `_lock` because the service thread changes it too.
+    """
+
+    def __init__(self, cfg: AgentConfig, log: Any):
+        self.cfg = cfg
+        self.log = log
+        self._lock = threading.Lock()
+        self._jobs: dict[int, _Job] = {}
+        self.outbox: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+
+    # -- requests from the scheduler (service thread) ---------------------------------------
+    def handle(self, msg: Any) -> dict[str, Any]:
+        """Answer one request; raises _BadRequest for anything it will not do."""
+        if msg.type == "job.launch":
+            return self._launch(msg)
+        if msg.type == "job.stop":
+            return self._stop(int(msg["job_id"]))
+        if msg.type == "status.query":
+            return {"node": self.cfg.node, "gpus": list(self.cfg.gpus), "running": self.running()}
+        raise _BadRequest("unsupported", f"agent {self.cfg.node} does not handle {msg.type!r}")
+
+    def _launch(self, msg: Any) -> dict[str, Any]:
+        job_id = int(msg["job_id"])
+        gpus = self._check_gpus(msg["gpus"])
+        total, tt, stages = self._check_workload(msg["workload"])
+        start = float(msg["start_iteration"])
+        if not start >= 0:
+            raise _BadRequest("bad_request", f"start_iteration must be >= 0, got {start}")
+        with self._lock:
+            self._collect_locked()
+            job = self._jobs.get(job_id)
+            if job is not None and job.stopping:
+                raise _BadRequest("busy", f"job {job_id} is being stopped; retry after the stop")
+            if job is not None:
+                return {"launched": False, "already_running": True, "pid": job.proc.pid,
+                        "gpus": list(job.gpus)}
+            proc = self._spawn(job_id, gpus, total, tt, stages, start)
+            self._jobs[job_id] = _Job(job_id=job_id, proc=proc, gpus=gpus, total=total,
+                                      group=list(msg["group"]), slot=int(msg["slot"]),
+                                      start=start)
+        self.log.info("job_launched", job=job_id, pid=proc.pid, gpus=list(gpus), total=total,
+                      iteration_time=tt, start_iteration=start)
+        return {"launched": True, "already_running": False, "pid": proc.pid, "gpus": list(gpus)}
+
+    def _check_gpus(self, gpus: Any) -> tuple[int, ...]:
+        if not gpus or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            raise _BadRequest("bad_request", f"gpus must be a non-empty list of ints, got {gpus!r}")
+        if len(set(gpus)) != len(gpus):
+            raise _BadRequest("bad_request", f"gpus lists a GPU twice: {gpus!r}")
+        unknown = sorted(set(gpus) - set(self.cfg.gpus))
+        if unknown:
+            raise _BadRequest("bad_gpus", f"node {self.cfg.node} has no GPUs {unknown}")
+        return tuple(gpus)
+
+    @staticmethod
+    def _check_workload(w: dict) -> tuple[float, float, tuple[float, ...]]:
+        if w.get("kind") != "emulated":
+            raise _BadRequest("unsupported_workload", f"workload kind {w.get('kind')!r} is not supported")
+        try:
+            total, tt = float(w["iterations"]), float(w["iteration_time"])
+            stages = tuple(float(s) for s in w["stages"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise _BadRequest("bad_workload", f"workload needs iterations, iteration_time, "
+                                              f"stages: {err!r}") from None
+        if not (total > 0 and tt > 0 and len(stages) == 3 and all(s >= 0 for s in stages)):
+            raise _BadRequest("bad_workload", "need iterations > 0, iteration_time > 0 and three "
+                                              f"non-negative stage times, got {w!r}")
+        return total, tt, stages
+
+    def _spawn(self, job_id: int, gpus: tuple[int, ...], total: float, tt: float,
+               stages: tuple[float, ...], start: float) -> subprocess.Popen:
+        cfg = self.cfg
+        cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "trainer.run", "--job-id", str(job_id), "--node", cfg.node,
+               "--endpoints", cfg.endpoints_file, "--checkpoint-dir", str(cfg.checkpoint_dir),
+               "--iterations", repr(total), "--iteration-time", repr(tt),
+               "--stages", ",".join(repr(s) for s in stages), "--time-scale", repr(cfg.time_scale),
+               "--report-every", repr(cfg.report_every), "--start-iteration", repr(start),
+               "--run-dir", str(cfg.run_dir)]
+        env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)),
+                   PYTHONPATH=os.pathsep.join(p for p in (str(PROJECT_ROOT),
+                                                           os.environ.get("PYTHONPATH")) if p))
+        with open(cfg.trainer_dir / f"{job_id}.stderr", "ab") as err:
+            # own session: a Ctrl-C meant for the agent must not reach trainers unannounced;
+            # the agent stops them itself, with checkpoints
+            return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=err, env=env, cwd=str(PROJECT_ROOT),
+                                    start_new_session=True, close_fds=True)
+
+    def _stop(self, job_id: int) -> dict[str, Any]:
+        with self._lock:
+            self._collect_locked()
+            job = self._jobs.get(job_id)
+            if job is not None:
+                job.stopping = True
+        if job is None:
+            return {"iterations": checkpoint.iterations(self.cfg.checkpoint_dir, job_id),
+                    "was_running": False, "finished": False, "exit_code": None}
+        rc = self._terminate(job)
+        with self._lock:
+            self._jobs.pop(job_id, None)
+        its = self.iterations(job_id, job.start)
+        finished = rc == EXIT_FINISHED
+        if finished:  # it completed as the stop arrived: report it reliably as well
+            self.outbox.append(("job.finished", {"job_id": job_id, "node": self.cfg.node,
+                                                 "iterations": its, "ok": True}))
+        self.log.info("job_stopped", job=job_id, iterations=its, exit=rc, finished=finished)
+        return {"iterations": its, "was_running": True, "finished": finished, "exit_code": rc}
+
+    def _terminate(self, job: _Job) -> int:
+        """SIGTERM, wait (bounded), SIGKILL; returns the exit status."""
+        if job.proc.poll() is None:
+            try:
+                job.proc.terminate()
+            except ProcessLookupError:
+                pass
+        try:
+            return job.proc.wait(self.cfg.stop_timeout)
+        except subprocess.TimeoutExpired:
+            self.log.warning("trainer_kill", job=job.job_id, after_s=self.cfg.stop_timeout)
+            job.proc.kill()
+            return job.proc.wait()
+
+    # -- the main loop's side ------------------------------------------------------------------
+    def collect(self) -> None:
+        """Reap exited trainers (not being stopped) and queue what the scheduler must hear."""
+        with self._lock:
+            self._collect_locked()
+
+    def _collect_locked(self) -> None:
+        for job_id, job in list(self._jobs.items()):
+            if job.stopping:
+                continue
+            rc = job.proc.poll()
+            if rc is None:
+                continue
+            del self._jobs[job_id]
+            its = self.iterations(job_id, job.start)
+            base = {"job_id": job_id, "node": self.cfg.node, "iterations": its}
+            if rc == EXIT_FINISHED:
+                self.outbox.append(("job.finished", dict(base, ok=True)))
+            elif rc == EXIT_STOPPED:  # stopped by someone other than the scheduler
+                self.outbox.append(("job.stopped", base))
+            else:
+                detail = _describe_exit(rc)
+                tail = _tail(self.cfg.trainer_dir / f"{job_id}.stderr") if rc > 0 else ""
+                if tail:  # a Python crash ends its stderr with the exception line
+                    detail += ": " + tail.splitlines()[-1][-300:]
+                self.outbox.append(("job.finished", dict(base, ok=False, detail=detail)))
+            self.log.info("trainer_exited", job=job_id, exit=rc, iterations=its)
+
+    def running(self) -> list[dict[str, Any]]:
+        with self._lock:
+            jobs = sorted((j.job_id, j.start) for j in self._jobs.values())
+        return [{"job_id": j, "iterations": self.iterations(j, start)} for j, start in jobs]
+
+    def iterations(self, job_id: int, floor: float = 0.0) -> float:
+        """Iterations done: the checkpoint's, never less than where the launch started it
+        (a trainer stopped before its first checkpoint must not report its progress lost)."""
+        return max(checkpoint.iterations(self.cfg.checkpoint_dir, job_id), floor)
+
+    def stop_all(self) -> list[tuple[_Job, int]]:
+        """Stop every trainer (SIGTERM all first, then wait each); returns (job, exit status)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+            for job in jobs:
+                job.stopping = True
+        for job in jobs:
+            if job.proc.poll() is None:
+                try:
+                    job.proc.terminate()
+                except ProcessLookupError:
+                    pass
+        out = [(job, self._terminate(job)) for job in jobs]
+        with self._lock:
+            for job in jobs:
+                self._jobs.pop(job.job_id, None)
+        return out
+
+
+def _serve(cfg: AgentConfig, endpoints: Any, agent: Agent, stop: threading.Event,
+           log: Any) -> None:
+    """The service thread: answers requests until `stop`; refusals become error replies."""
+    from broker.client import HandlerError, Service
+
+    def handler(msg: Any) -> dict[str, Any]:
+        try:
+            return agent.handle(msg)
+        except _BadRequest as err:
+            log.warning("request_refused", type=msg.type, code=err.code, reason=err.reason)
+            raise HandlerError(err.code, err.reason) from None
+        except HandlerError:
+            raise
+        except Exception as err:  # a bug here must cost one request, not the agent
+            log.exception("request_failed", type=msg.type)
+            raise HandlerError("internal", f"{type(err).__name__}: {err}") from None
+
+    service = Service(endpoints, cfg.name, handler, heartbeat=cfg.heartbeat)
+    try:
+        service.serve(stop)
+    finally:
+        service.close()
+
+
+TRANSIENT_CODES = frozenset({"no_service"})  # the broker, not the scheduler, said no: try again
+
+
+class _Link:
+    """The main thread's conversation with the scheduler: register, heartbeat, deliver outbox.
+
+    Every call blocks at most the Requester's timeout x tries; after a failure the next try
+    waits one heartbeat interval, so a missing scheduler costs a trickle of requests, not a storm.
+    """
+
+    def __init__(self, cfg: AgentConfig, endpoints: Any, agent: Agent, log: Any):
+        from broker.client import RequestFailed, Requester, RequestTimeout
+
+        self.cfg, self.agent, self.log = cfg, agent, log
+        self._failed, self._timeout = RequestFailed, RequestTimeout
+        self.req = Requester(endpoints, cfg.name, timeout=cfg.request_timeout,
+                             retries=cfg.request_retries)
+        self.registered = False
+        self.next_heartbeat = 0.0
+        self.retry_at = 0.0
+        self._complaint: str | None = None  # last failure logged, so a long outage logs once
+
+    def _send(self, type_: str, **fields: Any) -> str:
+        """One request: "ok", "retry" (not heard, or we must register first) or "refused"."""
+        try:
+            self.req.request("scheduler", type_, **fields)
+            if self._complaint is not None:
+                self.log.info("scheduler_reachable", after=self._complaint)
+                self._complaint = None
+            return "ok"
+        except self._timeout:
+            self._complain(type_, "timeout", "no reply")
+            return "retry"
+        except MessageError as err:  # our own message breaks the schema: a bug, never retried
+            self.log.error("request_invalid", type=type_, code=err.code, reason=err.reason)
+            return "refused"
+        except self._failed as err:
+            if err.code == "unknown_agent":
+                self.registered = False
+                self.log.warning("scheduler_forgot_agent", type=type_)
+                return "retry"
+            if err.code in TRANSIENT_CODES:
+                self._complain(type_, err.code, err.reason)
+                return "retry"
+            self.log.error("request_refused", type=type_, code=err.code, reason=err.reason)
+            return "refused"
+
+    def _complain(self, type_: str, code: str, reason: str) -> None:
+        if self._complaint != code:
+            self.log.warning("scheduler_unreachable", type=type_, code=code, reason=reason)
+            self._complaint = code
+
+    def step(self) -> None:
+        now = time.monotonic()
+        if now < self.retry_at:
+            return
+        if not self.registered and not self._register():
+            self.retry_at = time.monotonic() + self.cfg.heartbeat
+            return
+        if not self.deliver():  # before the heartbeat: a job gone from `running` is reported
+            self.retry_at = time.monotonic() + self.cfg.heartbeat
+            return
+        if self.registered and now >= self.next_heartbeat:
+            self.next_heartbeat = now + self.cfg.heartbeat
+            self._send("agent.heartbeat", node=self.cfg.node, running=self.agent.running())
+
+    def _register(self) -> bool:
+        outcome = self._send("agent.register", node=self.cfg.node, gpus=list(self.cfg.gpus),
+                             cpus=self.cfg.cpus, mem=self.cfg.mem, running=self.agent.running())
+        if outcome == "ok":
+            self.registered = True
+            self.next_heartbeat = time.monotonic() + self.cfg.heartbeat
+            self.log.info("registered", gpus=list(self.cfg.gpus))
+        return self.registered
+
+    def deliver(self, once: bool = False) -> bool:
+        """Send queued messages in order; True when the outbox is empty.
+
+        A message the scheduler did not hear stays queued for the next try; with `once`
+        (shutdown) each message gets one try and is dropped either way.
+        """
+        while self.agent.outbox and (self.registered or once):
+            type_, fields = self.agent.outbox[0]
+            outcome = self._send(type_, **fields)
+            if outcome == "retry" and not once:
+                return False
+            self.agent.outbox.popleft()
+            self.log.info("delivered" if outcome == "ok" else "undelivered", type=type_,
+                          job=fields["job_id"], outcome=outcome, **{k: v for k, v in fields.items()
+                                                                     if k in ("ok", "iterations")})
+        return not self.agent.outbox
+
+
+def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
+    """Serve until `stop` is set, then stop all trainers (checkpointing) and say so."""
+    from broker.client import Endpoints
+
+    endpoints = Endpoints.load(cfg.endpoints_file)
+    agent = Agent(cfg, log)
+    svc_stop = threading.Event()
+    svc = threading.Thread(target=_serve, args=(cfg, endpoints, agent, svc_stop, log),
+                           name="agent-service", daemon=True)
+    svc.start()
+    link = _Link(cfg, endpoints, agent, log)
+    tick = min(0.05, cfg.heartbeat / 4)
+    log.info("agent_start", node=cfg.node, gpus=list(cfg.gpus), cpus=cfg.cpus, mem=cfg.mem,
+             pid=os.getpid(), time_scale=cfg.time_scale)
+    try:
+        while not stop.is_set():
+            agent.collect()
+            try:
+                link.step()
+            except Exception:  # a bug in one exchange must not take the node's trainers down
+                log.exception("link_step_failed")
+                link.retry_at = time.monotonic() + cfg.heartbeat
+            if not svc.is_alive():
+                log.error("service_thread_died")
+                return 1
+            stop.wait(tick)
+    finally:
+        svc_stop.set()  # no launches from here on; a stop in progress may finish first
+        svc.join(timeout=cfg.stop_timeout + 5.0)
+        for job, rc in agent.stop_all():
+            its = agent.iterations(job.job_id, job.start)
+            kind = "job.finished" if rc == EXIT_FINISHED else "job.stopped"
+            fields = {"job_id": job.job_id, "node": cfg.node, "iterations": its}
+            agent.outbox.append((kind, dict(fields, ok=True) if kind == "job.finished" else fields))
+        agent.collect()
+        link.deliver(once=True)
+        link.req.close()
+        log.info("agent_exit", node=cfg.node)
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
+    p = argparse.ArgumentParser(prog="python -m node_agent.agent", description=__doc__.split("\n")[0])
+    p.add_argument("--node", required=True, help="node name; the service is agent.<NODE>")
+    p.add_argument("--gpus", required=True, help="GPU indices of this node, e.g. 0,1,2,3")
+    p.add_argument("--cpus", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--mem", type=float, default=0.0, help="memory in GB")
+    p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
+    p.add_argument("--run-dir", required=True, help="logs, trainers/ and checkpoints/ go here")
+    p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--heartbeat", type=float, default=0.5, help="seconds between heartbeats")
+    p.add_argument("--report-every", type=float, default=0.2,
+                   help="trainers' wall seconds between telemetry/checkpoints")
+    p.add_argument("--stop-timeout", type=float, default=10.0,
+                   help="seconds a trainer gets to checkpoint after SIGTERM before SIGKILL")
+    p.add_argument("--log-level", default="info")
+    a = p.parse_args(argv)
+    try:
+        gpus = tuple(int(g) for g in a.gpus.split(",") if g.strip() != "")
+    except ValueError:
+        p.error(f"--gpus must be comma-separated integers, got {a.gpus!r}")
+    if not gpus or len(set(gpus)) != len(gpus):
+        p.error(f"--gpus must list distinct GPU indices, got {a.gpus!r}")
+    if not (a.time_scale > 0 and a.heartbeat > 0 and a.report_every > 0 and a.stop_timeout > 0):
+        p.error("--time-scale, --heartbeat, --report-every and --stop-timeout must be > 0")
+    cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem,
+                      endpoints_file=str(Path(a.endpoints).resolve()),
+                      run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
+                      heartbeat=a.heartbeat, report_every=a.report_every,
+                      stop_timeout=a.stop_timeout)
+    return cfg, a.log_level
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg, level = parse_args(argv)
+    import structlog
+
+    from broker.logs import configure_logging
+
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    configure_logging(f"agent-{cfg.node}", cfg.run_dir, level=level)
+    log = structlog.get_logger().bind(node=cfg.node)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return run(cfg, stop, log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
