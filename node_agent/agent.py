@@ -160,7 +160,8 @@ class Agent:
     @staticmethod
     def _check_workload(w: dict) -> tuple[float, float, tuple[float, ...]]:
         if w.get("kind") != "emulated":
-            raise _BadRequest("unsupported_workload", f"workload kind {w.get('kind')!r} is not supported")
+            raise _BadRequest("unsupported_workload",
+                              f"workload kind {w.get('kind')!r} is not supported")
         try:
             total, tt = float(w["iterations"]), float(w["iteration_time"])
             stages = tuple(float(s) for s in w["stages"])
@@ -442,7 +443,8 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
-    p = argparse.ArgumentParser(prog="python -m node_agent.agent", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m node_agent.agent",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--node", required=True, help="node name; the service is agent.<NODE>")
     p.add_argument("--gpus", required=True, help="GPU indices of this node, e.g. 0,1,2,3")
     p.add_argument("--cpus", type=int, default=os.cpu_count() or 1)

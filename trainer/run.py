@@ -39,7 +39,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--iterations", type=float, required=True, help="total iterations of the job")
     p.add_argument("--iteration-time", type=float, required=True,
-                   help="trace seconds per iteration (the group's iteration time from the scheduler)")
+                   help="trace seconds per iteration (the group's iteration time, from the "
+                        "scheduler)")
     p.add_argument("--stages", type=_floats, required=True,
                    help="data,gpu,net stage times in trace seconds (reported in timing events)")
     p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
@@ -59,7 +60,8 @@ def _floats(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip() != "")
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of numbers: {text!r}") from None
 
 
 class _Telemetry:
@@ -79,7 +81,8 @@ class _Telemetry:
         try:
             self._pub.publish("event.progress", job_id=self._job_id, iterations=float(iterations))
             self._pub.publish("event.timing", job_id=self._job_id, stages=spec.stage_map(),
-                              iteration_time=float(spec.iteration_time), iterations=float(iterations))
+                              iteration_time=float(spec.iteration_time),
+                              iterations=float(iterations))
         except Exception as err:  # telemetry is lossy by design; losing it must not stop training
             self._log.warning("publish_failed", error=repr(err))
 

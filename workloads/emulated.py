@@ -29,7 +29,8 @@ class EmulatedSpec:
         if not self.time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
         if len(self.stages) != len(STAGE_NAMES) or any(not s >= 0 for s in self.stages):
-            raise ValueError(f"stages must be {len(STAGE_NAMES)} non-negative numbers, got {self.stages}")
+            raise ValueError(f"stages must be {len(STAGE_NAMES)} non-negative numbers, "
+                             f"got {self.stages}")
 
     @property
     def wall_per_iteration(self) -> float:
