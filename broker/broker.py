@@ -376,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, help="folder for broker.log")
     parser.add_argument("--service-timeout", type=float, default=3.0,
                         help="seconds without a heartbeat before a worker counts as dead")
+    parser.add_argument("--startup-grace", type=float, default=None,
+                        help="seconds after start during which requests for unknown services "
+                             "are held for their first heartbeat (default: service timeout)")
     parser.add_argument("--max-message", type=int, default=MAX_MESSAGE_BYTES,
                         help="largest accepted frame in bytes")
     parser.add_argument("--log-level", default="info")
@@ -393,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     detail="INSECURE: no authentication or encryption on the message plane")
     try:
         broker = Broker(args.host, args.ports, service_timeout=args.service_timeout,
-                        max_message=args.max_message)
+                        max_message=args.max_message, startup_grace=args.startup_grace)
     except zmq.ZMQError as err:
         log.error("broker.bind_failed", host=args.host, ports=list(args.ports), error=str(err))
         return 1

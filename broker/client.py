@@ -36,7 +36,7 @@ class RequestTimeout(Exception):
 
 
 class HandlerError(Exception):
-    """Raised by a service handler to answer with an `error` (code for machines, reason for people)."""
+    """Raised by a handler to answer with an `error` (code for machines, reason for people)."""
 
     def __init__(self, code: str, reason: str):
         super().__init__(f"{code}: {reason}")
