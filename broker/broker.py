@@ -39,6 +39,7 @@ SENDER = "broker"
 BATCH = 256                  # router messages handled per wake-up before checking timers
 TICK_S = 0.1                 # longest wait between checks of the stop flag
 HARD_LIMIT_FACTOR = 8        # frames above max_message * this make libzmq drop the peer unread
+MAX_PARKED = 10_000          # requests held during the start-up grace; beyond, answered at once
 
 
 @dataclass
@@ -99,7 +100,9 @@ class Broker:
             self._xsub = self._bind(zmq.XSUB, host, ports[0], RCVHWM=EVENT_HWM,
                                     MAXMSGSIZE=self._max)
             self._xpub = self._bind(zmq.XPUB, host, ports[1], SNDHWM=EVENT_HWM)
-            self._router = self._bind(zmq.ROUTER, host, ports[2],
+            # MANDATORY: a send to a vanished peer fails instead of vanishing, so a worker
+            # whose connection closed is skipped at once rather than after service_timeout
+            self._router = self._bind(zmq.ROUTER, host, ports[2], ROUTER_MANDATORY=1,
                                       MAXMSGSIZE=self._max * HARD_LIMIT_FACTOR)
         except BaseException:
             self._close_sockets()
@@ -221,13 +224,21 @@ class Broker:
             return self._refuse(client, "not_request",
                                 f"{msg.type!r} is not a request type", msg.id)
         now = time.monotonic()
-        worker = self._pick(name, now)
-        if worker is not None:
-            self._send([worker, EMPTY, REQ, client, payload])
-        elif now < self._started + self._grace:
+        if self._forward(name, client, payload, now):
+            return
+        if now < self._started + self._grace and len(self._parked) < MAX_PARKED:
             self._parked.append(_Parked(self._started + self._grace, client, name, payload, msg.id))
         else:
             self._no_service(client, name, msg.id)
+
+    def _forward(self, name: str, client: bytes, payload: bytes, now: float) -> bool:
+        """Hand a request to a live worker of `name`; False when there is none."""
+        while (worker := self._pick(name, now)) is not None:
+            if self._send([worker, EMPTY, REQ, client, payload]):
+                return True
+            self._log.info("broker.worker_gone", service=name, worker=worker.hex())
+            self._forget(worker)
+        return False
 
     def _on_heartbeat(self, ident: bytes, rest: list[bytes]) -> None:
         name = service_name(rest[0]) if len(rest) == 1 else None
@@ -304,10 +315,10 @@ class Broker:
     def _release_parked(self, now: float, service: str | None = None) -> None:
         keep: list[_Parked] = []
         for parked in self._parked:
-            worker = self._pick(parked.service, now) if service in (None, parked.service) else None
-            if worker is not None:
-                self._send([worker, EMPTY, REQ, parked.client, parked.payload])
-            elif now >= parked.deadline:
+            if service in (None, parked.service) and self._forward(
+                    parked.service, parked.client, parked.payload, now):
+                continue
+            if now >= parked.deadline:
                 self._no_service(parked.client, parked.service, parked.msg_id)
             else:
                 keep.append(parked)
@@ -325,11 +336,15 @@ class Broker:
                           peer=ident.hex())
         self._send([ident, EMPTY, REP, error_payload(SENDER, self._ids, code, reason, msg_id)])
 
-    def _send(self, frames: list[bytes]) -> None:
+    def _send(self, frames: list[bytes]) -> bool:
+        """Send without blocking; False when the peer is gone or its queue is full (the
+        requester's retry covers both)."""
         try:
             self._router.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.ZMQError as err:  # peer gone or its queue full: the requester retries
-            self._log.debug("broker.send_dropped", error=str(err))
+            return True
+        except zmq.ZMQError as err:
+            self._log.debug("broker.send_dropped", error=str(err), peer=frames[0].hex())
+            return False
 
     # -- teardown -------------------------------------------------------------------------
     def close(self) -> None:

@@ -153,7 +153,7 @@ class Service:
         self._endpoints = endpoints
         self._ids = IdSource(name)
         self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
-        self._liveness = max(5 * self.heartbeat, 2.0)
+        self._liveness = max(5 * self.heartbeat, 1.0)  # silent this long: broker gone
         self._log = structlog.get_logger("broker.service").bind(service=name)
         self._sock: zmq.Socket | None = None
         self._broker_lost = False

@@ -486,3 +486,46 @@ def test_publish_rejects_non_events_and_bad_fields(broker):
         assert pub.seq == 1
     finally:
         pub.close()
+
+
+def test_service_rebuilds_its_socket_when_the_broker_goes_silent():
+    """A broker that stops answering heartbeats (hung, or gone without closing the TCP
+    connection) makes the service reconnect from scratch: a new identity, a fresh queue."""
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    ep = Endpoints("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", f"tcp://127.0.0.1:{port}")
+    seen: list[bytes] = []
+
+    def heartbeat_from():
+        assert router.poll(int(T * 1000))
+        ident, *rest = router.recv_multipart()
+        assert rest == [EMPTY, HB, b"lonely"]
+        return ident
+
+    try:
+        with service_thread(ep, "lonely", echo, heartbeat=0.1):
+            seen.append(heartbeat_from())
+            wait_until(lambda: heartbeat_from() != seen[0], T, interval=0)
+    finally:
+        router.close(0)
+
+
+def test_closed_worker_is_skipped_without_waiting_for_its_timeout():
+    with broker_thread(service_timeout=30.0, startup_grace=0.0) as b:
+        requester = Requester(b.endpoints, "tester", timeout=T, retries=0)
+        try:
+            with service_thread(b.endpoints, "short", echo):
+                wait_until(lambda: _ok(requester, "short"), T)
+            # the worker's connection is closed; no need to wait 30 s for the broker to know
+            wait_until(lambda: _no_service_now(requester, "short"), T)
+        finally:
+            requester.close()
+
+
+def _no_service_now(requester, service):
+    try:
+        requester.request(service, "status.query")
+    except RequestFailed as err:
+        return err.code == "no_service"
+    return False
