@@ -1,0 +1,828 @@
+"""The live scheduler: `python -m scheduler.service --spec n2g8 --policy muri-s --endpoints F ...`.
+
+The second driver of the scheduling core (the simulator is the first). It turns messages into
+core events and the core's plans into `job.stop` / `job.launch` requests to node agents; the
+core never learns that it runs live.
+
+Threads: the service thread answers requests (`job.submit`, `agent.*`, `job.finished`,
+`job.stopped`, `status.query`), each under `_lock`, and never talks to agents, so a slow agent
+never delays an acknowledgement. The main thread subscribes to progress events, watches agent
+liveness, runs rounds and sends the blocking requests to agents *outside* the lock, re-checking
+what changed meanwhile. Each zmq socket is used only by the thread that created it.
+
+Durability: a job is journaled (SQLite, fsynced) before its submit is acknowledged; a
+restarted scheduler rebuilds its queue from the journal and each job's checkpoint, and keeps
+the trace clock running from where the journal left it.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import structlog
+
+from node_agent import checkpoint
+from scheduler.core import Core, SchedulingError
+from scheduler.journal import Journal, record_from_map
+from scheduler.policies import POLICIES, make_policy
+from scheduler.presets import get_preset
+from scheduler.state import NodeSlice, Status
+from specs import spec_path
+from specs.spec import ClusterSpec, SpecError, load_spec
+from traces.record import JobRecord
+from traces.validate import validate
+
+SERVICE = "scheduler"
+STATUS_JOBS_LIMIT = 10_000  # a status reply lists at most this many jobs (frames are bounded)
+
+
+class Refusal(Exception):
+    """A request the scheduler will not act on; becomes HandlerError(code, reason) on the wire."""
+
+    def __init__(self, code: str, reason: str):
+        super().__init__(f"{code}: {reason}")
+        self.code, self.reason = code, reason
+
+
+class Placed(NamedTuple):
+    """Where and with whom a job runs; a change of either means stop and relaunch."""
+
+    group: tuple[int, ...]
+    tt: float
+    slices: tuple[NodeSlice, ...]
+
+    @property
+    def key(self) -> tuple:
+        return self.group, self.slices
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(s.node for s in self.slices)
+
+
+@dataclass
+class _Agent:
+    """A registered agent as the scheduler last heard from it."""
+
+    gpus: tuple[int, ...]
+    cpus: int
+    mem: float
+    last_seen: float  # monotonic wall seconds
+
+
+@dataclass
+class Options:
+    """Everything the service needs besides the broker's endpoints."""
+
+    spec: ClusterSpec
+    policy: str = "muri-s"
+    preset: str = "default"
+    run_dir: Path = Path("run")
+    time_scale: float = 1.0  # trace seconds per wall second
+    round_s: float = 1.0  # wall seconds between rounds without any event
+    agent_timeout: float = 3.0  # wall seconds without a heartbeat before an agent is dead
+    agent_request_timeout: float = 2.0  # per try, for job.stop / job.launch to an agent
+    agent_request_retries: int = 3
+    journal: Path | None = None  # default: run_dir/journal.db
+    checkpoint_dir: Path | None = None  # default: run_dir/checkpoints (where agents write)
+
+    @property
+    def journal_path(self) -> Path:
+        return self.journal or self.run_dir / "journal.db"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.checkpoint_dir or self.run_dir / "checkpoints"
+
+
+def node_name(index: int) -> str:
+    return f"n{index}"
+
+
+def stage_list(stages: Sequence[float]) -> list[float]:
+    """Three stage times (data, gpu, net) for the emulated workload; io+cpu fold into data."""
+    values = [float(s) for s in stages]
+    if len(values) == 4:
+        values = [values[0] + values[1], values[2], values[3]]
+    return values
+
+
+class SchedulerService:
+    """The live driver. `handle` is the request handler; `run` is the main loop."""
+
+    def __init__(self, endpoints: Any, options: Options, log: Any = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.endpoints = endpoints
+        self.opt = options
+        self.log = log if log is not None else structlog.get_logger(SERVICE)
+        self.clock = clock
+        self._lock = threading.RLock()
+        spec = options.spec
+        self.core = Core(spec, make_policy(options.policy, get_preset(options.preset)),
+                         get_preset(options.preset))
+        self.journal = Journal(options.journal_path)
+        self.agents: dict[str, _Agent] = {}
+        self.placed: dict[int, Placed] = {}  # what agents run, as far as we launched it
+        self.launching: dict[int, Placed] = {}  # launch requests in flight
+        self.aborted: set[int] = set()  # jobs that crashed or finished while launching
+        self.progress: dict[int, float] = {}  # iterations done, per telemetry
+        self.strays: list[tuple[int, str]] = []  # (job, node) to stop outside a plan
+        self.outbox: list[tuple[str, dict[str, Any]]] = []  # events for the main thread to publish
+        self.wake_reasons: set[str] = set()
+        self.rounds = 0
+        self.next_wakeup: float | None = None
+        self._last_round = -math.inf
+        self._wall0 = clock()
+        self._offset = self.journal.clock()
+        self._recover()
+
+    # -- time --------------------------------------------------------------------------------
+    def now(self) -> float:
+        """Trace seconds: scaled wall time since start, continuing a restarted journal."""
+        return self._offset + (self.clock() - self._wall0) * self.opt.time_scale
+
+    # -- recovery ----------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Queue the journal's unfinished jobs; nodes stay offline until their agents speak."""
+        for node in range(self.opt.spec.num_nodes):
+            self.core.set_node_online(node, False)
+        now = self.now()
+        entries = self.journal.unfinished()
+        for entry in entries:
+            record = entry.record
+            try:
+                self.core.submit(record, min(entry.submit_trace, now))
+            except SchedulingError as err:  # e.g. the spec shrank since it was accepted
+                self.log.error("job_unschedulable", job_id=record.job_id, reason=str(err))
+                continue
+            done = max(entry.iterations_done, self._checkpoint(record.job_id) or 0.0)
+            self.core.set_remaining(record.job_id, record.iterations - done)
+            if entry.state == "running":  # it was running when the scheduler died
+                self.journal.mark_stopped(record.job_id, done, now,
+                                          detail={"reason": "scheduler restart"})
+        if entries or self._offset:
+            self.log.info("recovered", jobs=len(entries), clock=now,
+                          finished=len(self.journal.finished_ids()))
+        self.wake_reasons.add("start")
+
+    def _checkpoint(self, job_id: int) -> float | None:
+        ckpt = checkpoint.read(self.opt.checkpoints, job_id)
+        return ckpt.iterations if ckpt is not None else None
+
+    def _resume_point(self, job_id: int) -> float:
+        """Iterations a requeued job will resume from: its checkpoint, or the last safe stop."""
+        entry = self.journal.get(job_id)
+        known = entry.iterations_done if entry is not None else 0.0
+        return max(known, self._checkpoint(job_id) or 0.0)
+
+    # -- requests (service thread) -----------------------------------------------------------
+    def handle(self, msg: Any) -> dict[str, Any]:
+        """Answer one request; Refusal for anything malformed or not applicable."""
+        handler = self._HANDLERS.get(msg.type)
+        if handler is None:
+            raise Refusal("unsupported", f"the scheduler does not handle {msg.type!r}")
+        with self._lock:
+            return handler(self, msg)
+
+    def _on_submit(self, msg: Any) -> dict[str, Any]:
+        record = self._parse_job(msg["job"])
+        now = self.now()
+        if not self.journal.submit(record, now):  # durable before the reply
+            return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
+        self.core.submit(record, now)
+        self.log.info("job_submitted", job_id=record.job_id, num_gpu=record.num_gpu,
+                      iterations=record.iterations, model=record.model_name, submit=now,
+                      trace_submit=record.submit_time)
+        self._emit_job(record.job_id, "submitted", {"submit": now})
+        self.wake_reasons.add("arrival")
+        return {"accepted": True, "job_id": record.job_id}
+
+    def _parse_job(self, data: Any) -> JobRecord:
+        try:
+            record = record_from_map(data)
+        except (TypeError, ValueError) as err:
+            raise Refusal("bad_job", f"not a job record: {err}") from None
+        problems = validate([record], spec=self.opt.spec)
+        if problems:
+            raise Refusal("bad_job", "; ".join(f"{p.field}: {p.message}" if p.field else p.message
+                                               for p in problems))
+        if not math.isfinite(record.iterations * record.iteration_time):
+            raise Refusal("bad_job", "iterations x iteration_time is not finite")
+        return record
+
+    def _node_index(self, name: Any) -> int:
+        if isinstance(name, str) and name.startswith("n") and name[1:].isdigit():
+            index = int(name[1:])
+            if 0 <= index < self.opt.spec.num_nodes and name == node_name(index):
+                return index
+        raise Refusal("unknown_node", f"{name!r} is not a node of this cluster "
+                                      f"(n0..n{self.opt.spec.num_nodes - 1})")
+
+    def _on_register(self, msg: Any) -> dict[str, Any]:
+        name = msg["node"]
+        index = self._node_index(name)
+        gpus = msg["gpus"]
+        if not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            raise Refusal("bad_request", f"gpus must be a list of ints, got {gpus!r}")
+        running = self._running_list(msg.get("running") or [])
+        if len(gpus) < self.opt.spec.gpus_per_node:
+            self.log.warning("agent_short_of_gpus", node=name, gpus=list(gpus),
+                             spec_gpus=self.opt.spec.gpus_per_node)
+        was = name in self.agents
+        self.agents[name] = _Agent(tuple(gpus), msg["cpus"], msg["mem"], self.clock())
+        self.core.set_node_online(index, True)
+        now = self.now()
+        reported = dict(running)
+        kept, strays, lost = [], [], []
+        for job_id, done in running:
+            where = self.placed.get(job_id) or self.launching.get(job_id)
+            if where is not None and index in where.nodes:
+                kept.append(job_id)
+                self._note_progress(job_id, done)
+            else:
+                strays.append(job_id)
+                self.strays.append((job_id, name))
+        for job_id, where in list(self.placed.items()):
+            if index in where.nodes and job_id not in reported:
+                lost.append(job_id)  # the agent restarted and no longer runs it
+                self._requeue(job_id, now, f"not running on re-registered {name}", skip=name)
+        self.log.info("agent_registered", node=name, gpus=list(gpus), cpus=msg["cpus"],
+                      mem=msg["mem"], again=was, kept=kept, strays=strays, lost=lost)
+        self.outbox.append(("event.agent", {"node": name, "state": "registered"}))
+        self.journal.log_event("agent_registered", now, node=name,
+                               detail={"gpus": list(gpus), "strays": strays, "lost": lost})
+        self.wake_reasons.add("agent")
+        return {"registered": True, "node": name, "strays": strays}
+
+    @staticmethod
+    def _running_list(items: Any) -> list[tuple[int, float]]:
+        out = []
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise Refusal("bad_request", f"running entries must be maps, got {item!r}")
+            job_id, its = item.get("job_id"), item.get("iterations", 0.0)
+            if not isinstance(job_id, int) or isinstance(job_id, bool) \
+                    or not isinstance(its, (int, float)) or isinstance(its, bool):
+                raise Refusal("bad_request", f"running entry needs int job_id and numeric "
+                                             f"iterations, got {item!r}")
+            out.append((job_id, float(its)))
+        return out
+
+    def _on_heartbeat(self, msg: Any) -> dict[str, Any]:
+        name = msg["node"]
+        index = self._node_index(name)
+        agent = self.agents.get(name)
+        if agent is None:
+            raise Refusal("unknown_agent", f"{name} is not registered (or was declared dead); "
+                                           "register again")
+        agent.last_seen = self.clock()
+        for job_id, done in self._running_list(msg.get("running") or []):
+            where = self.placed.get(job_id)
+            if where is not None and index in where.nodes:
+                self._note_progress(job_id, done)
+        return {}
+
+    def _on_finished(self, msg: Any) -> dict[str, Any]:
+        job_id, name, its = msg["job_id"], msg["node"], float(msg["iterations"])
+        index = self._node_index(name)
+        job = self.core.jobs.get(job_id)
+        if job is None:
+            raise Refusal("unknown_job", f"job {job_id} was never submitted here")
+        if job.status is Status.DONE:
+            return {"finished": True, "already": True}
+        now = self.now()
+        if msg["ok"]:
+            self._finish(job_id, now, its, name)
+            return {"finished": True, "already": False}
+        where = self.placed.get(job_id) or self.launching.get(job_id)
+        if where is None or index not in where.nodes:
+            self.log.info("stale_report", job_id=job_id, node=name, ok=False)
+            return {"finished": False, "ignored": True}
+        reason = f"trainer failed on {name}: {msg.get('detail', '')}".rstrip(": ")
+        self._requeue(job_id, now, reason, skip=name, iterations=its)
+        return {"finished": False, "requeued": True}
+
+    def _on_stopped(self, msg: Any) -> dict[str, Any]:
+        """A trainer stopped without our asking (its agent shut down): requeue the job."""
+        job_id, name = msg["job_id"], msg["node"]
+        index = self._node_index(name)
+        job = self.core.jobs.get(job_id)
+        if job is None:
+            raise Refusal("unknown_job", f"job {job_id} was never submitted here")
+        where = self.placed.get(job_id) or self.launching.get(job_id)
+        if job.status is Status.DONE or where is None or index not in where.nodes:
+            return {"ignored": True}
+        self._requeue(job_id, self.now(), f"stopped by {name}", skip=name,
+                      iterations=float(msg["iterations"]))
+        return {"requeued": True}
+
+    def _on_status(self, msg: Any) -> dict[str, Any]:
+        what = msg.get("what") or "all"
+        if what not in ("all", "summary"):
+            raise Refusal("bad_request", f"what must be 'all' or 'summary', got {what!r}")
+        return self.status(jobs=what == "all")
+
+    _HANDLERS: Mapping[str, Callable[["SchedulerService", Any], dict[str, Any]]] = MappingProxyType({
+        "job.submit": _on_submit,
+        "agent.register": _on_register,
+        "agent.heartbeat": _on_heartbeat,
+        "job.finished": _on_finished,
+        "job.stopped": _on_stopped,
+        "status.query": _on_status,
+    })
+
+    # -- state changes shared by both threads (called with _lock held) -----------------------
+    def _note_progress(self, job_id: int, done: float) -> None:
+        if done > self.progress.get(job_id, -1.0):
+            self.progress[job_id] = done
+
+    def _finish(self, job_id: int, now: float, iterations: float, node: str | None) -> None:
+        """Journal first, then the core; other ranks are stopped by the main thread."""
+        self.journal.mark_finished(job_id, now, iterations, node=node)
+        self.core.finish(job_id, now)
+        where = self.placed.pop(job_id, None) or self.launching.get(job_id)
+        if job_id in self.launching:
+            self.aborted.add(job_id)
+        for other in (where.nodes if where else ()):
+            if node_name(other) != node:
+                self.strays.append((job_id, node_name(other)))
+        self.progress.pop(job_id, None)
+        entry = self.journal.get(job_id)
+        submit, start = entry.submit_trace, entry.first_start_trace
+        self.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
+                      submit=submit, start=start, end=now, jct=now - submit,
+                      queue_delay=None if start is None else start - submit,
+                      preemptions=entry.preemptions, model=entry.record.model_name,
+                      num_gpu=entry.record.num_gpu, trace_submit=entry.record.submit_time)
+        self._emit_job(job_id, "finished", {"submit": submit, "start": start, "end": now})
+        self.wake_reasons.add("completion")
+
+    def _requeue(self, job_id: int, now: float, reason: str, skip: str | None = None,
+                 iterations: float | None = None) -> None:
+        """The job stopped outside a plan: back to the queue, resuming from its checkpoint."""
+        where = self.placed.pop(job_id, None) or self.launching.get(job_id)
+        if job_id in self.launching:
+            self.aborted.add(job_id)
+        self.core.stop(job_id, now)
+        done = self._resume_point(job_id)
+        if iterations is not None:
+            done = max(done, iterations)
+        total = self.core.jobs[job_id].record.iterations
+        self.core.set_remaining(job_id, total - done)
+        self.progress.pop(job_id, None)
+        for other in (where.nodes if where else ()):
+            if node_name(other) != skip:
+                self.strays.append((job_id, node_name(other)))
+        self.journal.mark_stopped(job_id, done, now, node=skip, detail={"reason": reason})
+        self.log.info("job_stopped", job_id=job_id, reason=reason, iterations=done, now=now,
+                      nodes=[node_name(n) for n in (where.nodes if where else ())])
+        self._emit_job(job_id, "stopped", {"reason": reason, "iterations": done})
+        self.wake_reasons.add("requeue")
+
+    def _emit_job(self, job_id: int, state: str, detail: dict[str, Any]) -> None:
+        self.outbox.append(("event.job", {"job_id": job_id, "state": state, "detail": detail}))
+
+    def declare_dead(self, name: str, reason: str) -> None:
+        """An agent is gone: its node takes no work and its jobs are requeued."""
+        with self._lock:
+            if self.agents.pop(name, None) is None:
+                return
+            index = int(name[1:])
+            self.core.set_node_online(index, False)
+            now = self.now()
+            requeued = [j for j, p in self.placed.items() if index in p.nodes]
+            for job_id in requeued:
+                self._requeue(job_id, now, f"agent {name} lost: {reason}", skip=name)
+            self.log.warning("agent_dead", node=name, reason=reason, requeued=requeued)
+            self.journal.log_event("agent_dead", now, node=name,
+                                   detail={"reason": reason, "requeued": requeued})
+            self.outbox.append(("event.agent", {"node": name, "state": "dead"}))
+            self.wake_reasons.add("agent")
+
+    # -- status --------------------------------------------------------------------------------
+    def job_state(self, job_id: int) -> str:
+        job = self.core.jobs[job_id]
+        if job.status is Status.DONE:
+            return "finished"
+        return "running" if job_id in self.placed else "pending"
+
+    def status(self, jobs: bool = True) -> dict[str, Any]:
+        """The status.query reply: counts, agents and (unless a summary) every job's state."""
+        with self._lock:
+            counts = {"pending": 0, "running": 0, "finished": 0}
+            listed = []
+            wall = self.clock()
+            for job_id, job in self.core.jobs.items():
+                state = self.job_state(job_id)
+                counts[state] += 1
+                if jobs and len(listed) < STATUS_JOBS_LIMIT:
+                    where = self.placed.get(job_id)
+                    listed.append({
+                        "job_id": job_id, "state": state,
+                        "iterations_done": job.record.iterations - job.remaining,
+                        "iterations": job.record.iterations, "num_gpu": job.num_gpu,
+                        "nodes": [node_name(n) for n in where.nodes] if where else [],
+                        "group": list(where.group) if where else [],
+                        "preemptions": job.preemptions,
+                    })
+            # finished before a restart: in the journal only
+            counts["finished"] += len(self.journal.finished_ids() - set(self.core.jobs))
+            return {
+                "now": self.now(), "policy": self.opt.policy, "rounds": self.rounds,
+                "counts": counts,
+                "agents": {name: {"online": True, "gpus": list(a.gpus),
+                                  "last_heartbeat_s": wall - a.last_seen}
+                           for name, a in sorted(self.agents.items())},
+                "offline": [node_name(n) for n in sorted(self.core.cluster.offline)],
+                **({"jobs": listed, "jobs_truncated": len(self.core.jobs) > len(listed)}
+                   if jobs else {}),
+            }
+
+    # -- the main loop -------------------------------------------------------------------------
+    def run(self, stop: threading.Event, ready: threading.Event | None = None) -> int:
+        """Serve until `stop` is set. The service thread answers requests meanwhile."""
+        from broker.client import Publisher, Requester, Subscriber
+
+        svc_stop, svc_ready = threading.Event(), threading.Event()
+        svc_error: list[BaseException] = []
+        thread = threading.Thread(target=self._serve, args=(svc_stop, svc_ready, svc_error),
+                                  name="scheduler-service", daemon=True)
+        thread.start()
+        requester = Requester(self.endpoints, SERVICE, timeout=self.opt.agent_request_timeout,
+                              retries=self.opt.agent_request_retries)
+        publisher = Publisher(self.endpoints, SERVICE)
+        # timing too, though unused: a sender's seq runs over all its events, so subscribing
+        # to progress alone would report every timing event as a gap
+        subscriber = Subscriber(self.endpoints, ["event.progress", "event.timing"])
+        self.log.info("scheduler_start", policy=self.opt.policy, preset=self.opt.preset,
+                      nodes=self.opt.spec.num_nodes, gpus=self.opt.spec.total_gpus,
+                      time_scale=self.opt.time_scale, round_s=self.opt.round_s,
+                      agent_timeout=self.opt.agent_timeout, pid=os.getpid(), clock=self.now())
+        svc_ready.wait(10.0)
+        if ready is not None:
+            ready.set()
+        try:
+            while not stop.is_set():
+                if not thread.is_alive():
+                    self.log.error("service_thread_died", error=repr(svc_error[:1]))
+                    return 1
+                self._pump(subscriber, wait=0.05)
+                self.step(requester)
+                self._publish(publisher)
+            return 0
+        finally:
+            svc_stop.set()
+            thread.join(timeout=5.0)
+            for sock in (requester, publisher, subscriber):
+                try:
+                    sock.close()
+                except Exception:  # closing is best effort on the way out
+                    pass
+            self.journal.set_clock(self.now())
+            self.log.info("scheduler_exit", rounds=self.rounds, clock=self.now())
+
+    def _serve(self, stop: threading.Event, ready: threading.Event,
+               error: list[BaseException]) -> None:
+        from broker.client import HandlerError, Service
+
+        def handler(msg: Any) -> dict[str, Any]:
+            try:
+                return self.handle(msg)
+            except Refusal as err:
+                self.log.warning("request_refused", type=msg.type, sender=msg.sender,
+                                 code=err.code, reason=err.reason)
+                raise HandlerError(err.code, err.reason) from None
+            except HandlerError:
+                raise
+            except Exception as err:  # a bug costs one request, not the scheduler
+                self.log.exception("request_failed", type=msg.type, sender=msg.sender)
+                raise HandlerError("internal", f"{type(err).__name__}: {err}") from None
+
+        try:
+            service = Service(self.endpoints, SERVICE, handler, heartbeat=0.5)
+        except BaseException as err:
+            error.append(err)
+            raise
+        ready.set()
+        try:
+            service.serve(stop)
+        except BaseException as err:
+            error.append(err)
+            raise
+        finally:
+            service.close()
+
+    def _pump(self, subscriber: Any, wait: float) -> None:
+        """Fold progress telemetry in; waits up to `wait` for the first event."""
+        msg = subscriber.recv(wait)
+        count = 0
+        while msg is not None and count < 10_000:
+            if msg.type == "event.progress":
+                with self._lock:
+                    if msg["job_id"] in self.placed:
+                        self._note_progress(msg["job_id"], float(msg["iterations"]))
+            count += 1
+            msg = subscriber.recv(0)
+
+    def _publish(self, publisher: Any) -> None:
+        with self._lock:
+            out, self.outbox = self.outbox, []
+        for type_, fields in out:
+            try:
+                publisher.publish(type_, **fields)
+            except Exception:  # telemetry is lossy by design; never fatal
+                self.log.exception("publish_failed", type=type_)
+
+    def step(self, requester: Any) -> None:
+        """One pass of the main loop: liveness, strays, and a round when one is due."""
+        wall = self.clock()
+        with self._lock:
+            dead = [name for name, a in self.agents.items()
+                    if wall - a.last_seen > self.opt.agent_timeout]
+        for name in dead:
+            self.declare_dead(name, f"no heartbeat for {self.opt.agent_timeout:g}s")
+        self._stop_strays(requester)
+        with self._lock:
+            due = bool(self.wake_reasons) or wall - self._last_round >= self.opt.round_s \
+                or (self.next_wakeup is not None and self.now() >= self.next_wakeup)
+        if due:
+            self.round(requester)
+
+    def _stop_strays(self, requester: Any) -> None:
+        with self._lock:
+            strays, self.strays = self.strays, []
+        for job_id, name in strays:
+            reply = self._agent_request(requester, name, "job.stop", job_id=job_id)
+            if reply is None:
+                continue
+            with self._lock:
+                job = self.core.jobs.get(job_id)
+                its = reply.get("iterations")
+                if job is not None and job.status is Status.PENDING \
+                        and job_id not in self.launching and isinstance(its, (int, float)):
+                    # a job the scheduler had lost track of: its stop checkpoint is the truth
+                    done = max(float(its), self._resume_point(job_id))
+                    self.core.set_remaining(job_id, job.record.iterations - done)
+                if job is not None and reply.get("finished") and job.status is not Status.DONE:
+                    self._finish(job_id, self.now(), float(its or job.record.iterations), name)
+            self.log.info("stray_stopped", job_id=job_id, node=name, iterations=its)
+
+    def _agent_request(self, requester: Any, name: str, type_: str,
+                       **fields: Any) -> dict[str, Any] | None:
+        """A request to an agent; None when it failed (a timeout also declares the agent dead)."""
+        from broker.client import RequestFailed, RequestTimeout
+
+        with self._lock:
+            if name not in self.agents:  # dead or never came: its re-registration sorts it out
+                self.log.info("agent_request_skipped", node=name, type=type_,
+                              job_id=fields.get("job_id"))
+                return None
+        try:
+            reply = requester.request(f"agent.{name}", type_, **fields)
+        except RequestTimeout:
+            self.log.warning("agent_request_timeout", node=name, type=type_,
+                             job_id=fields.get("job_id"))
+            self.declare_dead(name, f"{type_} timed out")
+            return None
+        except RequestFailed as err:
+            self.log.warning("agent_request_refused", node=name, type=type_,
+                             job_id=fields.get("job_id"), code=err.code, reason=err.reason)
+            if err.code == "no_service":  # the broker no longer knows the agent
+                self.declare_dead(name, f"{type_}: {err.reason}")
+            return None
+        return dict(reply.get("body") or {})
+
+    # -- rounds ----------------------------------------------------------------------------
+    def round(self, requester: Any) -> None:
+        """Advance the core, plan, and make the agents run the plan: stops first, then launches."""
+        with self._lock:
+            now = self.now()
+            reasons = sorted(self.wake_reasons) or ["tick"]
+            self.wake_reasons.clear()
+            done = {}
+            for job in self.core.running_jobs():
+                seen = self.progress.get(job.id)
+                if seen is not None:
+                    done[job.id] = max(seen - (job.record.iterations - job.remaining), 0.0)
+            self.core.advance(now, done)
+            started = time.perf_counter()
+            plan = self.core.round(now)
+            latency_ms = (time.perf_counter() - started) * 1000.0
+            self.rounds += 1
+            self._last_round = self.clock()
+            self.next_wakeup = plan.wakeup
+            desired = {j: Placed(g.jobs, g.tt, g.placement)
+                       for g in plan.groups for j in g.jobs}
+            stops = [(j, p) for j, p in self.placed.items()
+                     if j not in desired or desired[j].key != p.key]
+            launches = [(j, d) for j, d in desired.items()
+                        if j not in self.placed or self.placed[j].key != d.key]
+            groups = [list(g.jobs) for g in plan.groups]
+            if stops or launches or reasons != ["tick"] or self.rounds % 10 == 0:
+                self.journal.set_clock(now)  # a restart continues the trace clock from here
+            self.log.info("round", now=now, latency_ms=latency_ms, groups=groups,
+                          reasons=reasons, stops=[j for j, _ in stops],
+                          launches=[j for j, _ in launches],
+                          pending=sum(1 for j in self.core.queue if j.status is Status.PENDING))
+            self.outbox.append(("event.round", {"groups": groups, "latency_ms": latency_ms}))
+        for job_id, was in stops:
+            self._stop_job(requester, job_id, was, desired.get(job_id))
+        for job_id, want in launches:
+            self._launch_job(requester, job_id, want)
+
+    def _stop_job(self, requester: Any, job_id: int, was: Placed, now_placed: Placed | None) -> None:
+        reason = "preempted" if now_placed is None else (
+            "moved" if now_placed.slices != was.slices else "regrouped")
+        replies: list[dict[str, Any]] = []
+        for piece in was.slices:
+            reply = self._agent_request(requester, node_name(piece.node), "job.stop",
+                                        job_id=job_id)
+            if reply is not None:
+                replies.append(reply)
+        with self._lock:
+            job = self.core.jobs[job_id]
+            if self.placed.get(job_id) is not was:
+                return  # finished or requeued while we were stopping it
+            del self.placed[job_id]
+            now = self.now()
+            numbers = [float(r["iterations"]) for r in replies
+                       if isinstance(r.get("iterations"), (int, float))]
+            its = numbers[0] if numbers else self._resume_point(job_id)
+            if any(r.get("finished") for r in replies):
+                self._finish(job_id, now, its, node_name(was.slices[0].node))
+                return
+            self.core.set_remaining(job_id, job.record.iterations - its)
+            self.progress.pop(job_id, None)
+            self.journal.mark_stopped(job_id, its, now, node=node_name(was.slices[0].node),
+                                      detail={"reason": reason})
+            self.log.info("job_stopped", job_id=job_id, reason=reason, iterations=its, now=now,
+                          nodes=[node_name(n) for n in was.nodes])
+            self._emit_job(job_id, "stopped", {"reason": reason, "iterations": its})
+
+    def _launch_job(self, requester: Any, job_id: int, want: Placed) -> None:
+        with self._lock:
+            job = self.core.jobs[job_id]
+            plan_now = self.core.plan_now.running().get(job_id)
+            offline = [n for n in want.nodes if node_name(n) not in self.agents]
+            if job.status is not Status.RUNNING or plan_now is None \
+                    or (plan_now.jobs, plan_now.placement) != want.key or offline:
+                if offline and job.status is Status.RUNNING:
+                    self.core.stop(job_id, self.now())
+                    self.wake_reasons.add("launch_skipped")
+                return
+            start = float(job.record.iterations - job.remaining)
+            workload = {"kind": "emulated", "iterations": job.record.iterations,
+                        "iteration_time": want.tt, "stages": stage_list(job.profile)}
+            gpus_of = {p.node: self._gpu_ids(p) for p in want.slices}
+            self.launching[job_id] = want
+            self.aborted.discard(job_id)
+            # journaled as started when the launch goes out: a job may even finish before
+            # the launch reply is back, and its first start must be known for its JCT report
+            self.journal.mark_started(job_id, start, self.now(), node=node_name(want.nodes[0]),
+                                      detail={"nodes": [node_name(n) for n in want.nodes]})
+        launched: list[int] = []
+        failed = None
+        for piece in want.slices:
+            name = node_name(piece.node)
+            reply = self._agent_request(requester, name, "job.launch", job_id=job_id,
+                                        gpus=gpus_of[piece.node], group=list(want.group),
+                                        slot=want.group.index(job_id), workload=workload,
+                                        start_iteration=start)
+            if reply is None:
+                failed = name
+                break
+            launched.append(piece.node)
+        with self._lock:
+            self.launching.pop(job_id, None)
+            aborted = job_id in self.aborted
+            self.aborted.discard(job_id)
+            job = self.core.jobs[job_id]
+            lost = [n for n in want.nodes if node_name(n) not in self.agents]
+            if failed is None and not aborted and not lost and job.status is Status.RUNNING:
+                self.placed[job_id] = want
+                now = self.now()
+                entry = self.journal.get(job_id)
+                self.log.info("job_started", job_id=job_id,
+                              node=node_name(want.nodes[0]),
+                              nodes=[node_name(n) for n in want.nodes],
+                              gpus={node_name(n): g for n, g in gpus_of.items()},
+                              group=list(want.group), slot=want.group.index(job_id),
+                              tt=want.tt, start_iteration=start, now=now,
+                              submit=entry.submit_trace, first_start=entry.first_start_trace)
+                self._emit_job(job_id, "running", {"nodes": [node_name(n) for n in want.nodes],
+                                                   "group": list(want.group), "tt": want.tt})
+                return
+            # undo: ranks that did start must not run on
+            for node in launched:
+                self.strays.append((job_id, node_name(node)))
+            if aborted or job.status is not Status.RUNNING:  # finished or requeued meanwhile
+                self.log.info("launch_aborted", job_id=job_id, state=self.job_state(job_id))
+                return
+            now = self.now()
+            self.core.stop(job_id, now)
+            self.journal.mark_stopped(job_id, start, now, node=failed,
+                                      detail={"reason": "launch failed"})
+            # no immediate round: an agent that refuses would be asked again at once, forever;
+            # the next tick retries
+            self.log.warning("launch_failed", job_id=job_id, node=failed,
+                             lost=[node_name(n) for n in lost])
+
+    def _gpu_ids(self, piece: NodeSlice) -> list[int]:
+        """The agent's own GPU ids for the spec's GPU indices on that node."""
+        agent = self.agents.get(node_name(piece.node))
+        ids = agent.gpus if agent is not None else ()
+        return [ids[g] if g < len(ids) else g for g in piece.gpus]
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+# -- command line ----------------------------------------------------------------------------
+def _load_spec(text: str) -> ClusterSpec:
+    path = Path(text)
+    return load_spec(path if path.suffix == ".csv" or path.exists() else spec_path(text))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ClusterSpec]:
+    p = argparse.ArgumentParser(prog="python -m scheduler.service",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--spec", required=True, help="cluster spec: a CSV path or a packaged name")
+    p.add_argument("--policy", default="muri-s", choices=sorted(POLICIES))
+    p.add_argument("--preset", default="default", help="model preset (default: default)")
+    p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
+    p.add_argument("--run-dir", required=True,
+                   help="scheduler.log, journal.db; agents' checkpoints/ are read from here")
+    p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--round", type=float, default=1.0, dest="round_s",
+                   help="wall seconds between rounds when nothing happens (default 1.0)")
+    p.add_argument("--agent-timeout", type=float, default=3.0,
+                   help="wall seconds without a heartbeat before an agent is dead (default 3.0)")
+    p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="where agents write checkpoints (default RUN_DIR/checkpoints)")
+    p.add_argument("--wait-endpoints", type=float, default=30.0,
+                   help="seconds to wait for the endpoints file to appear")
+    p.add_argument("--log-level", default="info")
+    a = p.parse_args(argv)
+    if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
+        p.error("--time-scale, --round and --agent-timeout must be > 0")
+    try:
+        get_preset(a.preset)
+        spec = _load_spec(a.spec)
+    except (ValueError, SpecError) as err:
+        p.error(str(err).splitlines()[0])
+    return a, spec
+
+
+def _load_endpoints(path: str, wait: float, stop: threading.Event) -> Any:
+    """The broker's endpoints, waiting for the file when the broker is still starting."""
+    from broker.endpoints import Endpoints
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return Endpoints.load(path)
+        except (FileNotFoundError, ValueError):
+            if time.monotonic() >= deadline or stop.is_set():
+                raise
+            stop.wait(0.1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, spec = parse_args(argv)
+    from broker.logs import configure_logging
+
+    run_dir = Path(args.run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = configure_logging(SERVICE, run_dir, level=args.log_level)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        endpoints = _load_endpoints(args.endpoints, args.wait_endpoints, stop)
+    except (OSError, ValueError) as err:
+        log.error("no_endpoints", path=args.endpoints, error=str(err))
+        return 1
+    options = Options(spec=spec, policy=args.policy, preset=args.preset, run_dir=run_dir,
+                      time_scale=args.time_scale, round_s=args.round_s,
+                      agent_timeout=args.agent_timeout,
+                      journal=Path(args.journal) if args.journal else None,
+                      checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None)
+    service = SchedulerService(endpoints, options, log=log)
+    try:
+        return service.run(stop)
+    finally:
+        service.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
