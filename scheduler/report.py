@@ -1,0 +1,260 @@
+"""`interlace-report RUN_DIR`: the simulator's metrics, computed from a live run's logs.
+
+The scheduler service logs every job's life in trace seconds (`job_submitted`,
+`job_started`, `job_stopped`, `job_finished` with submit/start/end) to RUN_DIR/scheduler.log,
+so a live run can be scored exactly like a simulated one and the two compared side by side:
+same `JobOutcome`s, same `summarize`, same table and the same JSON keys as `interlace-sim`.
+`wall_s` is the live run's wall duration: from the scheduler's start to the last finish.
+
+Unreadable lines are skipped (and counted on stderr); a missing run dir, a missing log or a
+run with no finished job is one line on stderr and exit status 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from scheduler.metrics import JobOutcome, dumps, summarize, summary_dict
+from scheduler.simulator import SimResult
+
+PROG = "interlace-report"
+LOG_NAME = "scheduler.log"
+
+
+class ReportError(Exception):
+    """The run cannot be reported; the text is the one line the user sees."""
+
+
+@dataclass
+class _Job:
+    """What the logs say about one job, folded event by event."""
+
+    job_id: int
+    num_gpu: int = 0
+    model: str = ""
+    submit: float | None = None
+    start: float | None = None
+    end: float | None = None
+    preemptions: int | None = None
+    starts: int = 0
+    stops: int = 0
+
+
+@dataclass
+class LiveRun:
+    """A live run as read back from its scheduler log."""
+
+    policy: str
+    preset: str
+    outcomes: list[JobOutcome]
+    utilisation: list[tuple[float, int]]
+    total_gpus: int
+    wall_s: float
+    time_scale: float | None
+    skipped: int = 0  # unreadable lines
+    unfinished: list[int] = field(default_factory=list)
+
+    def result(self) -> SimResult:
+        """The run in the simulator's result type, so its table and plot apply unchanged."""
+        return SimResult(policy=self.policy, preset=self.preset, outcomes=self.outcomes,
+                         summary=summarize(self.outcomes, self.utilisation, self.total_gpus),
+                         utilisation=self.utilisation, wall_s=self.wall_s)
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON-lines file, and how many lines were not one."""
+    records, skipped = [], 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
+            if isinstance(record, dict) and isinstance(record.get("event"), str):
+                records.append(record)
+            else:
+                skipped += 1
+    return records, skipped
+
+
+def _wall(record: dict[str, Any]) -> float | None:
+    """The record's wall time in epoch seconds (structlog's ISO `ts`), or None."""
+    ts = record.get("ts")
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _job_id(record: dict[str, Any]) -> int | None:
+    value = record.get("job_id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _cells(record: dict[str, Any]) -> set[tuple[str, int]]:
+    """(node, gpu) pairs a started job occupies, from `gpus` = {node: [gpu, ...]}."""
+    gpus = record.get("gpus")
+    if not isinstance(gpus, dict):
+        return set()
+    return {(str(node), g) for node, ids in gpus.items() if isinstance(ids, list)
+            for g in ids if isinstance(g, int)}
+
+
+def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
+    """Fold scheduler log records, in file order, into outcomes and a GPU-busy timeline."""
+    jobs: dict[int, _Job] = {}
+    busy: dict[int, set[tuple[str, int]]] = {}  # running job -> its GPU cells
+    timeline: list[tuple[float, int]] = []
+    policy, preset, total_gpus, scale = "?", "default", 0, None
+    first_wall = last_finish_wall = None
+
+    def mark(now: float | None) -> None:
+        if now is None:
+            return
+        count = len(set().union(*busy.values())) if busy else 0
+        if timeline and timeline[-1][0] == now:
+            timeline[-1] = (now, count)
+        else:
+            timeline.append((now, count))
+
+    for record in records:
+        event, wall = record["event"], _wall(record)
+        if first_wall is None and wall is not None:
+            first_wall = wall
+        if event == "scheduler_start":
+            policy = str(record.get("policy", policy))
+            preset = str(record.get("preset", preset))
+            gpus = record.get("gpus")
+            total_gpus = gpus if isinstance(gpus, int) and gpus > 0 else total_gpus
+            scale = _num(record.get("time_scale")) or scale
+            continue
+        job_id = _job_id(record)
+        if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",
+                                           "job_finished"):
+            continue
+        job = jobs.setdefault(job_id, _Job(job_id))
+        if isinstance(record.get("num_gpu"), int):
+            job.num_gpu = record["num_gpu"]
+        if isinstance(record.get("model"), str):
+            job.model = record["model"]
+        if event == "job_submitted":
+            job.submit = _num(record.get("submit"))
+        elif event == "job_started":
+            job.starts += 1
+            job.submit = _num(record.get("submit")) if job.submit is None else job.submit
+            now = _num(record.get("now"))
+            first = _num(record.get("first_start"))
+            if job.start is None:
+                job.start = first if first is not None else now
+            busy[job_id] = _cells(record)
+            if not job.num_gpu:
+                job.num_gpu = len(busy[job_id])
+            mark(now)
+        elif event == "job_stopped":
+            job.stops += 1
+            busy.pop(job_id, None)
+            mark(_num(record.get("now")))
+        else:  # job_finished
+            job.submit = _num(record.get("submit")) if record.get("submit") is not None \
+                else job.submit
+            start = _num(record.get("start"))
+            job.start = start if start is not None else job.start
+            job.end = _num(record.get("end"))
+            if isinstance(record.get("preemptions"), int):
+                job.preemptions = record["preemptions"]
+            busy.pop(job_id, None)
+            mark(job.end)
+            if wall is not None:
+                last_finish_wall = wall
+    outcomes = [JobOutcome(j.job_id, j.num_gpu, j.model, j.submit, j.start, j.end,
+                           j.preemptions if j.preemptions is not None else j.stops, j.starts)
+                for j in sorted(jobs.values(), key=lambda j: j.job_id) if j.submit is not None]
+    if not total_gpus:
+        total_gpus = max((len(c) for c in busy.values()), default=0) or 1
+    wall_s = (last_finish_wall - first_wall) if first_wall is not None \
+        and last_finish_wall is not None else 0.0
+    return LiveRun(policy=policy, preset=preset, outcomes=outcomes, utilisation=timeline,
+                   total_gpus=total_gpus, wall_s=max(wall_s, 0.0), time_scale=scale,
+                   unfinished=[o.job_id for o in outcomes if o.end is None])
+
+
+def load_run(run_dir: Path | str) -> LiveRun:
+    """Read RUN_DIR/scheduler.log; ReportError with one clear line when it cannot be scored."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ReportError(f"{run}: no such run directory")
+    log = run / LOG_NAME
+    if not log.is_file():
+        raise ReportError(f"{run}: no {LOG_NAME} (is this a live run directory?)")
+    try:
+        records, skipped = read_records(log)
+    except OSError as err:
+        raise ReportError(f"{log}: cannot read ({err.strerror or err})") from None
+    live = fold(records)
+    live.skipped = skipped
+    if not any(o.end is not None for o in live.outcomes):
+        raise ReportError(f"{log}: no finished jobs to report"
+                          + (f" ({skipped} unreadable lines)" if skipped else ""))
+    return live
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=(
+        "Metrics of a live run (JCT average/median/p99, makespan, queueing, GPU utilisation, "
+        "preemptions; trace seconds) from its scheduler.log, as interlace-sim reports them."))
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holds scheduler.log)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object (the keys of interlace-sim --json)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the JCT CDF")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from scheduler.cli import format_table, plot_cdf
+
+    try:
+        live = load_run(args.run_dir)
+    except ReportError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 1
+    if live.skipped:
+        print(f"{PROG}: skipped {live.skipped} unreadable lines in {LOG_NAME}", file=sys.stderr)
+    result = live.result()
+    if args.json:
+        print(dumps(summary_dict(live.policy, result.summary, round(live.wall_s, 4),
+                                 preset=live.preset, source="live", time_scale=live.time_scale,
+                                 unfinished=len(live.unfinished))), flush=True)
+    else:
+        print(format_table([result]))
+        if live.unfinished:
+            print(f"({len(live.unfinished)} jobs had not finished and are not counted: "
+                  f"{', '.join(map(str, live.unfinished[:10]))}"
+                  f"{' ...' if len(live.unfinished) > 10 else ''})")
+    if args.plot:
+        try:
+            plot_cdf([result], Path(args.plot))
+        except (OSError, ValueError) as err:
+            print(f"{PROG}: cannot write {args.plot}: {err}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

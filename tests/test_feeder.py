@@ -1,0 +1,221 @@
+"""The trace feeder against a real broker and a fake `scheduler` service on loopback.
+
+The fake scheduler records each `job.submit` with its arrival time and de-duplicates by job
+id like the real one, so the tests see order, pacing and exactly-once acknowledgement. The
+feeder's pacing is what is under test, so the tests never sleep; they only wait for
+conditions with deadlines.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import structlog
+
+from broker.client import HandlerError, Requester
+from broker.endpoints import Endpoints
+from broker.testing import REPO_ROOT, broker_thread, service_thread
+from tests.helpers import job
+from traces import write_trace
+from traces.feeder import Feeder, FeedError, schedule
+
+T = 20.0  # deadline for anything that should take well under a second (loaded 2-core box)
+
+
+class FakeScheduler:
+    """A `scheduler` handler: accepts each job id once, answers status with all finished."""
+
+    def __init__(self, refuse: frozenset[int] = frozenset()):
+        self.lock = threading.Lock()
+        self.arrivals: list[tuple[int, float]] = []  # (job_id, monotonic) of first submits
+        self.submits = 0
+        self.refuse = refuse
+
+    def __call__(self, msg):
+        with self.lock:
+            if msg.type == "status.query":
+                jobs = [{"job_id": j, "state": "finished"} for j, _ in self.arrivals]
+                return {"counts": {"pending": 0, "running": 0, "finished": len(jobs)},
+                        "jobs": jobs, "jobs_truncated": False}
+            assert msg.type == "job.submit"
+            self.submits += 1
+            job_id = msg["job"]["job_id"]
+            if job_id in self.refuse:
+                raise HandlerError("bad_job", f"job {job_id} needs more GPUs than exist")
+            if any(j == job_id for j, _ in self.arrivals):
+                return {"accepted": False, "job_id": job_id, "reason": "duplicate"}
+            self.arrivals.append((job_id, time.monotonic()))
+            return {"accepted": True, "job_id": job_id}
+
+    @property
+    def order(self) -> list[int]:
+        return [j for j, _ in self.arrivals]
+
+
+@pytest.fixture
+def plane():
+    """A broker and a fake scheduler service, both on threads; yields (endpoints, fake)."""
+    fake = FakeScheduler()
+    with broker_thread(startup_grace=5.0) as broker:
+        with service_thread(broker.endpoints, "scheduler", fake, heartbeat=0.1):
+            yield broker.endpoints, fake
+
+
+def _feeder(endpoints: Endpoints, sender: str = "test-feeder", **kw) -> tuple[Feeder, Requester]:
+    requester = Requester(endpoints, sender, timeout=2.0, retries=3)
+    return Feeder(requester, structlog.get_logger("test"), **kw), requester
+
+
+def _records():
+    # submit times in trace seconds, deliberately not in file order; two share a time
+    return [job(3, submit=300.0), job(0, submit=0.0), job(1, submit=100.0),
+            job(2, submit=100.0), job(4, submit=600.0)]
+
+
+def test_schedule_orders_by_submit_time_and_scales():
+    plan = schedule(_records(), time_scale=1000.0)
+    assert [r.job_id for _, r in plan] == [0, 1, 2, 3, 4]  # ties keep the trace's order
+    assert [off for off, _ in plan] == pytest.approx([0.0, 0.1, 0.1, 0.3, 0.6])
+    assert [off for off, _ in schedule(_records(), 1000.0, speedup=True)] == [0.0] * 5
+
+
+def test_every_job_is_acked_once_in_order_at_its_scaled_time(plane):
+    endpoints, fake = plane
+    feeder, requester = _feeder(endpoints, time_scale=1000.0)
+    try:
+        start = time.monotonic()
+        result = feeder.feed(_records())
+    finally:
+        requester.close()
+    assert result.accepted == [0, 1, 2, 3, 4] and not result.duplicates and not result.refused
+    assert fake.order == [0, 1, 2, 3, 4]
+    assert fake.submits == 5  # exactly once each: no resend was needed, none was doubled
+    expected = {0: 0.0, 1: 0.1, 2: 0.1, 3: 0.3, 4: 0.6}
+    for job_id, at in fake.arrivals:
+        offset = at - start
+        assert offset >= expected[job_id] - 0.02, (job_id, offset)  # never early
+        assert offset <= expected[job_id] + 0.5, (job_id, offset)   # generous: loaded box
+
+
+def test_a_restarted_feeder_resubmits_and_the_duplicates_count_as_acked(plane):
+    endpoints, fake = plane
+    # distinct senders: a restarted feeder is a new process, so its request ids are new too
+    first, r1 = _feeder(endpoints, "feeder-1", speedup=True)
+    second, r2 = _feeder(endpoints, "feeder-2", speedup=True)
+    try:
+        assert first.feed(_records()[:3]).accepted == [0, 1, 3]
+        again = second.feed(_records())
+    finally:
+        r1.close()
+        r2.close()
+    assert again.accepted == [2, 4] and again.duplicates == [0, 1, 3]
+    assert sorted(again.acked) == [0, 1, 2, 3, 4]
+    assert fake.order == [0, 1, 3, 2, 4]  # each job reached the scheduler's queue once
+
+
+def test_a_refused_job_is_reported_and_the_rest_still_fed():
+    fake = FakeScheduler(refuse=frozenset({1}))
+    with broker_thread(startup_grace=5.0) as broker:
+        with service_thread(broker.endpoints, "scheduler", fake, heartbeat=0.1):
+            feeder, requester = _feeder(broker.endpoints, speedup=True)
+            try:
+                result = feeder.feed(_records())
+            finally:
+                requester.close()
+    assert result.accepted == [0, 2, 3, 4]
+    assert list(result.refused) == [1] and "bad_job" in result.refused[1]
+
+
+def test_wait_finished_returns_once_every_fed_job_is_finished(plane):
+    endpoints, fake = plane
+    feeder, requester = _feeder(endpoints, speedup=True)
+    try:
+        result = feeder.feed(_records())
+        counts = feeder.wait_finished(result.acked, timeout=T, poll=0.05)
+    finally:
+        requester.close()
+    assert counts["finished"] == 5
+
+
+def test_no_scheduler_behind_the_broker_is_a_feed_error_after_patience():
+    with broker_thread(startup_grace=0.0) as broker:
+        feeder, requester = _feeder(broker.endpoints, speedup=True, patience=0.3)
+        try:
+            with pytest.raises(FeedError, match="no scheduler registered"):
+                feeder.feed(_records())
+        finally:
+            requester.close()
+
+
+# -- the command line (a real process, as scripts/feed and demo-live run it) ------------------
+
+def _run(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([sys.executable, "-m", "traces.feeder", *args], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _dead_endpoints(tmp_path: Path) -> Path:
+    """An endpoints file naming loopback ports that nothing listens on."""
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    path = tmp_path / "endpoints.json"
+    Endpoints(*(f"tcp://127.0.0.1:{p}" for p in ports)).save(path)
+    return path
+
+
+def _no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+def test_cli_feeds_waits_and_logs(plane, tmp_path):
+    endpoints, fake = plane
+    trace = tmp_path / "t.csv"
+    write_trace(trace, _records())
+    ep = tmp_path / "endpoints.json"
+    endpoints.save(ep)
+    run_dir = tmp_path / "run"
+    proc = _run(str(trace), "--endpoints", str(ep), "--time-scale", "2000", "--run-dir",
+                str(run_dir), "--wait", "--wait-timeout", str(T), "--poll", "0.05")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "5/5 jobs acknowledged" in proc.stdout and "5/5 jobs finished" in proc.stdout
+    assert fake.order == [0, 1, 2, 3, 4]
+    log = (run_dir / "feeder.log").read_text()
+    assert log.count('"event": "job_fed"') == 5
+    _no_traceback(proc)
+
+
+def test_cli_unreachable_scheduler_is_one_clear_line(tmp_path):
+    proc = _run("default", "--endpoints", str(_dead_endpoints(tmp_path)),
+                "--timeout", "0.2", "--retries", "1", "--speedup")
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("interlace-feed:")]
+    assert len(lines) == 1 and "cannot reach the scheduler" in lines[0], proc.stderr
+    _no_traceback(proc)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nonexistent-trace"], "no packaged trace"),
+    (["/nonexistent/trace.csv"], "trace.csv"),
+])
+def test_cli_bad_trace_or_endpoints_is_one_clear_line(tmp_path, args, message):
+    proc = _run(*args, "--endpoints", str(_dead_endpoints(tmp_path)))
+    assert proc.returncode == 2 and message in proc.stderr
+    _no_traceback(proc)
+
+
+def test_cli_missing_endpoints_file(tmp_path):
+    proc = _run("default", "--endpoints", str(tmp_path / "nope.json"), "--wait-endpoints", "0")
+    assert proc.returncode == 1
+    assert "endpoints file" in proc.stderr and "no such file" in proc.stderr
+    _no_traceback(proc)

@@ -1,0 +1,147 @@
+"""interlace-report on hand-written scheduler logs: the expected numbers are worked out here
+from the synthetic events (not by the code under test), corrupt lines are skipped, and a
+missing or empty run is one clear line with exit status 1."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduler import report
+
+T0 = 1_700_000_000.0  # wall epoch of the scheduler's start in the synthetic run
+
+
+def _ts(wall: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(wall, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _line(event: str, wall: float, **fields) -> str:
+    return json.dumps({"component": "scheduler", **fields, "event": event, "level": "info",
+                       "ts": _ts(wall)})
+
+
+def _started(job_id, now, node, gpus, submit, first):
+    return ("job_started", dict(job_id=job_id, node=node, nodes=[node], gpus={node: gpus},
+                                group=[job_id], slot=0, now=now, submit=submit, first_start=first))
+
+
+# (event, trace-seconds fields); wall time = T0 + index (one second apart). 8 GPUs in all.
+# job 0: submit 0, start 10, end 110            JCT 110, queueing 10
+# job 1: submit 50, start 60, stopped 150, restarted 160 on other GPUs, end 250
+#                                               JCT 200, queueing 10, 1 preemption
+# job 2: submit 100, start 130, end 400         JCT 300, queueing 30
+# job 3: submit 380, never started              not counted
+EVENTS = [
+    ("scheduler_start", dict(policy="muri-s", preset="default", nodes=2, gpus=8,
+                             time_scale=100.0)),
+    ("agent_registered", dict(node="n0", gpus=[0, 1, 2, 3])),
+    ("job_submitted", dict(job_id=0, num_gpu=4, iterations=10, model="resnet18", submit=0.0)),
+    _started(0, 10.0, "n0", [0, 1, 2, 3], 0.0, 10.0),
+    ("job_submitted", dict(job_id=1, num_gpu=4, iterations=10, model="gpt2", submit=50.0)),
+    _started(1, 60.0, "n0", [0, 1, 2, 3], 50.0, 60.0),  # interleaved on job 0's GPUs
+    ("round", dict(now=60.0, groups=[[0, 1]], launches=[1], stops=[])),
+    ("job_submitted", dict(job_id=2, num_gpu=2, iterations=10, model="bert", submit=100.0)),
+    ("job_finished", dict(job_id=0, node="n0", submit=0.0, start=10.0, end=110.0, jct=110.0,
+                          preemptions=0, model="resnet18", num_gpu=4)),
+    _started(2, 130.0, "n1", [0, 1], 100.0, 130.0),
+    ("job_stopped", dict(job_id=1, reason="preempted", iterations=5, now=150.0, nodes=["n0"])),
+    _started(1, 160.0, "n1", [2, 3], 50.0, 60.0),
+    ("job_finished", dict(job_id=1, node="n1", submit=50.0, start=60.0, end=250.0, jct=200.0,
+                          preemptions=1, model="gpt2", num_gpu=4)),
+    ("job_submitted", dict(job_id=3, num_gpu=1, iterations=10, model="bert", submit=380.0)),
+    ("job_finished", dict(job_id=2, node="n1", submit=100.0, start=130.0, end=400.0, jct=300.0,
+                          preemptions=0, model="bert", num_gpu=2)),
+    ("scheduler_exit", dict(rounds=9)),
+]
+LAST_FINISH_INDEX = 14  # wall offset (s) of the last job_finished above
+
+JCTS = [110.0, 200.0, 300.0]
+# busy GPUs over trace time: 4 (10-110: jobs 0 and 1 share n0's four), 4 (110-130),
+# 6 (130-150), 2 (150-160), 4 (160-250), 2 (250-400)
+BUSY = 4 * 100 + 4 * 20 + 6 * 20 + 2 * 10 + 4 * 90 + 2 * 150
+EXPECTED = {
+    "policy": "muri-s",
+    "jobs": 3,
+    "avg_jct": sum(JCTS) / 3,
+    "p50_jct": 200.0,           # sorted[int(0.5 * 3)]
+    "p99_jct": 300.0,           # sorted[int(0.99 * 3)]
+    "makespan": 400.0,
+    "avg_queueing": (10 + 10 + 30) / 3,
+    "gpu_utilisation": BUSY / ((400.0 - 0.0) * 8),
+    "preemptions": 1,
+    "wall_s": float(LAST_FINISH_INDEX),
+}
+
+
+def write_run(run_dir: Path, extra_lines: dict[int, str] | None = None) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, (event, fields) in enumerate(EVENTS):
+        if extra_lines and i in extra_lines:
+            lines.append(extra_lines[i])
+        lines.append(_line(event, T0 + i, **fields))
+    (run_dir / "scheduler.log").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def _json(capsys, *args) -> tuple[dict, str]:
+    """The one JSON object printed, and what went to stderr."""
+    assert report.main([*args, "--json"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out.strip().splitlines()
+    assert len(out) == 1
+    return json.loads(out[0]), captured.err
+
+
+def test_metrics_match_the_hand_computed_values(tmp_path, capsys):
+    got, err = _json(capsys, str(write_run(tmp_path / "run")))
+    assert err == ""
+    for key, value in EXPECTED.items():
+        assert got[key] == pytest.approx(value), key
+    assert got["unfinished"] == 1 and got["source"] == "live" and got["time_scale"] == 100.0
+    # the interlace-sim contract: these keys, in seconds
+    assert {"policy", "jobs", "avg_jct", "p50_jct", "p99_jct", "makespan", "wall_s"} <= set(got)
+
+
+def test_corrupt_lines_are_skipped_with_a_count(tmp_path, capsys):
+    junk = {2: "not json at all", 5: '{"event": "job_started", "job_id": 1, "no', 9: "[1, 2]",
+            12: '{"no_event_field": true}'}
+    run = write_run(tmp_path / "run", junk)
+    with open(run / "scheduler.log", "a") as fh:
+        fh.write('\n{"event": "job_finished", "job_id": 9')  # a writer killed mid-line
+    got, err = _json(capsys, str(run))
+    for key, value in EXPECTED.items():
+        assert got[key] == pytest.approx(value), key
+    assert "skipped 5 unreadable lines" in err
+
+
+def test_table_and_plot(tmp_path, capsys):
+    run = write_run(tmp_path / "run")
+    png = tmp_path / "cdf.png"
+    assert report.main([str(run), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    header, row = out.splitlines()[:2]
+    assert header.split()[:2] == ["policy", "jobs"] and row.split()[:2] == ["muri-s", "3"]
+    assert f"{EXPECTED['avg_jct'] / 3600:.2f}" in row  # hours, as interlace-sim prints
+    assert "1 jobs had not finished" in out
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "missing", "no such run directory"),
+    (lambda d: d, "no scheduler.log"),
+    (lambda d: (d / "scheduler.log").write_text("garbage\n") and d, "no finished jobs"),
+    (lambda d: (d / "scheduler.log").write_text(
+        _line("job_submitted", T0, job_id=1, submit=0.0) + "\n") and d, "no finished jobs"),
+])
+def test_unusable_run_dir_is_one_line_and_exit_1(tmp_path, capsys, make, message):
+    run = make(tmp_path)
+    assert report.main([str(run)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("interlace-report: ") and message in err[0]
