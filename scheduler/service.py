@@ -42,7 +42,9 @@ from traces.record import JobRecord
 from traces.validate import validate
 
 SERVICE = "scheduler"
-STATUS_JOBS_LIMIT = 10_000  # a status reply lists at most this many jobs (frames are bounded)
+# a status reply lists at most this many jobs (~120 bytes each; frames are capped at 256 KiB)
+STATUS_JOBS_LIMIT = 1500
+_STATE_ORDER = {"running": 0, "pending": 1, "finished": 2}  # what a cut status list keeps first
 
 
 class Refusal(Exception):
@@ -140,6 +142,7 @@ class SchedulerService:
         self.wake_reasons: set[str] = set()
         self.rounds = 0
         self.next_wakeup: float | None = None
+        self.finished_before: dict[int, Any] = {}  # journal entries of jobs done before start
         self._last_round = -math.inf
         self._wall0 = clock()
         self._offset = self.journal.clock()
@@ -156,6 +159,8 @@ class SchedulerService:
         for node in range(self.opt.spec.num_nodes):
             self.core.set_node_online(node, False)
         now = self.now()
+        # jobs finished before this start: only status replies still mention them
+        self.finished_before = {e.record.job_id: e for e in self.journal.finished()}
         entries = self.journal.unfinished()
         for entry in entries:
             record = entry.record
@@ -295,10 +300,10 @@ class SchedulerService:
         job_id, name, its = msg["job_id"], msg["node"], float(msg["iterations"])
         index = self._node_index(name)
         job = self.core.jobs.get(job_id)
+        if job_id in self.finished_before or (job is not None and job.status is Status.DONE):
+            return {"finished": True, "already": True}
         if job is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
-        if job.status is Status.DONE:
-            return {"finished": True, "already": True}
         now = self.now()
         if msg["ok"]:
             self._finish(job_id, now, its, name)
@@ -316,6 +321,8 @@ class SchedulerService:
         job_id, name = msg["job_id"], msg["node"]
         index = self._node_index(name)
         job = self.core.jobs.get(job_id)
+        if job_id in self.finished_before:
+            return {"ignored": True}
         if job is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
         where = self.placed.get(job_id) or self.launching.get(job_id)
@@ -424,7 +431,7 @@ class SchedulerService:
             for job_id, job in self.core.jobs.items():
                 state = self.job_state(job_id)
                 counts[state] += 1
-                if jobs and len(listed) < STATUS_JOBS_LIMIT:
+                if jobs:
                     where = self.placed.get(job_id)
                     listed.append({
                         "job_id": job_id, "state": state,
@@ -434,8 +441,19 @@ class SchedulerService:
                         "group": list(where.group) if where else [],
                         "preemptions": job.preemptions,
                     })
-            # finished before a restart: in the journal only
-            counts["finished"] += len(self.journal.finished_ids() - set(self.core.jobs))
+            for job_id, entry in self.finished_before.items():
+                counts["finished"] += 1
+                if jobs:
+                    listed.append({
+                        "job_id": job_id, "state": "finished",
+                        "iterations_done": entry.iterations_done,
+                        "iterations": entry.record.iterations, "num_gpu": entry.record.num_gpu,
+                        "nodes": [], "group": [], "preemptions": entry.preemptions,
+                    })
+            total = len(listed)
+            if total > STATUS_JOBS_LIMIT:
+                listed.sort(key=lambda j: (_STATE_ORDER[j["state"]], j["job_id"]))
+                del listed[STATUS_JOBS_LIMIT:]
             return {
                 "now": self.now(), "policy": self.opt.policy, "rounds": self.rounds,
                 "counts": counts,
@@ -443,7 +461,7 @@ class SchedulerService:
                                   "last_heartbeat_s": wall - a.last_seen}
                            for name, a in sorted(self.agents.items())},
                 "offline": [node_name(n) for n in sorted(self.core.cluster.offline)],
-                **({"jobs": listed, "jobs_truncated": len(self.core.jobs) > len(listed)}
+                **({"jobs": listed, "jobs_truncated": total > len(listed)}
                    if jobs else {}),
             }
 
@@ -621,7 +639,10 @@ class SchedulerService:
             self._last_round = self.clock()
             self.next_wakeup = plan.wakeup
             desired = {j: Placed(g.jobs, g.tt, g.placement)
-                       for g in plan.groups for j in g.jobs}
+                       for g in plan.groups if g.placement for j in g.jobs}
+            unplaced = [list(g.jobs) for g in plan.groups if not g.placement]
+            if unplaced:  # a policy that plans GPUs without naming them: nothing to launch
+                self.log.warning("groups_without_placement", groups=unplaced)
             stops = [(j, p) for j, p in self.placed.items()
                      if j not in desired or desired[j].key != p.key]
             launches = [(j, d) for j, d in desired.items()

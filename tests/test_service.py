@@ -375,7 +375,12 @@ def test_restart_recovers_the_queue_from_the_journal(harness):
     status = h.status()
     assert status["now"] >= clock
     assert status["counts"] == {"pending": 2, "running": 0, "finished": 1}
+    assert {j["job_id"]: j["state"] for j in status["jobs"]} == {
+        1: "finished", 2: "pending", 3: "pending"}
     assert status["offline"] == ["n0", "n1"]  # until agents speak
+    late = h.client.request("scheduler", "job.finished", job_id=1, node="n0", iterations=50,
+                            ok=True)  # a report repeated after the restart
+    assert late["body"]["already"] is True
     n0 = h.agent("n0")
     launch = n0.next_launch()
     assert launch["job_id"] == 2 and launch["start_iteration"] == 20
@@ -384,3 +389,24 @@ def test_restart_recovers_the_queue_from_the_journal(harness):
 def test_stage_list_folds_four_stages():
     assert stage_list((0.1, 0.2, 0.3)) == [0.1, 0.2, 0.3]
     assert stage_list((0.1, 0.2, 0.3, 0.4)) == pytest.approx([0.3, 0.3, 0.4])
+
+
+def test_status_lists_running_jobs_first_when_cut(tmp_path, monkeypatch):
+    """No broker needed: the handler and the status body are plain methods."""
+    from broker.messages import make
+    import scheduler.service as service
+
+    monkeypatch.setattr(service, "STATUS_JOBS_LIMIT", 2)
+    svc = SchedulerService(None, Options(spec=spec(nodes=1, gpus=4), policy="fifo",
+                                         run_dir=tmp_path))
+    try:
+        for i in (1, 2, 3):
+            msg = make("job.submit", "test", f"id{i}", job=record_to_map(job(i)))
+            assert svc.handle(msg) == {"accepted": True, "job_id": i}
+        svc.placed[3] = service.Placed((3,), 0.3, ())
+        body = svc.status()
+        assert body["counts"] == {"pending": 2, "running": 1, "finished": 0}
+        assert [j["job_id"] for j in body["jobs"]] == [3, 1] and body["jobs_truncated"] is True
+        assert "jobs" not in svc.status(jobs=False)
+    finally:
+        svc.close()
