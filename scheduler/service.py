@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -338,7 +338,8 @@ class SchedulerService:
             raise Refusal("bad_request", f"what must be 'all' or 'summary', got {what!r}")
         return self.status(jobs=what == "all")
 
-    _HANDLERS: Mapping[str, Callable[["SchedulerService", Any], dict[str, Any]]] = MappingProxyType({
+    _HANDLERS: Mapping[str, Callable[["SchedulerService", Any], dict[str, Any]]]
+    _HANDLERS = MappingProxyType({
         "job.submit": _on_submit,
         "agent.register": _on_register,
         "agent.heartbeat": _on_heartbeat,
@@ -660,7 +661,8 @@ class SchedulerService:
         for job_id, want in launches:
             self._launch_job(requester, job_id, want)
 
-    def _stop_job(self, requester: Any, job_id: int, was: Placed, now_placed: Placed | None) -> None:
+    def _stop_job(self, requester: Any, job_id: int, was: Placed,
+                  now_placed: Placed | None) -> None:
         reason = "preempted" if now_placed is None else (
             "moved" if now_placed.slices != was.slices else "regrouped")
         replies: list[dict[str, Any]] = []
