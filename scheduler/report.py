@@ -143,6 +143,9 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
             gpus = record.get("gpus")
             total_gpus = gpus if isinstance(gpus, int) and gpus > 0 else total_gpus
             scale = _num(record.get("time_scale")) or scale
+            if busy:  # a restarted scheduler: what ran before its crash was stopped then
+                busy.clear()
+                mark(_num(record.get("clock")))
             continue
         job_id = _job_id(record)
         if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",

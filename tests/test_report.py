@@ -145,3 +145,23 @@ def test_unusable_run_dir_is_one_line_and_exit_1(tmp_path, capsys, make, message
     assert captured.out == ""
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("interlace-report: ") and message in err[0]
+
+
+def test_a_scheduler_restart_ends_what_ran_before_it(tmp_path, capsys):
+    # job 0 runs on 4 of 8 GPUs from 0; the scheduler restarts at trace 100 (its journal
+    # requeues the job without a job_stopped line); the job runs again from 200 to 300.
+    first, again = (_started(0, 0.0, "n0", [0, 1, 2, 3], 0.0, 0.0),
+                    _started(0, 200.0, "n1", [0, 1, 2, 3], 0.0, 0.0))
+    lines = [
+        _line("scheduler_start", T0, policy="srsf", gpus=8, clock=0.0),
+        _line("job_submitted", T0 + 1, job_id=0, num_gpu=4, submit=0.0),
+        _line(first[0], T0 + 2, **first[1]),
+        _line("scheduler_start", T0 + 10, policy="srsf", gpus=8, clock=100.0),
+        _line(again[0], T0 + 12, **again[1]),
+        _line("job_finished", T0 + 13, job_id=0, submit=0.0, start=0.0, end=300.0,
+              preemptions=1, num_gpu=4),
+    ]
+    (tmp_path / "scheduler.log").write_text("\n".join(lines) + "\n")
+    got, _ = _json(capsys, str(tmp_path))
+    assert got["policy"] == "srsf" and got["wall_s"] == pytest.approx(13.0)
+    assert got["gpu_utilisation"] == pytest.approx((4 * 100 + 4 * 100) / (300 * 8))
