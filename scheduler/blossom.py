@@ -35,13 +35,32 @@ Float rules (reproduced on purpose, they decide ties):
 
 from __future__ import annotations
 
+from itertools import compress, repeat
 from math import inf, isclose
+from operator import add, sub
 from typing import Callable
 
 #: relative tolerance of the stop test (dual of an even vertex versus the step delta)
 REL_TOL = 1e-5
 
 _ODD, _EVEN, _FREE = 1, 0, -1  # search labels (outer/inner naming avoided on purpose)
+
+# Implementation notes (speed; none of this changes a result):
+#
+# * reduced costs are computed inline as ``y[a] + y[b] - w2[a][b]`` where ``w2`` holds the
+#   original weights doubled (``w * 2.0`` is exact, so this is bit-for-bit the same float as
+#   ``y[a] + y[b] - w * 2.0``), one list per row;
+# * two invariants of the extended-edge tables are used: for an original vertex r and any
+#   index c, the stored edge at (r, c) starts at r itself (``_end_a[r*stride+c] == r``), and
+#   for an original vertex c the stored edge at (r, c) ends at c; both hold because a
+#   contraction only rewrites the row and column of the new blossom, copying from its
+#   children's row/column;
+# * ``bestc[x]`` caches the reduced cost of x's cheapest known edge (the edge stored at
+#   ``best[x]*stride + x``).  Vertex duals only change in the dual update, right after which
+#   it is recomputed for every outermost index that has a best edge (in the same pass that
+#   looks for tight edges); every other write of ``best`` writes ``bestc`` as well, and
+#   ``best[x] == 0`` always goes with ``bestc[x] == inf``, so that "no best edge yet or a
+#   cheaper one" is the single test ``c < bestc[x]`` (reduced costs are finite).
 
 
 class _DenseBlossom:
@@ -51,34 +70,42 @@ class _DenseBlossom:
         # table: original weights at r*stride+c for 0 <= r, c <= n (0 on the diagonal/row 0)
         self.n = n
         self.stride = stride
+        s = stride
         self.top = n  # highest index in use (vertices + blossom slots ever allocated)
-        self.w0 = table
-        self._end_a = [0] * (stride * stride)
-        self._end_b = [0] * (stride * stride)
+        n1 = n + 1
+        # doubled original weights, one row per vertex (rows 0..n, columns 0..n)
+        self.w2 = [[w * 2.0 for w in table[r * s:r * s + n1]] for r in range(n1)]
+        ea = [0] * (s * s)
+        eb = [0] * (s * s)
+        cols = list(range(n1))
+        for r in range(n1):
+            base = r * s
+            ea[base:base + n1] = [r] * n1
+            eb[base:base + n1] = cols
+        self._end_a = ea
+        self._end_b = eb
         self._ew = list(table)
-        ea, eb = self._end_a, self._end_b
-        for r in range(n + 1):
-            base = r * stride
-            for c in range(n + 1):
-                ea[base + c] = r
-                eb[base + c] = c
-        self.mate = [0] * stride  # original vertex matched to (the base of) an index
-        self.root = list(range(n + 1)) + [0] * (stride - n - 1)  # outermost blossom
-        self.parent = [0] * stride  # the vertex an odd index was reached from
-        self.label = [_FREE] * stride
-        self.best = [0] * stride  # vertex whose edge to this index is cheapest
-        self.seen = [0] * stride
+        self.mate = [0] * s  # original vertex matched to (the base of) an index
+        self.root = list(range(n1)) + [0] * (s - n1)  # outermost blossom
+        self.parent = [0] * s  # the vertex an odd index was reached from
+        self.label = [_FREE] * s
+        self.best = [0] * s  # vertex whose edge to this index is cheapest
+        self.bestc = [inf] * s  # reduced cost of that edge (see the notes above)
+        self.seen = [0] * s
         self.stamp = 0
-        self.y = [0.0] * stride
-        self.children: list[list[int]] = [[] for _ in range(stride)]
+        self.y = [0.0] * s
+        self.children: list[list[int]] = [[] for _ in range(s)]
         # sub[b*(n+1)+v]: the child of blossom b that contains vertex v (0 if none)
-        self.sub = [0] * (stride * (n + 1))
-        for v in range(1, n + 1):
-            self.sub[v * (n + 1) + v] = v
+        self.sub = [0] * (s * n1)
+        for v in range(1, n1):
+            self.sub[v * n1 + v] = v
         self.queue: list[int] = []
-        self.head = 0
+        # out-neighbours (edge weight > 0 from r), increasing; in-neighbours of c likewise
         self.nbrs = [
-            [c for c in range(1, n + 1) if table[r * stride + c] > 0] for r in range(n + 1)
+            [c for c in range(1, n1) if table[r * s + c] > 0] for r in range(n1)
+        ]
+        self.innbrs = [
+            [r for r in range(1, n1) if table[r * s + c] > 0] for c in range(n1)
         ]
 
     # ------------------------------------------------------------------ small helpers
@@ -87,7 +114,7 @@ class _DenseBlossom:
         a = self._end_a[k]
         b = self._end_b[k]
         y = self.y
-        return y[a] + y[b] - self.w0[a * self.stride + b] * 2.0
+        return y[a] + y[b] - self.w2[a][b]
 
     def push(self, x: int) -> None:
         """Queue the vertices of x (itself if a vertex), level by level through sub-blossoms."""
@@ -107,28 +134,45 @@ class _DenseBlossom:
             else:
                 pending.extend(children[z])
 
-    def relax(self, v: int, x: int) -> None:
-        """Remember v as x's cheapest neighbour if it beats the current one."""
-        cur = self.best[x]
-        s = self.stride
-        if cur == 0 or self.cost(v * s + x) < self.cost(cur * s + x):
-            self.best[x] = v
-
     def rescan(self, x: int) -> None:
-        """Recompute x's cheapest even neighbour from scratch."""
-        self.best[x] = 0
-        ew, root, label, s = self._ew, self.root, self.label, self.stride
-        for v in range(1, self.n + 1):
-            if ew[v * s + x] > 0 and root[v] != x and label[root[v]] == _EVEN:
-                self.relax(v, x)
+        """Recompute x's cheapest even neighbour from scratch (first of the cheapest, in
+        increasing vertex order, among vertices with a stored edge of weight > 0 into x)."""
+        root, label, y, w2 = self.root, self.label, self.y, self.w2
+        bv = 0
+        bc = inf
+        if x <= self.n:
+            yx = y[x]
+            for v in self.innbrs[x]:
+                rv = root[v]
+                if rv != x and label[rv] == _EVEN:
+                    c = y[v] + yx - w2[v][x]
+                    if c < bc:
+                        bv = v
+                        bc = c
+        else:
+            s = self.stride
+            ew, eb = self._ew, self._end_b
+            k = x
+            for v in range(1, self.n + 1):
+                k += s
+                if ew[k] > 0.0:
+                    rv = root[v]
+                    if rv != x and label[rv] == _EVEN:
+                        b = eb[k]
+                        c = y[v] + y[b] - w2[v][b]
+                        if c < bc:
+                            bv = v
+                            bc = c
+        self.best[x] = bv
+        self.bestc[x] = bc
 
     def set_root(self, x: int, b: int) -> None:
         stack = [x]
-        root, children = self.root, self.children
+        root, children, n = self.root, self.children, self.n
         while stack:
             z = stack.pop()
             root[z] = b
-            if z > self.n:
+            if z > n:
                 stack.extend(children[z])
 
     def rotate_to(self, b: int, child: int) -> int:
@@ -201,6 +245,7 @@ class _DenseBlossom:
             self.top = nb
             self.parent[nb] = 0
             self.best[nb] = 0
+            self.bestc[nb] = inf
             self.seen[nb] = 0
         self.y[nb] = 0.0
         self.label[nb] = _EVEN
@@ -219,35 +264,86 @@ class _DenseBlossom:
         self.children[nb] = cyc
         self.set_root(nb, nb)
 
-        ea, eb, ew = self._end_a, self._end_b, self._ew
+        ea, eb, ew, y, w2 = self._end_a, self._end_b, self._ew, self.y, self.w2
         top = self.top
         row = nb * s
-        for x in range(1, top + 1):
-            ew[row + x] = 0
-            ew[x * s + nb] = 0
+        end = row + top + 1
+        col_nb = slice(s + nb, top * s + nb + 1, s)  # entries (x, nb), x = 1..top
+        ew[row + 1:end] = [0.0] * top
+        ew[col_nb] = [0.0] * top
         n1 = n + 1
         sub = self.sub
         srow = nb * n1
-        for v in range(1, n1):
-            sub[srow + v] = 0
-        cost = self.cost
+        sub[srow + 1:srow + n1] = [0] * n
+        # Row nb and column nb take, for each x, the cheapest of the children's stored
+        # edges, children in cycle order, x = 1..top within a child; a child's edge replaces
+        # the current one when that has weight <= 0 or the child's is strictly cheaper.
+        # For x != nb the pass of a child reads (c, x), (x, c) and (nb, x) and writes
+        # (nb, x) and (x, nb) only; x == nb reads (c, nb) and (nb, c), which the same
+        # pass wrote at x == c when c < nb, and writes (nb, nb) twice (row, then column).
+        #
+        # First child: row nb is all weight 0, so every entry is copied; as slices, the
+        # row first and then the column, which leaves (nb, nb) = the new (nb, c0) as the
+        # one-by-one order does when c0 < nb.  When c0 > nb, the one-by-one order copies
+        # (nb, c0) into (nb, nb) before (nb, c0) itself is overwritten: restore that.
+        c0 = cyc[0]
+        crow = c0 * s
+        if c0 > nb:
+            keep_a, keep_b = ea[row + c0], eb[row + c0]
+        ea[row + 1:end] = ea[crow + 1:crow + top + 1]
+        eb[row + 1:end] = eb[crow + 1:crow + top + 1]
+        ew[row + 1:end] = ew[crow + 1:crow + top + 1]
+        col_c = slice(s + c0, top * s + c0 + 1, s)
+        ea[col_nb] = ea[col_c]
+        eb[col_nb] = eb[col_c]
+        ew[col_nb] = ew[col_c]
+        if c0 > nb:
+            ea[row + nb] = keep_a
+            eb[row + nb] = keep_b
+            ew[row + nb] = 0.0
+        # rc[x]: reduced cost of the edge now stored at (nb, x), None when not computed yet
+        # (costs are pure here: no dual changes during a contraction)
+        rc = [None] * (top + 1)
+        # later children: x < nb, x == nb, x > nb as three runs, each reading the current
+        # entries when it starts (within a run no entry it reads is written before)
+        runs = ((1, nb), (nb, nb + 1), (nb + 1, top + 1))
         for c in cyc:
+            if c == c0:
+                continue
             crow = c * s
-            for x in range(1, top + 1):
-                kb = row + x
-                kc = crow + x
-                if ew[kb] <= 0 or cost(kc) < cost(kb):
-                    ea[kb] = ea[kc]
-                    eb[kb] = eb[kc]
-                    ew[kb] = ew[kc]
+            for lo, hi in runs:
+                for x, wb, ca, cb, cw in zip(range(lo, hi), ew[row + lo:row + hi],
+                                             ea[crow + lo:crow + hi], eb[crow + lo:crow + hi],
+                                             ew[crow + lo:crow + hi]):
+                    if wb > 0.0:
+                        h = y[ca] + y[cb] - w2[ca][cb]
+                        g = rc[x]
+                        if g is None:
+                            ga = ea[row + x]
+                            gb = eb[row + x]
+                            g = y[ga] + y[gb] - w2[ga][gb]
+                        if not h < g:
+                            rc[x] = g
+                            continue
+                        rc[x] = h
+                    else:
+                        rc[x] = None
+                    kb = row + x
+                    ea[kb] = ca
+                    eb[kb] = cb
+                    ew[kb] = cw
                     kb2 = x * s + nb
                     kc2 = x * s + c
                     ea[kb2] = ea[kc2]
                     eb[kb2] = eb[kc2]
                     ew[kb2] = ew[kc2]
-            cs = c * n1
-            for v in range(1, n1):
-                if sub[cs + v]:
+            rc[nb] = None  # (nb, nb) is also written as a column entry: re-read it
+        for c in cyc:
+            if c <= n:
+                sub[srow + c] = c  # a vertex contains only itself
+            else:
+                cs = c * n1
+                for v in compress(range(1, n1), sub[cs + 1:cs + n1]):
                     sub[srow + v] = c
         self.rescan(nb)
 
@@ -259,29 +355,31 @@ class _DenseBlossom:
         entry = self.sub[b * (self.n + 1) + self._end_a[b * s + self.parent[b]]]
         pos = self.rotate_to(b, entry)
         cyc = self.children[b]
-        label, parent, best = self.label, self.parent, self.best
+        label, parent, best, bestc = self.label, self.parent, self.best, self.bestc
         for i in range(0, pos, 2):
             c, d = cyc[i], cyc[i + 1]
             parent[c] = self._end_a[d * s + c]
             label[c] = _ODD
             label[d] = _EVEN
             best[c] = 0
+            bestc[c] = inf
             self.rescan(d)
             self.push(d)
         label[entry] = _ODD
         parent[entry] = parent[b]
+        bestc[entry] = self.cost(best[entry] * s + entry) if best[entry] else inf
         for i in range(pos + 1, len(cyc)):
             c = cyc[i]
             label[c] = _FREE
             self.rescan(c)
         self.root[b] = 0
 
-    def tight_edge(self, k: int) -> bool:
-        """Grow, shrink or augment along the tight extended edge at k; True if augmented."""
-        a0 = self._end_a[k]
+    def tight_edge(self, a0: int, b0: int) -> bool:
+        """Grow, shrink or augment along a tight extended edge whose original endpoints are
+        a0 (the even side) and b0; True if augmented."""
         root = self.root
         a = root[a0]
-        b = root[self._end_b[k]]
+        b = root[b0]
         label = self.label
         if label[b] == _FREE:
             self.parent[b] = a0
@@ -289,6 +387,8 @@ class _DenseBlossom:
             m = root[self.mate[b]]
             self.best[b] = 0
             self.best[m] = 0
+            self.bestc[b] = inf
+            self.bestc[m] = inf
             label[m] = _EVEN
             self.push(m)
         elif label[b] == _EVEN:
@@ -304,98 +404,130 @@ class _DenseBlossom:
     def stage(self) -> bool:
         """Search for one augmenting path, adjusting duals; False when none helps any more."""
         n, s = self.n, self.stride
-        label, best, root, mate, parent, y = (
-            self.label, self.best, self.root, self.mate, self.parent, self.y)
-        w0 = self.w0
-        for x in range(self.top + 1):
-            label[x] = _FREE
-            best[x] = 0
+        label, best, bestc, root, mate, parent, y = (
+            self.label, self.best, self.bestc, self.root, self.mate, self.parent, self.y)
+        w2 = self.w2
+        top = self.top
+        label[:top + 1] = [_FREE] * (top + 1)
+        best[:top + 1] = [0] * (top + 1)
+        bestc[:top + 1] = [inf] * (top + 1)
         q = self.queue
         q.clear()
-        for x in range(1, self.top + 1):
+        push = self.push
+        for x in range(1, top + 1):
             if root[x] == x and mate[x] <= 0:
                 parent[x] = 0
                 label[x] = _EVEN
-                self.push(x)
+                push(x)
         if not q:
             return False
         nbrs = self.nbrs
-        cost = self.cost
-        ea, eb = self._end_a, self._end_b
+        eb = self._end_b
+        tight_edge = self.tight_edge
         while True:
             i = 0
             while i < len(q):
                 u = q[i]
                 i += 1
-                if label[root[u]] == _ODD:
+                ru = root[u]
+                if label[ru] == _ODD:
                     continue
                 yu = y[u]
+                nb = nbrs[u]
+                wu = w2[u]
                 base = u * s
-                for v in nbrs[u]:
+                for v in nb:
                     rv = root[v]
-                    if root[u] != rv:
-                        c = yu + y[v] - w0[base + v] * 2.0
-                        if c <= 0:
-                            if self.tight_edge(base + v):
-                                return True
+                    if rv == v:
+                        # a plain vertex (never u's own root: u is not its own neighbour)
+                        c = yu + y[v] - wu[v]
+                        if c > 0.0:
+                            if c < bestc[v]:
+                                best[v] = u
+                                bestc[v] = c
                             continue
-                        # keep the cheapest known edge into rv's outermost blossom (its
-                        # stored extended edge, which for a plain vertex is (u, v) itself)
-                        cur = best[rv]
-                        if cur == 0:
+                    elif rv == ru:
+                        continue
+                    elif yu + y[v] - wu[v] > 0.0:
+                        # keep the cheapest known edge into the blossom rv: its stored
+                        # extended edge, which starts at u
+                        b = eb[base + rv]
+                        c = yu + y[b] - wu[b]
+                        if c < bestc[rv]:
                             best[rv] = u
-                            continue
-                        if rv > n:
-                            k = base + rv
-                            a = ea[k]
-                            b = eb[k]
-                            c = y[a] + y[b] - w0[a * s + b] * 2.0
-                        k = cur * s + rv
-                        a = ea[k]
-                        b = eb[k]
-                        if c < y[a] + y[b] - w0[a * s + b] * 2.0:
-                            best[rv] = u
+                            bestc[rv] = c
+                        continue
+                    # tight: grow (inlined), shrink or augment
+                    lr = label[rv]
+                    if lr == _FREE:
+                        parent[rv] = u
+                        label[rv] = _ODD
+                        m = root[mate[rv]]
+                        best[rv] = 0
+                        best[m] = 0
+                        bestc[rv] = inf
+                        bestc[m] = inf
+                        label[m] = _EVEN
+                        if m <= n:
+                            q.append(m)
+                        else:
+                            push(m)
+                    elif lr == _EVEN:
+                        if tight_edge(u, v):
+                            return True
+                        ru = root[u]
             q.clear()
 
             top = self.top
             delta = inf
-            for b in range(n + 1, top + 1):
-                if root[b] == b and label[b] == _ODD:
-                    h = y[b] / 2.0
-                    if h < delta:
-                        delta = h
-            for x in range(1, top + 1):
-                if root[x] == x and best[x] != 0:
-                    if label[x] == _FREE:
-                        h = cost(best[x] * s + x)
+            x = 0
+            for rx, lx, bx in zip(root[1:top + 1], label[1:top + 1], best[1:top + 1]):
+                x += 1
+                if rx == x:
+                    if lx == _ODD:
+                        if x > n:
+                            h = y[x] / 2.0
+                            if h < delta:
+                                delta = h
+                    elif bx:
+                        h = bestc[x]
+                        if lx == _EVEN:
+                            h = h / 2.0
                         if h < delta:
                             delta = h
-                    elif label[x] == _EVEN:
-                        h = cost(best[x] * s + x) / 2.0
-                        if h < delta:
-                            delta = h
+            lim = delta * 1.001 if delta > 0.0 else inf
             for u in range(1, n + 1):
                 lu = label[root[u]]
                 if lu == _EVEN:
-                    if y[u] <= delta or isclose(y[u], delta, rel_tol=REL_TOL):
+                    yu = y[u]
+                    if yu <= lim and (yu <= delta or isclose(yu, delta, rel_tol=REL_TOL)):
                         return False
-                    y[u] -= delta
+                    y[u] = yu - delta
                 elif lu == _ODD:
                     y[u] += delta
+            d2 = delta * 2
             for b in range(n + 1, top + 1):
                 if root[b] == b:
                     if label[b] == _EVEN:
-                        y[b] += delta * 2
+                        y[b] += d2
                     elif label[b] == _ODD:
-                        y[b] -= delta * 2
-            q.clear()
+                        y[b] -= d2
             for x in range(1, top + 1):
                 bx = best[x]
-                if root[x] == x and bx != 0 and root[bx] != x and cost(bx * s + x) <= 0:
-                    if self.tight_edge(bx * s + x):
-                        return True
+                if bx != 0 and root[x] == x:
+                    wb = w2[bx]
+                    if x <= n:
+                        c = y[bx] + y[x] - wb[x]
+                        b0 = x
+                    else:
+                        b0 = eb[bx * s + x]
+                        c = y[bx] + y[b0] - wb[b0]
+                    bestc[x] = c
+                    if c <= 0.0 and root[bx] != x:
+                        if tight_edge(bx, b0):
+                            return True
             for b in range(n + 1, self.top + 1):
-                if root[b] == b and label[b] == _ODD and y[b] <= 0:
+                if root[b] == b and label[b] == _ODD and y[b] <= 0.0:
                     self.expand(b)
 
 

@@ -59,24 +59,25 @@ class ClusterState:
         self.free_total -= count
         return NodeSlice(node, taken)
 
-    def place(self, num_gpu: int,
-              prefer: tuple[NodeSlice, ...] | None = None) -> tuple[NodeSlice, ...] | None:
+    def place(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
         """Consolidated placement within one switch, or None when it does not fit.
 
-        `prefer` (where the job runs now) is taken when it is still free: moving a running
-        job costs a checkpoint and a restart. Otherwise more than a node's worth takes whole
-        idle nodes plus one node for the rest, and less takes the first node with room.
-        First fit keeps the choice predictable for operators.
+        More than a node's worth takes whole idle nodes plus one node for the rest; less takes
+        the first node with room. First fit keeps the choice predictable for operators.
         """
         if num_gpu > self.free_total:
             return None
-        if prefer and sum(len(s.gpus) for s in prefer) == num_gpu and self._keep(prefer, num_gpu):
-            return prefer
         for nodes in self._switches:
             found = self._fit(nodes, num_gpu)
             if found is not None:
                 return tuple(self._take(node, count, num_gpu) for node, count in found)
         return None
+
+    def keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
+        """Take exactly these GPUs if all are free (a running job staying put)."""
+        if sum(len(s.gpus) for s in slices) != job_gpus:
+            return False
+        return self._keep(slices, job_gpus)
 
     def _keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
         d = self.demand

@@ -55,15 +55,43 @@ def solo_group(job: Job, placement: Sequence[NodeSlice]) -> Group:
                  placement=tuple(placement))
 
 
+def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]]) -> list:
+    """Place units (#GPUs, member jobs) in the given order on an emptied cluster; returns the
+    placement of each (None where it does not fit).
+
+    With sticky placement (ctx.previous), units whose members already run somewhere keep
+    those GPUs first, so that a newcomer placed earlier in the order cannot take them and
+    force a checkpoint-and-restart; the rest are placed after, in order.
+    """
+    cluster = ctx.cluster
+    cluster.reset()
+    result: list = [None] * len(units)
+    if ctx.previous:
+        for i, (gpus, members) in enumerate(units):
+            for job in members:
+                where = ctx.where(job)
+                if where is not None and cluster.keep(where, gpus):
+                    result[i] = where
+                    break
+    for i, (gpus, members) in enumerate(units):
+        if result[i] is None:
+            result[i] = cluster.place(gpus)
+    return result
+
+
 def place_in_order(ctx: RoundContext, order: Sequence[Job]) -> list[Group]:
-    """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits."""
-    ctx.cluster.reset()
-    groups = []
-    for job in order:
-        slices = ctx.cluster.place(job.num_gpu, ctx.where(job))
-        if slices is not None:
-            groups.append(solo_group(job, slices))
-    return groups
+    """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits.
+
+    With sticky placement, which jobs run is still decided greedily in priority order (on an
+    empty cluster); where they run then prefers where they already are.
+    """
+    cluster = ctx.cluster
+    if ctx.previous:
+        cluster.reset()
+        order = [job for job in order if cluster.can_place(job.num_gpu)]
+    placements = place_units(ctx, [(job.num_gpu, (job,)) for job in order])
+    return [solo_group(job, slices) for job, slices in zip(order, placements)
+            if slices is not None]
 
 
 def is_running(job: Job) -> bool:

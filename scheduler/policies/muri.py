@@ -11,7 +11,7 @@ from typing import Callable
 
 from scheduler import interleave
 from scheduler.matching import max_weight_pairs
-from scheduler.policies.base import Policy, RoundContext
+from scheduler.policies.base import Policy, RoundContext, place_units
 from scheduler.state import Group, Job, Plan
 
 Packing = list  # the jobs of one prospective group, in matching order
@@ -219,6 +219,15 @@ class Muri(Policy):
         member in that order lands; a group that does not fit waits."""
         home = {j.id: group for groups in packings.values() for group in groups for j in group}
         ctx.queue.sort(key=lambda j: j.num_gpu, reverse=True)
+        if ctx.previous:
+            units, seen = [], set()
+            for job in ctx.queue:
+                group = home.get(job.id)
+                if group is not None and id(group) not in seen:
+                    seen.add(id(group))
+                    units.append(group)
+            placements = place_units(ctx, [(g[0].num_gpu, g) for g in units])
+            return [self._as_group(g, s) for g, s in zip(units, placements) if s is not None]
         cluster = ctx.cluster
         cluster.reset()
         placed: set[int] = set()
@@ -227,7 +236,7 @@ class Muri(Policy):
             group = home.get(job.id)
             if group is None or id(group) in placed:
                 continue
-            slices = cluster.place(job.num_gpu, ctx.where(job))
+            slices = cluster.place(job.num_gpu)
             if slices is None:
                 continue
             placed.add(id(group))

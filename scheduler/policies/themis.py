@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from scheduler.policies.base import Policy, RoundContext, solo_group
+from scheduler.policies.base import Policy, RoundContext, place_units, solo_group
 from scheduler.state import Job, Plan
 
 
@@ -102,11 +102,6 @@ class Themis(Policy):
         cluster.reset()
         chosen = {id(j) for j in queue if cluster.can_place(j.num_gpu)}
         queue.sort(key=lambda j: j.num_gpu, reverse=True)
-        cluster.reset()
-        groups = []
-        for job in queue:
-            if id(job) in chosen:
-                slices = cluster.place(job.num_gpu, ctx.where(job))
-                if slices is not None:
-                    groups.append(solo_group(job, slices))
-        return Plan(tuple(groups))
+        picked = [job for job in queue if id(job) in chosen]
+        placements = place_units(ctx, [(job.num_gpu, (job,)) for job in picked])
+        return Plan(tuple(solo_group(job, s) for job, s in zip(picked, placements) if s is not None))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from scheduler.policies.base import Policy, RoundContext, solo_group
+from scheduler.policies.base import Policy, RoundContext, place_units, solo_group
 from scheduler.state import Job, Plan, Status
 
 
@@ -69,11 +69,9 @@ class Tiresias(Policy):
         for queue in self.queues:
             queue[:] = ([j for j in queue if id(j) in running]
                         + [j for j in queue if id(j) not in running])
-        ctx.cluster.reset()
-        groups = []
-        for job in sorted(chosen, key=lambda j: -j.num_gpu):
-            slices = ctx.cluster.place(job.num_gpu, ctx.where(job))
-            groups.append(solo_group(job, slices if slices is not None else ()))
+        chosen.sort(key=lambda j: -j.num_gpu)
+        placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
+        groups = [solo_group(job, s if s is not None else ()) for job, s in zip(chosen, placements)]
         return Plan(tuple(groups), wakeup=self._next_demotion(chosen, ctx.now))
 
     def _next_demotion(self, chosen: list[Job], now: float) -> float | None:
