@@ -232,12 +232,18 @@ class Broker:
             self._no_service(client, name, msg.id)
 
     def _forward(self, name: str, client: bytes, payload: bytes, now: float) -> bool:
-        """Hand a request to a live worker of `name`; False when there is none."""
-        while (worker := self._pick(name, now)) is not None:
-            if self._send([worker, EMPTY, REQ, client, payload]):
+        """Hand a request to a live worker of `name`; False when none takes it."""
+        for _ in range(len(self._services.get(name, ()))):
+            worker = self._pick(name, now)
+            if worker is None:
+                break
+            error = self._send([worker, EMPTY, REQ, client, payload])
+            if error is None:
                 return True
-            self._log.info("broker.worker_gone", service=name, worker=worker.hex())
-            self._forget(worker)
+            if error == zmq.EHOSTUNREACH:  # its connection closed: it is gone
+                self._log.info("broker.worker_gone", service=name, worker=worker.hex())
+                self._forget(worker)
+            # else its queue is full: try the next worker, keep this one
         return False
 
     def _on_heartbeat(self, ident: bytes, rest: list[bytes]) -> None:
@@ -336,15 +342,15 @@ class Broker:
                           peer=ident.hex())
         self._send([ident, EMPTY, REP, error_payload(SENDER, self._ids, code, reason, msg_id)])
 
-    def _send(self, frames: list[bytes]) -> bool:
-        """Send without blocking; False when the peer is gone or its queue is full (the
-        requester's retry covers both)."""
+    def _send(self, frames: list[bytes]) -> int | None:
+        """Send without blocking; the errno when the peer is gone (EHOSTUNREACH) or its queue
+        is full (EAGAIN), both covered by the requester's retry; None when sent."""
         try:
             self._router.send_multipart(frames, zmq.NOBLOCK)
-            return True
+            return None
         except zmq.ZMQError as err:
             self._log.debug("broker.send_dropped", error=str(err), peer=frames[0].hex())
-            return False
+            return err.errno
 
     # -- teardown -------------------------------------------------------------------------
     def close(self) -> None:
