@@ -66,15 +66,18 @@ _ODD, _EVEN, _FREE = 1, 0, -1  # search labels (outer/inner naming avoided on pu
 class _DenseBlossom:
     """One solve of the dense primal-dual blossom algorithm on a 1-based weight table."""
 
-    def __init__(self, n: int, table: list[float], stride: int):
-        # table: original weights at r*stride+c for 0 <= r, c <= n (0 on the diagonal/row 0)
+    def __init__(self, n: int, table: list[float], stride: int, w2: list[list[float]],
+                 nbrs: list[list[int]], innbrs: list[list[int]]):
+        # table: original weights at r*stride+c for 0 <= r, c <= n (0 on the diagonal/row 0);
+        # w2[r][c]: the same doubled; nbrs[r]: the c with table[r*stride+c] > 0, increasing;
+        # innbrs[c]: the r with table[r*stride+c] > 0, increasing
         self.n = n
         self.stride = stride
         s = stride
         self.top = n  # highest index in use (vertices + blossom slots ever allocated)
         n1 = n + 1
         # doubled original weights, one row per vertex (rows 0..n, columns 0..n)
-        self.w2 = [[w * 2.0 for w in table[r * s:r * s + n1]] for r in range(n1)]
+        self.w2 = w2
         ea = [0] * (s * s)
         eb = [0] * (s * s)
         cols = list(range(n1))
@@ -100,13 +103,8 @@ class _DenseBlossom:
         for v in range(1, n1):
             self.sub[v * n1 + v] = v
         self.queue: list[int] = []
-        # out-neighbours (edge weight > 0 from r), increasing; in-neighbours of c likewise
-        self.nbrs = [
-            [c for c in range(1, n1) if table[r * s + c] > 0] for r in range(n1)
-        ]
-        self.innbrs = [
-            [r for r in range(1, n1) if table[r * s + c] > 0] for c in range(n1)
-        ]
+        self.nbrs = nbrs
+        self.innbrs = innbrs
 
     # ------------------------------------------------------------------ small helpers
     def cost(self, k: int) -> float:
@@ -548,21 +546,32 @@ def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int
         raise ValueError(f"node count must be >= 0, got {n}")
     stride = n + n // 2 + 2
     table = [0.0] * (stride * stride)
+    n1 = n + 1
+    w2 = [[0.0] * n1 for _ in range(n1)]
+    nbrs: list[list[int]] = [[] for _ in range(n1)]
+    innbrs: list[list[int]] = [[] for _ in range(n1)]
     w_max = 0.0
     for i in range(n):
-        ri = (i + 1) * stride + 1
+        r = i + 1
+        ri = r * stride
+        w2r = w2[r]
+        out = nbrs[r]
         for j in range(n):
             if j == i:
                 continue
             w = weight(i, j)
             if w > 0:
                 w = float(w)
-                table[ri + j] = w
+                c = j + 1
+                table[ri + c] = w
+                w2r[c] = w * 2.0
+                out.append(c)
+                innbrs[c].append(r)
                 if w > w_max:
                     w_max = w
     if w_max <= 0:
         return []
-    solver = _DenseBlossom(n, table, stride)
+    solver = _DenseBlossom(n, table, stride, w2, nbrs, innbrs)
     y = solver.y
     for v in range(n + 1):
         y[v] = w_max
