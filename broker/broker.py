@@ -71,7 +71,7 @@ class Broker:
     """Binds the three sockets at construction (so `endpoints` is known), serves in `run`."""
 
     def __init__(self, host: str = "127.0.0.1", ports: Sequence[int] = (0, 0, 0), *,
-                 service_timeout: float = 3.0, max_message: int = MAX_MESSAGE_BYTES,
+                 service_timeout: float = 10.0, max_message: int = MAX_MESSAGE_BYTES,
                  startup_grace: float | None = None):
         if len(ports) != 3:
             raise ValueError("ports: need three (events_in, events_out, requests)")
@@ -395,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write the bound endpoints here as JSON (atomically) "
                              "(default RUN_DIR/endpoints.json when --run-dir is given)")
     parser.add_argument("--run-dir", type=Path, help="folder for broker.log")
-    parser.add_argument("--service-timeout", type=float, default=3.0,
+    parser.add_argument("--service-timeout", type=float, default=10.0,
                         help="seconds without a heartbeat before a worker counts as dead")
     parser.add_argument("--startup-grace", type=float, default=None,
                         help="seconds after start during which requests for unknown services "

@@ -48,6 +48,9 @@ class Preset:
     auto_unpack: bool = True
     normalize_profiles: bool = True  # scale stage times to sum to the solo iteration time
     sticky_placement: bool = True  # a running job keeps its GPUs when they are still free
+    # A group that runs now counts this much more efficient when matching, so near-ties do
+    # not regroup jobs (each regroup costs checkpoints and restarts) round after round.
+    regroup_hysteresis: float = 0.1
     # Which maximum-weight matching: any exact one will do, but among equal-weight matchings
     # the artifact's own blossom implementation picks particular ones ("blossom" replays it).
     matching_backend: str = "auto"
@@ -77,6 +80,7 @@ PAPER = Preset(
     auto_unpack=False,
     normalize_profiles=False,
     sticky_placement=False,
+    regroup_hysteresis=0.0,
     matching_backend="blossom",
 )
 

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,9 +91,9 @@ class Options:
     preset: str = "default"
     run_dir: Path = Path("run")
     time_scale: float = 1.0  # trace seconds per wall second
-    round_s: float = 1.0  # wall seconds between rounds without any event
-    agent_timeout: float = 3.0  # wall seconds without a heartbeat before an agent is dead
-    agent_request_timeout: float = 2.0  # per try, for job.stop / job.launch to an agent
+    round_s: float = 5.0  # wall seconds between rounds without any event (a safety net)
+    agent_timeout: float = 10.0  # wall seconds without a heartbeat before an agent is dead
+    agent_request_timeout: float = 5.0  # per try, for job.stop / job.launch to an agent
     agent_request_retries: int = 3
     journal: Path | None = None  # default: run_dir/journal.db
     checkpoint_dir: Path | None = None  # default: run_dir/checkpoints (where agents write)
@@ -128,6 +129,9 @@ class SchedulerService:
         self.log = log if log is not None else structlog.get_logger(SERVICE)
         self.clock = clock
         self._lock = threading.RLock()
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="scheduler-agents")
+        self._pool_requesters: list[Any] = []
         spec = options.spec
         self.core = Core(spec, make_policy(options.policy, get_preset(options.preset)),
                          get_preset(options.preset))
@@ -501,7 +505,8 @@ class SchedulerService:
         finally:
             svc_stop.set()
             thread.join(timeout=5.0)
-            for sock in (requester, publisher, subscriber):
+            self._pool.shutdown(wait=True)
+            for sock in (requester, publisher, subscriber, *self._pool_requesters):
                 try:
                     sock.close()
                 except Exception:  # closing is best effort on the way out
@@ -656,10 +661,40 @@ class SchedulerService:
                           launches=[j for j, _ in launches],
                           pending=sum(1 for j in self.core.queue if j.status is Status.PENDING))
             self.outbox.append(("event.round", {"groups": groups, "latency_ms": latency_ms}))
-        for job_id, was in stops:
-            self._stop_job(requester, job_id, was, desired.get(job_id))
-        for job_id, want in launches:
-            self._launch_job(requester, job_id, want)
+        # Stops first (a job's GPUs are free only once it checkpointed), then launches; each
+        # batch runs concurrently, one requester per worker thread, since every stop or
+        # launch waits on a process and a round may move many jobs at once.
+        self._concurrently(requester, [
+            (self._stop_job, job_id, was, desired.get(job_id)) for job_id, was in stops])
+        self._concurrently(requester, [
+            (self._launch_job, job_id, want) for job_id, want in launches])
+
+    def _concurrently(self, requester: Any, calls: list[tuple]) -> None:
+        if len(calls) <= 1:
+            for fn, *args in calls:
+                fn(requester, *args)
+            return
+        def work(call: tuple) -> None:
+            fn, *args = call
+            fn(self._thread_requester(), *args)
+
+        for future in [self._pool.submit(work, call) for call in calls]:
+            future.result()
+
+    def _thread_requester(self) -> Any:
+        """One Requester per worker thread (a socket is not to be shared across threads);
+        kept for the thread's life and closed with the scheduler."""
+        from broker.client import Requester
+
+        requester = getattr(self._local, "requester", None)
+        if requester is None:
+            requester = Requester(self.endpoints, f"{SERVICE}.{threading.get_ident()}",
+                                  timeout=self.opt.agent_request_timeout,
+                                  retries=self.opt.agent_request_retries)
+            self._local.requester = requester
+            with self._lock:
+                self._pool_requesters.append(requester)
+        return requester
 
     def _stop_job(self, requester: Any, job_id: int, was: Placed,
                   now_placed: Placed | None) -> None:
@@ -785,10 +820,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--run-dir", required=True,
                    help="scheduler.log, journal.db; agents' checkpoints/ are read from here")
     p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
-    p.add_argument("--round", type=float, default=1.0, dest="round_s",
-                   help="wall seconds between rounds when nothing happens (default 1.0)")
-    p.add_argument("--agent-timeout", type=float, default=3.0,
-                   help="wall seconds without a heartbeat before an agent is dead (default 3.0)")
+    p.add_argument("--round", type=float, default=5.0, dest="round_s",
+                   help="wall seconds between rounds when nothing happens (default 5.0); "
+                        "arrivals, completions and agent changes start a round at once")
+    p.add_argument("--agent-timeout", type=float, default=10.0,
+                   help="wall seconds without a heartbeat before an agent is dead (default 10)")
     p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
     p.add_argument("--checkpoint-dir", default=None,
                    help="where agents write checkpoints (default RUN_DIR/checkpoints)")

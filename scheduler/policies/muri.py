@@ -161,12 +161,16 @@ class Muri(Policy):
         # The same candidates in the same order often meet again in the next round (an event
         # that changed nothing here); the matching is a function of them, so remember it.
         key = tuple(tuple(j.id for j in node) for node in nodes)
+        if self.preset.regroup_hysteresis:
+            key += tuple(j.group_key for node in nodes for j in node)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
         k = self.k
+        bonus = 1.0 + self.preset.regroup_hysteresis
         weight: Callable[[int, int], float] = lambda i, j: (
-            self.weight(nodes[i], nodes[j]) if len(nodes[i]) + len(nodes[j]) <= k else 0.0)
+            0.0 if len(nodes[i]) + len(nodes[j]) > k
+            else self.weight(nodes[i], nodes[j]) * (bonus if _together(nodes[i], nodes[j]) else 1.0))
         partner = {}
         for i, j in max_weight_pairs(n, weight, backend=self.backend):
             partner[i], partner[j] = j, i
@@ -251,3 +255,9 @@ class Muri(Policy):
         return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
                      tt=tt, placement=tuple(slices),
                      empty_slot=None in order)
+
+
+def _together(a: Packing, b: Packing) -> bool:
+    """Whether every member of a and b runs in one group now."""
+    key = a[0].group_key
+    return bool(key) and all(j.group_key == key for j in a) and all(j.group_key == key for j in b)

@@ -1,0 +1,154 @@
+"""A whole live system on loopback for tests: broker, scheduler, agents and feeder as real
+processes, each of which can be killed and restarted. Waits are on observable state (the
+scheduler's status, files appearing), each with a deadline."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.client import RequestFailed, Requester, RequestTimeout
+from broker.endpoints import Endpoints
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)  # polling an external process's state, not synchronisation by sleep
+
+
+@dataclass
+class LiveCluster:
+    run_dir: Path
+    spec: str
+    nodes: int
+    gpus_per_node: int
+    policy: str = "muri-s"
+    time_scale: float = 100.0
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    broker_ports: tuple[int, int, int] | None = None
+
+    @property
+    def endpoints_file(self) -> Path:
+        return self.run_dir / "endpoints.json"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.run_dir / f"{name}.stderr", "ab")
+        proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    # -- components ------------------------------------------------------------------------
+    def start_broker(self) -> None:
+        ports = ",".join(map(str, self.broker_ports)) if self.broker_ports else "0,0,0"
+        if self.endpoints_file.exists() and self.broker_ports is None:
+            self.endpoints_file.unlink()
+        self._spawn("broker", ["-m", "broker.broker", "--ports", ports, "--endpoints-file",
+                               str(self.endpoints_file), "--run-dir", str(self.run_dir)])
+        wait_for(self.endpoints_file.exists, 30, "the broker's endpoints file")
+        if self.broker_ports is None:
+            ep = Endpoints.load(self.endpoints_file)
+            self.broker_ports = tuple(int(a.rsplit(":", 1)[1])
+                                      for a in (ep.events_in, ep.events_out, ep.requests))
+
+    def start_scheduler(self) -> None:
+        self._spawn("scheduler", ["-m", "scheduler.service", "--spec", self.spec, "--policy",
+                                  self.policy, "--endpoints", str(self.endpoints_file),
+                                  "--run-dir", str(self.run_dir), "--time-scale",
+                                  str(self.time_scale), "--round", "5", "--agent-timeout", "6"])
+
+    def start_agent(self, i: int) -> None:
+        gpus = ",".join(str(g) for g in range(self.gpus_per_node))
+        self._spawn(f"agent-n{i}", ["-m", "node_agent.agent", "--node", f"n{i}", "--gpus", gpus,
+                                    "--cpus", "32", "--mem", "128", "--endpoints",
+                                    str(self.endpoints_file), "--run-dir", str(self.run_dir),
+                                    "--time-scale", str(self.time_scale)])
+
+    def start(self) -> "LiveCluster":
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.start_broker()
+        self.start_scheduler()
+        for i in range(self.nodes):
+            self.start_agent(i)
+        wait_for(lambda: self._online() == self.nodes, 60, "every agent to register")
+        return self
+
+    def feed(self, trace: Path) -> subprocess.Popen:
+        return self._spawn("feeder", ["-m", "traces.feeder", str(trace), "--endpoints",
+                                      str(self.endpoints_file), "--time-scale",
+                                      str(self.time_scale), "--run-dir", str(self.run_dir),
+                                      "--patience", "120"])
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=15)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+    # -- observing -------------------------------------------------------------------------
+    def status(self) -> dict | None:
+        try:
+            requester = Requester(Endpoints.load(self.endpoints_file), "test", timeout=2.0, retries=1)
+        except (OSError, ValueError):
+            return None
+        try:
+            return requester.request("scheduler", "status.query", what="all").get("body")
+        except (RequestFailed, RequestTimeout):
+            return None
+        finally:
+            requester.close()
+
+    def _online(self) -> int:
+        status = self.status() or {}
+        return sum(1 for a in (status.get("agents") or {}).values() if a.get("online"))
+
+    def finished_count(self) -> int:
+        status = self.status() or {}
+        return (status.get("counts") or {}).get("finished", 0)
+
+    def wait_finished(self, n: int, timeout: float) -> dict:
+        wait_for(lambda: self.finished_count() >= n, timeout, f"{n} jobs to finish", every=1.0)
+        return self.status()
+
+    def finished_events(self) -> list[dict]:
+        events = []
+        with open(self.run_dir / "scheduler.log") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("event") == "job_finished":
+                    events.append(rec)
+        return events
