@@ -58,6 +58,7 @@ class LiveRun:
     time_scale: float | None
     skipped: int = 0  # unreadable lines
     unfinished: list[int] = field(default_factory=list)
+    restart_overhead_s: float | None = None  # mean trace seconds from decision to progress
 
     def result(self) -> SimResult:
         """The run in the simulator's result type, so its table and plot apply unchanged."""
@@ -211,10 +212,37 @@ def load_run(run_dir: Path | str) -> LiveRun:
         raise ReportError(f"{log}: cannot read ({err.strerror or err})") from None
     live = fold(records)
     live.skipped = skipped
+    live.restart_overhead_s = restart_overhead(run, records, live.time_scale)
     if not any(o.end is not None for o in live.outcomes):
         raise ReportError(f"{log}: no finished jobs to report"
                           + (f" ({skipped} unreadable lines)" if skipped else ""))
     return live
+
+
+def restart_overhead(run: Path, records: list[dict[str, Any]],
+                     time_scale: float | None) -> float | None:
+    """The restart overhead the live system paid, in trace seconds (mean over launches, since
+    JCT grows with the total paid):
+    from the round that decided a launch to the trainer's start of progress. This is what
+    the simulator's restart overhead stands for, measured rather than assumed."""
+    decided: dict[int, list[float]] = {}
+    for rec in records:
+        if rec.get("event") == "round" and _wall(rec) is not None:
+            for job_id in rec.get("launches") or []:
+                if isinstance(job_id, int):
+                    decided.setdefault(job_id, []).append(_wall(rec))
+    costs = []
+    for job_id, rounds in decided.items():
+        path = run / f"trainer-{job_id}.log"
+        if not path.is_file():
+            continue
+        starts = [_wall(r) for r in read_records(path)[0] if r.get("event") == "trainer_start"]
+        for when, start in zip(rounds, starts):
+            if start is not None and start >= when:
+                costs.append(start - when)
+    if not costs or not time_scale:
+        return None
+    return sum(costs) / len(costs) * time_scale
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -243,9 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(dumps(summary_dict(live.policy, result.summary, round(live.wall_s, 4),
                                  preset=live.preset, source="live", time_scale=live.time_scale,
-                                 unfinished=len(live.unfinished))), flush=True)
+                                 unfinished=len(live.unfinished),
+                                 restart_overhead_s=live.restart_overhead_s)), flush=True)
     else:
         print(format_table([result]))
+        if live.restart_overhead_s is not None:
+            print(f"measured restart overhead: {live.restart_overhead_s:.1f} trace s per "
+                  f"(re)start (mean, from decision to progress)")
         if live.unfinished:
             print(f"({len(live.unfinished)} jobs had not finished and are not counted: "
                   f"{', '.join(map(str, live.unfinished[:10]))}"
