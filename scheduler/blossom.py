@@ -35,9 +35,8 @@ Float rules (reproduced on purpose, they decide ties):
 
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import compress
 from math import inf, isclose
-from operator import add, sub
 from typing import Callable
 
 #: relative tolerance of the stop test (dual of an even vertex versus the step delta)

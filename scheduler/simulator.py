@@ -16,7 +16,7 @@ from scheduler.core import Core
 from scheduler.metrics import JobOutcome, Summary, summarize
 from scheduler.policies import make_policy
 from scheduler.presets import Preset
-from scheduler.state import Group, Plan
+from scheduler.state import Plan
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
@@ -85,7 +85,7 @@ class Simulator:
     def run(self) -> SimResult:
         started = time.perf_counter()
         core, records = self.core, self.records
-        n, i, now, rounds, finished = len(records), 0, 0.0, 0, 0
+        n, i, rounds, finished = len(records), 0, 0, 0
         utilisation: list[tuple[float, int]] = []
         wakeup: float | None = None
         ends: list[tuple[float, int]] = []

@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.client import RequestFailed, Requester, RequestTimeout
 from broker.endpoints import Endpoints
+from broker.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,14 +24,11 @@ def _env() -> dict[str, str]:
 
 
 def wait_for(predicate, timeout: float, what: str, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)  # polling an external process's state, not synchronisation by sleep
+    """Poll another process's observable state until it holds, naming what was awaited."""
+    try:
+        return wait_until(predicate, timeout, every)
+    except AssertionError:
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}") from None
 
 
 @dataclass

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
+from broker.testing import wait_until
 
 from broker.broker import Broker
 from broker.client import HandlerError, RequestFailed, Requester, Service
@@ -26,15 +27,7 @@ DEADLINE = 20.0  # seconds any single expected thing may take on a loaded 2-core
 
 def wait_for(what: Callable[[], Any], timeout: float = DEADLINE, step: float = 0.02) -> Any:
     """Poll a condition until it holds; the value it returned, or an assertion error."""
-    end = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not met within {timeout}s")
-        pause.wait(step)
+    return wait_until(what, timeout, step)
 
 
 class FakeAgent:
