@@ -69,6 +69,25 @@ def planning_round_ms(candidates: int = 256, repeats: int = 20, spec: str = "n8g
     return statistics.median(samples)
 
 
+def steady_round_ms(queued: int, spec: str, arrivals: int = 20) -> float:
+    """Median latency of the rounds a running scheduler makes as jobs keep arriving: what it
+    learnt about candidate pairs in earlier rounds is still valid."""
+    preset = get_preset("default")
+    records = generate(queued + arrivals, seed=11, max_gpus=8, backlog=True)
+    core = Core(load_spec(spec_path(spec)), make_policy("muri-s", preset), preset)
+    for rec in records[:queued]:
+        core.submit(rec, 0.0)
+    core.round(0.0)
+    samples = []
+    for i, rec in enumerate(records[queued:], start=1):
+        core.submit(rec, float(i))
+        core.advance(float(i))
+        start = time.perf_counter()
+        core.round(float(i))
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", type=Path, help="the artifact's simulator/ folder, to time it here")
@@ -97,9 +116,11 @@ def main() -> int:
                      "rounds": result.rounds})
     rows.append({"case": "one muri-s planning round, 256 candidate jobs, 64 GPUs",
                  "seconds": round(planning_round_ms() / 1000, 4), "target_s": 0.1})
-    rows.append({"case": "one muri-s round, 1,000 queued jobs, 64 nodes (512 GPUs)",
-                 "seconds": round(planning_round_ms(1000, 5, "n64g8") / 1000, 4),
+    rows.append({"case": "first (cold) muri-s round, 1,000 queued jobs, 64 nodes (512 GPUs)",
+                 "seconds": round(planning_round_ms(1000, 3, "n64g8") / 1000, 4),
                  "target_s": 0.2})
+    rows.append({"case": "steady muri-s round (one more arrival), 1,000 queued jobs, 64 nodes",
+                 "seconds": round(steady_round_ms(1000, "n64g8") / 1000, 4), "target_s": 0.2})
     for row in rows:
         row["meets_target"] = row["seconds"] < row["target_s"]
         print(json.dumps(row))

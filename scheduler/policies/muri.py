@@ -7,7 +7,6 @@ Ablations: `ordering="worst"` (each group runs in its slowest order) and `matchi
 """
 from __future__ import annotations
 
-from typing import Callable
 
 from scheduler import interleave
 from scheduler.matching import max_weight_pairs
@@ -73,8 +72,9 @@ class Muri(Policy):
         candidates meet again round after round while profiles stay put."""
         key = (tuple(j.id for j in a), tuple(j.id for j in b))
         hit = self._weights.get(key)
-        if hit is not None:
-            return hit
+        return self._efficiency(a, b, key) if hit is None else hit
+
+    def _efficiency(self, a: Packing, b: Packing, key: tuple) -> float:
         jobs = a + b
         tt, _ = self.group_timing(jobs)
         value = 0.0
@@ -166,11 +166,21 @@ class Muri(Policy):
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
-        k = self.k
-        bonus = 1.0 + self.preset.regroup_hysteresis
-        weight: Callable[[int, int], float] = lambda i, j: (
-            0.0 if len(nodes[i]) + len(nodes[j]) > k
-            else self.weight(nodes[i], nodes[j]) * (bonus if _together(nodes[i], nodes[j]) else 1.0))
+        k, cache, ids = self.k, self._weights, key[:n]
+        sizes = [len(node) for node in nodes]
+        hysteresis = self.preset.regroup_hysteresis
+
+        def weight(i: int, j: int) -> float:  # the hot path of a round: cache first
+            if sizes[i] + sizes[j] > k:
+                return 0.0
+            pair = (ids[i], ids[j])
+            value = cache.get(pair)
+            if value is None:
+                value = self._efficiency(nodes[i], nodes[j], pair)
+            if hysteresis and _together(nodes[i], nodes[j]):
+                value *= 1.0 + hysteresis
+            return value
+
         partner = {}
         for i, j in max_weight_pairs(n, weight, backend=self.backend):
             partner[i], partner[j] = j, i
