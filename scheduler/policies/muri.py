@@ -133,22 +133,25 @@ class Muri(Policy):
         if required <= total:
             return packings  # everything fits alone: a matching would be thrown away
         for _ in range(self.k):
-            ready: list[tuple[int, list[Packing]]] = []
+            merged: dict[int, list[Packing]] = {gpus: [] for gpus in packings}
             for gpus, nodes in packings.items():
+                if required <= total:
+                    # merging has stopped and this is the last round: a matching here would
+                    # be thrown away, and the order of what stays single no longer matters
+                    merged[gpus].extend(nodes)
+                    continue
                 partner = self._pairs(nodes)
                 for u, node in enumerate(nodes):
                     v = partner.get(u)
                     if v is None:
-                        ready.append((gpus, [node]))
-                    elif v < u:
-                        ready.append((gpus, [nodes[v], node]))
-            merged: dict[int, list[Packing]] = {gpus: [] for gpus in packings}
-            for gpus, pair in ready:
-                if required <= total or len(pair) == 1:
-                    merged[gpus].extend(pair)
-                else:
-                    merged[gpus].append(pair[0] + pair[1])
-                    required -= gpus
+                        merged[gpus].append(node)
+                    elif v > u:
+                        continue  # the pair is taken where its later node stands
+                    elif required <= total:
+                        merged[gpus].extend((nodes[v], node))
+                    else:
+                        merged[gpus].append(nodes[v] + node)
+                        required -= gpus
             packings = merged
             if required <= total:
                 break
