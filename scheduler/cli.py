@@ -20,10 +20,12 @@ from traces import TraceError, default_trace_path, read_trace
 
 
 class _Bar:
-    """A progress bar on stderr, shown only once a run has taken a couple of seconds."""
+    """A progress bar on stderr, shown only once a run has taken a couple of seconds, and
+    only on a terminal (a log file would collect every redraw)."""
 
     def __init__(self, label: str, stream=sys.stderr, delay: float = 2.0):
-        self.label, self.stream, self.delay = label, stream, delay
+        self.label, self.stream = label, stream
+        self.delay = delay if getattr(stream, "isatty", lambda: False)() else float("inf")
         self.start = time.monotonic()
         self.shown = False
         self.last = 0.0
