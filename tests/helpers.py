@@ -1,6 +1,8 @@
 """Small builders shared by the tests."""
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
@@ -17,3 +19,20 @@ def job(job_id: int, num_gpu: int = 1, submit: float = 0.0, iterations: int = 10
     return JobRecord(job_id=job_id, num_gpu=num_gpu, submit_time=submit, iterations=iterations,
                      model_name=model, batch_size=32, duration=iterations * it, interval=0.0,
                      iteration_time=it, stage_times=tuple(stages), priority=priority)
+
+
+# absent edges, repeated values (ties) and arbitrary positive weights
+EDGE_WEIGHTS = st.one_of(
+    st.just(0.0),
+    st.sampled_from([0.25, 0.5, 1.0]),
+    st.floats(min_value=1e-6, max_value=1.0, allow_nan=False),
+)
+
+
+@st.composite
+def graphs(draw, max_nodes=10, edge_weight=EDGE_WEIGHTS):
+    """(n, {(i, j): weight} for i < j) for the matching tests."""
+    n = draw(st.integers(0, max_nodes))
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    weights = draw(st.lists(edge_weight, min_size=len(pairs), max_size=len(pairs)))
+    return n, dict(zip(pairs, weights))

@@ -9,23 +9,16 @@ from hypothesis import strategies as st
 
 from scheduler.blossom import REL_TOL, blossom_pairs
 from scheduler.matching import brute_force_pairs, matching_weight, max_weight_pairs
+from tests.helpers import EDGE_WEIGHTS
+from tests.helpers import graphs as helper_graphs
 
 TIE_VALUES = [0.2261, 0.2350, 0.3409, 0.3536]
 
-edge_weight = st.one_of(
-    st.just(0.0),
-    st.sampled_from(TIE_VALUES),
-    st.sampled_from([0.25, 0.5, 1.0]),
-    st.floats(min_value=1e-6, max_value=1.0, allow_nan=False),
-)
+edge_weight = st.one_of(st.sampled_from(TIE_VALUES), EDGE_WEIGHTS)
 
 
-@st.composite
-def graphs(draw, max_nodes=10):
-    n = draw(st.integers(0, max_nodes))
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    weights = draw(st.lists(edge_weight, min_size=len(pairs), max_size=len(pairs)))
-    return n, dict(zip(pairs, weights))
+def graphs(max_nodes=10):
+    return helper_graphs(max_nodes, edge_weight)
 
 
 def weight_fn(table, calls=None):

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import graphs
 from scheduler.matching import (
     BACKENDS,
     brute_force_pairs,
@@ -14,22 +15,6 @@ from scheduler.matching import (
 )
 
 BACKEND_NAMES = ["networkx", "rustworkx", "auto"]
-
-# absent edges, repeated values (ties) and arbitrary positive weights
-edge_weight = st.one_of(
-    st.just(0.0),
-    st.sampled_from([0.25, 0.5, 1.0]),
-    st.floats(min_value=1e-6, max_value=1.0, allow_nan=False),
-)
-
-
-@st.composite
-def graphs(draw, max_nodes=10):
-    n = draw(st.integers(0, max_nodes))
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    weights = draw(st.lists(edge_weight, min_size=len(pairs), max_size=len(pairs)))
-    return n, dict(zip(pairs, weights))
-
 
 def weight_fn(table, calls=None):
     def weight(i, j):
