@@ -29,6 +29,8 @@ import itertools
 from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 Profile = tuple  # tuple[float, ...]
 Order = tuple  # tuple[Optional[Profile], ...]
 
@@ -311,6 +313,73 @@ def _extreme(profiles: tuple, worst: bool) -> tuple:
         if (gap > tt) if worst else (gap < tt):
             tt, indices = gap, (0, None, 1)
     return tt, indices
+
+
+def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
+    """Smallest TT of many groups of one shape at once: ``profiles[group, member, stage]``.
+
+    The very float operations of the scalar kernels, in the same order, on arrays: each value
+    equals ``best_tt`` of that group bit for bit. A big round weighs tens of thousands of
+    candidate pairs; one call here replaces as many interpreted kernel calls.
+    """
+    profiles = np.asarray(profiles, dtype=float)
+    if profiles.ndim != 3 or profiles.shape[1] < 1:
+        raise ValueError(f"profiles must be shaped (groups, members, stages), got {profiles.shape}")
+    m, length = profiles.shape[1], profiles.shape[2]
+    if m > slots(length):
+        raise ValueError(f"{m} members do not fit in {slots(length)} slots")
+    members = [profiles[:, i, :] for i in range(m)]
+    pipeline = _model(length) == _PIPELINE
+    if m == 1:
+        p = members[0]
+        total = p[:, 0]
+        for r in range(1, length):
+            total = total + p[:, r]
+        return total
+    tt = None
+    for perm in _permutations(m):
+        order = [members[i] for i in perm]
+        value = _pipeline_batch(order) if pipeline else _cyclic_batch(order)
+        tt = value if tt is None else np.minimum(tt, value)
+    if m == 2 and pipeline:
+        p0, p1 = members
+        gap = (np.maximum(p0[:, _DATA], p1[:, _GPU] + p1[:, _NET])
+               + np.maximum(p1[:, _DATA], p0[:, _GPU] + p0[:, _NET]))
+        tt = np.minimum(tt, gap)
+    return tt
+
+
+def _cyclic_batch(order: list) -> np.ndarray:
+    total = None
+    for slot in _cyclic_slot_table(order[0].shape[1], len(order)):
+        longest = None
+        for member, stage in slot:
+            t = order[member][:, stage]
+            longest = t if longest is None else np.maximum(longest, t)
+        total = longest if total is None else total + longest
+    return total
+
+
+def _pipeline_batch(order: list) -> np.ndarray:
+    f = [np.zeros(len(order[0]))]
+    period = np.zeros(len(order[0]))
+    steady = np.zeros(len(order[0]), dtype=bool)
+    for i, cands in enumerate(_pipeline_step_table(len(order))):
+        best = None
+        for lag, member, stage in cands:
+            v = f[i - lag] + order[member][:, stage]
+            best = v if best is None else np.maximum(best, v)
+        f.append(best)
+        if i >= PIPELINE_SLOTS:
+            a, b = f[i + 1] - f[i - 3], f[i] - f[i - 4]
+            diff = np.abs(b - a)
+            now = ((a > 0.0) & ((a == b) | (diff <= np.abs(STEADY_REL_TOL * b))
+                                | (diff <= np.abs(STEADY_REL_TOL * a))) & ~steady)
+            period[now] = a[now]
+            steady |= now
+    late = ~steady
+    period[late] = (f[2 * PIPELINE_SLOTS] - f[PIPELINE_SLOTS])[late]
+    return period
 
 
 def best_tt(profiles: tuple) -> float:

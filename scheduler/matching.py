@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+import numpy as np
+
 Weight = Callable[[int, int], float]
 Pair = tuple[int, int]
 
@@ -22,6 +24,8 @@ BACKENDS = ("auto", "networkx", "rustworkx")
 INT_SCALE = 1e12
 #: brute_force_pairs enumerates every matching; beyond this it would take too long.
 BRUTE_FORCE_MAX_NODES = 10
+#: max_weight_pairs_dense tries graphs of about these many edges per node before the last one.
+TRY_EDGES_PER_NODE = (4, 16)
 
 
 def _edges(n: int, weight: Weight) -> list[tuple[int, int, float]]:
@@ -117,3 +121,101 @@ def brute_force_pairs(n: int, weight: Weight) -> list[Pair]:
 def matching_weight(pairs: list[Pair], weight: Weight) -> float:
     """Total weight of a matching, for comparing backends and oracles."""
     return sum(weight(i, j) for i, j in pairs)
+
+
+def max_weight_pairs_dense(weights: np.ndarray, *, backend: str = "auto",
+                           rel_gap: float = 0.0) -> list[Pair]:
+    """Pairs (i, j), i < j, sorted, of a maximum-weight matching given as a weight matrix.
+
+    The same optimum as max_weight_pairs on the full graph, found on a much smaller one: the
+    assignment relaxation (a C solver) gives node prices y with y_i + y_j >= w_ij and sum(y)
+    >= the best matching; an edge of any optimal matching has reduced cost y_i + y_j - w_ij
+    at most sum(y) minus a matching's weight, so every other edge can be left out without
+    changing the optimum. Big rounds match hundreds of candidates; this keeps them fast.
+    ``weights`` must be square, symmetric, finite and >= 0 (the diagonal is ignored).
+
+    With ``rel_gap`` > 0 a matching proven within that fraction of the optimum's weight is
+    good enough: where the bound is loose (near-ties forming odd cycles) proving exactness
+    costs a dense matching, and weights estimated from measured profiles are not that exact.
+    """
+    if not 0.0 <= rel_gap < 1.0:
+        raise ValueError(f"rel_gap must be in [0, 1), got {rel_gap}")
+    w = np.array(weights, dtype=float)
+    n = len(w)
+    if w.ndim != 2 or w.shape != (n, n):
+        raise ValueError(f"weights must be a square matrix, got shape {w.shape}")
+    if not np.isfinite(w).all() or (w < 0).any() or not np.array_equal(w, w.T):
+        raise ValueError("weights must be finite, non-negative and symmetric")
+    np.fill_diagonal(w, 0.0)
+    rows, cols = np.nonzero(np.triu(w, 1))
+    if len(rows) == 0:
+        return []
+    tol = 1e-9 * (1.0 + float(w.max()))
+    prices = _assignment_prices(w)
+    if prices is None:  # round-off broke the certificate: fall back to the whole graph
+        return _match_edges(n, rows, cols, w, np.ones(len(rows), bool), backend)
+    bound = float(prices.sum())
+    reduced = prices[rows] + prices[cols] - w[rows, cols]
+    # Growing graphs of the cheapest edges: each matching's weight proves which edges may
+    # matter (reduced cost <= bound - weight); stop once one is proven optimal or, with
+    # rel_gap, close enough; the last try takes every edge that may matter, so it is exact.
+    pairs: list[Pair] = []
+    for per_node in TRY_EDGES_PER_NODE:
+        budget = per_node * n
+        if budget >= len(reduced):
+            break
+        cut = np.partition(reduced, budget)[budget]
+        pairs = _match_edges(n, rows, cols, w, reduced <= cut + tol, backend)
+        slack = bound - _weight_of(pairs, w)
+        if slack <= cut + tol or slack <= rel_gap * bound:
+            return pairs
+    slack = bound - _weight_of(pairs, w) if pairs else np.inf
+    return _match_edges(n, rows, cols, w, reduced <= slack + tol, backend)
+
+
+def _assignment_prices(w: np.ndarray) -> np.ndarray | None:
+    """Prices y >= 0 with y_i + y_j >= w_ij and sum(y) = half the best assignment of w (a
+    bound on every matching), from the assignment's dual; None if they fail the check."""
+    from scipy.optimize import linear_sum_assignment
+
+    n = len(w)
+    _, col = linear_sum_assignment(w, maximize=True)
+    own = w[np.arange(n), col]
+    # Column potentials v of the min-cost dual: v_j <= v[col[i]] + own_i - w_ij for all i, j
+    # (shortest paths; Bellman-Ford converges within n sweeps since the assignment is optimal).
+    # Round-off can leave a zero-cost cycle a hair negative; changes below `settle` end the
+    # loop, and the check below decides whether the prices are good enough.
+    step = own[:, None] - w
+    tol = 1e-9 * (1.0 + float(w.max()))
+    settle = tol / (4 * n)
+    v = np.zeros(n)
+    for _ in range(n + 1):
+        relaxed = np.minimum(v, (v[col][:, None] + step).min(axis=0))
+        if not (v - relaxed).max() > settle:
+            break
+        v = relaxed
+    else:
+        return None
+    prices = (own + v[col] - v) / 2
+    slack = prices[:, None] + prices[None, :] - w
+    np.fill_diagonal(slack, 0.0)
+    if slack.min() < -tol or prices.min() < -tol:
+        return None
+    return np.maximum(prices, 0.0)
+
+
+def _match_edges(n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray,
+                 keep: np.ndarray, backend: str) -> list[Pair]:
+    edges = [(int(i), int(j), float(w[i, j])) for i, j in zip(rows[keep], cols[keep])]
+    if not edges:
+        return []
+    if backend == "auto":
+        backend = "rustworkx" if _rustworkx_available() else "networkx"
+    if backend not in ("rustworkx", "networkx"):
+        raise ValueError(f"max_weight_pairs_dense takes rustworkx, networkx or auto, got {backend!r}")
+    matched = _match_rustworkx(n, edges) if backend == "rustworkx" else _match_networkx(n, edges)
+    return sorted((min(u, v), max(u, v)) for u, v in matched)
+
+
+def _weight_of(pairs: list[Pair], w: np.ndarray) -> float:
+    return float(sum(w[i, j] for i, j in pairs))

@@ -54,6 +54,10 @@ class Preset:
     # Which maximum-weight matching: any exact one will do, but among equal-weight matchings
     # the artifact's own blossom implementation picks particular ones ("blossom" replays it).
     matching_backend: str = "auto"
+    # A matching proven within this fraction of the best weight is accepted (the weights come
+    # from profiles known to a few percent, and proving the last 0.5% can cost a dense
+    # search of a second); 0 asks for a proven optimum every round.
+    matching_rel_gap: float = 5e-3
     max_group: int = 4
     cpu_per_gpu: int = 6
     cpu_single_gpu: int = 2
@@ -82,6 +86,7 @@ PAPER = Preset(
     sticky_placement=False,
     regroup_hysteresis=0.0,
     matching_backend="blossom",
+    matching_rel_gap=0.0,
 )
 
 DEFAULT = Preset(name="default")

@@ -328,3 +328,26 @@ def test_efficiency_of_all_zero_group_is_zero():
 def test_malformed_groups_raise_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([3, 4]).flatmap(
+    lambda length: st.integers(1, il.slots(length)).flatmap(
+        lambda m: st.lists(profiles(length, min_size=m, max_size=m), min_size=1, max_size=6))))
+def test_batch_equals_best_tt_bit_for_bit(groups):
+    import numpy as np
+
+    got = il.best_tt_batch(np.array(groups, dtype=float))
+    assert [float(x) for x in got] == [il.best_tt(tuple(g)) for g in groups]
+
+
+def test_batch_rejects_malformed_shapes():
+    import numpy as np
+
+    with pytest.raises(ValueError):
+        il.best_tt_batch(np.zeros((2, 3)))
+    with pytest.raises(ValueError):
+        il.best_tt_batch(np.zeros((2, 5, 3)))  # five members in four slots

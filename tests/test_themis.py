@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+import cvxpy as cp
+from hypothesis import given, reject, settings, strategies as st
 
 from scheduler.policies.themis import ftf_allocation, ftf_allocation_cvxpy
 
@@ -26,7 +27,10 @@ def test_solver_matches_cvxpy_objective_and_respects_constraints(inst):
     x = ftf_allocation(a, b, c, g, cap)
     assert np.all(x >= 0) and np.all(x <= 1 + 1e-12)
     assert float(np.dot(g, x)) <= cap * (1 + 1e-9)
-    ref = ftf_allocation_cvxpy(a, b, c, g, cap)
+    try:
+        ref = ftf_allocation_cvxpy(a, b, c, g, cap)
+    except cp.error.SolverError:  # the oracle's conic solver gives up on ill-scaled instances
+        reject()
     ours, theirs = _worst_ratio(x, a, b, c), _worst_ratio(ref, a, b, c)
     assert ours <= theirs * (1 + 1e-4)
 

@@ -8,8 +8,10 @@ Ablations: `ordering="worst"` (each group runs in its slowest order) and `matchi
 from __future__ import annotations
 
 
+import numpy as np
+
 from scheduler import interleave
-from scheduler.matching import max_weight_pairs
+from scheduler.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.policies.base import Policy, RoundContext, place_units
 from scheduler.state import Group, Job, Plan
 
@@ -33,6 +35,9 @@ class Muri(Policy):
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
+        # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
+        # "blossom" backend and the ordering ablations keep the pair-by-pair path.
+        self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
 
     # -- ranking ---------------------------------------------------------------------------
     def on_submit(self, job: Job, now: float) -> None:
@@ -169,6 +174,10 @@ class Muri(Policy):
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
+        if self._dense:
+            pairs = max_weight_pairs_dense(self._weight_matrix(nodes), backend=self.backend,
+                                           rel_gap=self.preset.matching_rel_gap)
+            return self._remember(key, pairs)
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
         hysteresis = self.preset.regroup_hysteresis
@@ -184,13 +193,62 @@ class Muri(Policy):
                 value *= 1.0 + hysteresis
             return value
 
+        return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
+
+    def _remember(self, key: tuple, pairs: list[tuple[int, int]]) -> dict[int, int]:
         partner = {}
-        for i, j in max_weight_pairs(n, weight, backend=self.backend):
+        for i, j in pairs:
             partner[i], partner[j] = j, i
         if len(self._matchings) > 4096:
             self._matchings.clear()
         self._matchings[key] = partner
         return partner
+
+    def _weight_matrix(self, nodes: list[Packing]) -> np.ndarray:
+        """Every pair's weight, as `weight` would give it (bit for bit), computed per shape of
+        merged group with interleave.best_tt_batch instead of one kernel call per pair."""
+        n = len(nodes)
+        length = len(nodes[0][0].profile)
+        if any(len(j.profile) != length for node in nodes for j in node):
+            raise ValueError("candidates of one matching need profiles of one length")
+        k_slots = interleave.slots(length)
+        sizes = np.array([len(node) for node in nodes])
+        index = {int(s): np.flatnonzero(sizes == s) for s in np.unique(sizes)}
+        stacked = {s: np.array([[j.profile for j in nodes[i]] for i in idx])
+                   for s, idx in index.items()}
+        position = np.empty(n, dtype=int)
+        for idx in index.values():
+            position[idx] = np.arange(len(idx))
+        w = np.zeros((n, n))
+        for sa, ia in index.items():
+            for sb, ib in index.items():
+                if sa + sb > self.k:
+                    continue
+                rows, cols = np.meshgrid(ia, ib, indexing="ij")
+                upper = rows < cols
+                rows, cols = rows[upper], cols[upper]
+                if len(rows) == 0:
+                    continue
+                group = np.concatenate([stacked[sa][position[rows]],
+                                        stacked[sb][position[cols]]], axis=1)
+                slowdown = self.preset.slowdown(sa + sb, ablation_nomatch=not self.matching)
+                tt = interleave.best_tt_batch(group) * slowdown
+                busy = None  # sum over members of each member's stage sum, in member order
+                for member in range(sa + sb):
+                    total = group[:, member, 0]
+                    for r in range(1, length):
+                        total = total + group[:, member, r]
+                    busy = total if busy is None else busy + total
+                positive = tt > 0
+                w[rows, cols] = np.where(positive, busy / np.where(positive, tt * k_slots, 1.0), 0.0)
+        hysteresis = self.preset.regroup_hysteresis
+        if hysteresis:
+            labels: dict[tuple, int] = {}
+            label = np.array([labels.setdefault(node[0].group_key, len(labels))
+                              if _together(node, node) else -1 for node in nodes])
+            together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
+            w[together] *= 1.0 + hysteresis
+        return np.triu(w, 1) + np.triu(w, 1).T
 
     def _consecutive(self, admitted: dict[int, list[Job]], required: int,
                      total: int) -> dict[int, list[Packing]]:

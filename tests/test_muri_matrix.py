@@ -1,0 +1,90 @@
+"""Muri's whole-matrix weights and pruned matching against its pair-by-pair path."""
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core import Core
+from scheduler.policies import make_policy
+from scheduler.policies.muri import Muri
+from scheduler.presets import get_preset
+from scheduler.state import Job
+from tests.helpers import job, spec
+
+
+def jobs_with(profiles, group_keys):
+    out = []
+    for i, (p, key) in enumerate(zip(profiles, group_keys)):
+        rec = job(i, stages=p)
+        out.append(Job(record=rec, solo_time=sum(p), profile=tuple(p), remaining=100.0,
+                       remaining_estimate=100.0 * sum(p), group_key=key))
+    return out
+
+
+stage = st.floats(min_value=0.0, max_value=2.0, allow_nan=False).map(lambda x: round(x, 4))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([3, 4]).flatmap(lambda length: st.lists(
+    st.tuples(*[stage] * length), min_size=2, max_size=12)), st.randoms(use_true_random=False),
+    st.sampled_from([0.0, 0.1]))
+def test_matrix_equals_pairwise_weights(profiles, rnd, hysteresis):
+    preset = get_preset("default", regroup_hysteresis=hysteresis)
+    policy = make_policy("muri-s", preset)
+    n = len(profiles)
+    keys = [()] * n
+    ids = list(range(n))
+    rnd.shuffle(ids)
+    for start in range(0, n - 1, 3):  # some members run together now
+        members = tuple(ids[start:start + rnd.randint(1, 4)])
+        for i in members:
+            keys[i] = members if len(members) > 1 else ()
+    jobs = jobs_with(profiles, keys)
+    # packings of one to three jobs, as later matching rounds see them
+    nodes, rest = [], list(jobs)
+    while rest:
+        size = min(len(rest), rnd.choice([1, 1, 2, 3]))
+        nodes.append(rest[:size])
+        rest = rest[size:]
+    if len(nodes) < 2:
+        return
+    w = policy._weight_matrix(nodes)
+    assert np.array_equal(w, w.T)
+    for i in range(len(nodes)):
+        for j in range(i + 1, len(nodes)):
+            if len(nodes[i]) + len(nodes[j]) > policy.k:
+                expected = 0.0
+            else:
+                expected = policy._efficiency(nodes[i], nodes[j], ("x", i, j))
+                if hysteresis and policy_together(nodes[i], nodes[j]):
+                    expected *= 1.0 + hysteresis
+            assert w[i, j] == expected
+
+
+def policy_together(a, b):
+    from scheduler.policies.muri import _together
+    return _together(a, b)
+
+
+def test_dense_and_pairwise_plans_are_equally_good():
+    """Same trace, same round: the whole-matrix path forms groups as efficient as the
+    pair-by-pair networkx path (ties may pick different but equal-weight groups)."""
+    from traces.generate import generate
+
+    records = generate(120, seed=5, max_gpus=8, backlog=True)
+    totals = []
+    for backend in ("auto", "networkx-pairwise"):
+        preset = get_preset("default", matching_rel_gap=0.0)
+        policy = Muri(preset, "muri-s", know_duration=True,
+                      backend="networkx" if backend != "auto" else "auto")
+        if backend == "networkx-pairwise":
+            policy._dense = False
+        core = Core(spec(nodes=4, gpus=8), policy, preset)
+        for rec in records:
+            core.submit(rec, 0.0)
+        plan = core.round(0.0)
+        totals.append(sorted(round(g.tt, 9) for g in plan.groups))
+        assert plan.groups
+    assert sum(totals[0]) == pytest.approx(sum(totals[1]), rel=1e-6)
