@@ -1,5 +1,4 @@
 """Muri's whole-matrix weights and pruned matching against its pair-by-pair path."""
-import random
 
 import numpy as np
 import pytest
