@@ -138,8 +138,10 @@ class StageGate:
         try:
             while not self._stop.is_set():
                 now = self._clock()
-                self._send(table.check_stalls(now))
                 deadline = table.next_deadline()
+                if deadline is not None and deadline <= now:
+                    self._send(table.check_stalls(now))
+                    deadline = table.next_deadline()
                 wait = POLL_CAP_S if deadline is None else min(POLL_CAP_S, max(0.0, deadline - now))
                 if not poller.poll(wait * 1000):
                     continue
