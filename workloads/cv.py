@@ -4,8 +4,9 @@ The architectures are torchvision's, built with weights=None and num_classes=10 
 downloaded). The images are scikit-learn's bundled handwritten digits upsampled to
 `input_size` (default 32) so the models run on a CPU. VGG's stock head (a 7x7 pool into
 4096-wide layers, 120M parameters) suits 224-pixel ImageNet, not 32-pixel inputs, so by
-default VGG gets the compact CIFAR-style head (global pool, one linear layer), and `width` divides its channel counts so a
-test can afford it; `head="torchvision"` and `width=1` give the stock network.
+default VGG gets the compact CIFAR-style head (global pool, one linear layer), and `width`
+divides its channel counts so a test can afford it; `head="torchvision"` and `width=1` give
+the stock network.
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ exactly where it stopped (replay buffer and target network included).
 """
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -206,7 +207,6 @@ def make(kind: str, **config: Any) -> Workload:
     cls = {"dqn": DQN, "a2c": A2C}.get(kind)
     if cls is None:
         raise ValueError(f"unknown RL workload {kind!r}")
-    try:
-        return cls(common, **extra)
-    except TypeError as err:
-        raise ValueError(f"workload {kind}: {err}") from None
+    known = set(inspect.signature(cls.__init__).parameters) - {"self", "common"}
+    reject_unknown(kind, {k: v for k, v in extra.items() if k not in known})
+    return cls(common, **extra)
