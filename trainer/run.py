@@ -9,7 +9,9 @@ agent:
 * 3 (EXIT_STOPPED): stopped on request (or orphaned), checkpoint written, work remains;
 * anything else: a crash; the last periodic checkpoint is the best the agent can report.
 
-Only the emulated workload exists today; it does not import torch so that startup stays fast.
+`--workload emulated` (the default) holds each stage for its profiled time and never imports
+torch, so that startup stays fast; any other workload name (workloads/registry.py) trains a
+real model through trainer/torch_run.py, imported only then.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import time
 from typing import Any, Sequence
 
 from node_agent import checkpoint
+from workloads import registry
 from workloads.emulated import EmulatedRun, EmulatedSpec
 
 EXIT_FINISHED = 0
@@ -38,21 +41,47 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="broker endpoints file; without it nothing is published")
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--iterations", type=float, required=True, help="total iterations of the job")
-    p.add_argument("--iteration-time", type=float, required=True,
-                   help="trace seconds per iteration (the group's iteration time, from the "
-                        "scheduler)")
-    p.add_argument("--stages", type=_floats, required=True,
-                   help="data,gpu,net stage times in trace seconds (reported in timing events)")
+    p.add_argument("--iteration-time", type=float, default=None,
+                   help="emulated: trace seconds per iteration (the group's iteration time, "
+                        "from the scheduler); required for the emulated workload")
+    p.add_argument("--stages", type=_floats, default=None,
+                   help="emulated: data,gpu,net stage times in trace seconds (reported in "
+                        "timing events); required for the emulated workload")
     p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
     p.add_argument("--report-every", type=float, default=0.2,
                    help="wall seconds between progress/timing events and checkpoints")
     p.add_argument("--start-iteration", type=float, default=0.0,
                    help="iterations already done per the scheduler; the checkpoint wins if ahead")
     p.add_argument("--run-dir", default=None, help="write JSON logs to RUN_DIR/trainer-<job>.log")
-    p.add_argument("--workload", default="emulated", choices=["emulated"])
+    p.add_argument("--workload", default="emulated", choices=registry.NAMES)
+    t = p.add_argument_group("real (torch) workloads")
+    t.add_argument("--workload-config", default=None,
+                   help="JSON object of workload settings, e.g. '{\"input_size\": 32}'")
+    t.add_argument("--rank", type=int, default=0)
+    t.add_argument("--world-size", type=int, default=1)
+    t.add_argument("--master-addr", default="127.0.0.1")
+    t.add_argument("--master-port", type=int, default=29500)
+    t.add_argument("--dist-timeout", type=float, default=120.0,
+                   help="seconds a collective may wait for the other ranks")
+    t.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    t.add_argument("--gate", default=None, help="stage gate endpoint; without it no gating")
+    t.add_argument("--checkpoint-every", type=int, default=50,
+                   help="iterations between periodic checkpoints (0: only on stop and finish)")
+    t.add_argument("--batch-size", type=int, default=None, help="per rank; default: workload's")
+    t.add_argument("--data-dir", default=None,
+                   help="dataset directory (default $INTERLACE_DATA or ~/.cache/interlace/data)")
+    t.add_argument("--io-bandwidth", type=float, default=None,
+                   help="bytes/s the io stage may read (stands in for remote storage)")
+    t.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if not args.report_every > 0:
         p.error("--report-every must be > 0")
+    if args.workload == "emulated" and (args.iteration_time is None or args.stages is None):
+        p.error("the emulated workload needs --iteration-time and --stages")
+    if not 0 <= args.rank < args.world_size:
+        p.error(f"--rank {args.rank} must be in [0, --world-size {args.world_size})")
+    if args.checkpoint_every < 0:
+        p.error("--checkpoint-every must be >= 0")
     return args
 
 
@@ -64,7 +93,7 @@ def _floats(text: str) -> tuple[float, ...]:
             f"not a comma-separated list of numbers: {text!r}") from None
 
 
-class _Telemetry:
+class Telemetry:
     """Publishes progress/timing events; a no-op without endpoints. Never fatal after startup."""
 
     def __init__(self, endpoints_file: str | None, job_id: int, log: Any):
@@ -76,12 +105,18 @@ class _Telemetry:
             self._pub = Publisher(Endpoints.load(endpoints_file), f"trainer.{job_id}")
 
     def report(self, iterations: float, spec: EmulatedSpec) -> None:
+        self.publish(iterations, spec.stage_map(), spec.iteration_time)
+
+    def publish(self, iterations: float, stages: dict[str, float],
+                iteration_time: float) -> None:
+        """event.progress, then event.timing with the stage means and the iteration time."""
         if self._pub is None:
             return
         try:
             self._pub.publish("event.progress", job_id=self._job_id, iterations=float(iterations))
-            self._pub.publish("event.timing", job_id=self._job_id, stages=spec.stage_map(),
-                              iteration_time=float(spec.iteration_time),
+            self._pub.publish("event.timing", job_id=self._job_id,
+                              stages={k: float(v) for k, v in stages.items()},
+                              iteration_time=float(iteration_time),
                               iterations=float(iterations))
         except Exception as err:  # telemetry is lossy by design; losing it must not stop training
             self._log.warning("publish_failed", error=repr(err))
@@ -94,7 +129,7 @@ class _Telemetry:
                 pass
 
 
-def _logger(args: argparse.Namespace) -> Any:
+def logger(args: argparse.Namespace) -> Any:
     import structlog
 
     if args.run_dir:
@@ -109,14 +144,18 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
 
     `stop` is set by SIGTERM/SIGINT; `parent` is the pid whose disappearance means orphaned.
     """
-    log = _logger(args)
+    if args.workload != "emulated":
+        from trainer import torch_run  # torch only for real workloads
+
+        return torch_run.run(args, stop, parent)
+    log = logger(args)
 
     spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
                         stages=args.stages, time_scale=args.time_scale)
     saved = checkpoint.read(args.checkpoint_dir, args.job_id)
     start = max(saved.iterations if saved else 0.0, args.start_iteration)
     emu = EmulatedRun(spec, start=start, t0=time.monotonic())
-    telemetry = _Telemetry(args.endpoints, args.job_id, log)
+    telemetry = Telemetry(args.endpoints, args.job_id, log)
     log.info("trainer_start", start=emu.start, total=spec.total, from_checkpoint=bool(saved),
              wall_per_iteration=spec.wall_per_iteration, pid=os.getpid())
 
