@@ -10,10 +10,11 @@ since that is what the job experiences.
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Protocol
+
+from trainer.gate_client import NullGate  # noqa: F401  (the gate of a job running alone)
 
 STAGES = ("io", "cpu", "gpu", "net")
 
@@ -21,17 +22,10 @@ STAGES = ("io", "cpu", "gpu", "net")
 class Gate(Protocol):
     """Grants a stage's turn: `with gate.turn("gpu"): ...` holds the resource for the block.
 
-    The live implementation is `trainer.gate.GateClient(endpoint, job_id)`.
+    The live implementation is `trainer.gate_client.GateClient(endpoint, job_id)`.
     """
 
     def turn(self, stage: str) -> ContextManager[Any]: ...
-
-
-class NullGate:
-    """Every turn at once: a job alone on its resources."""
-
-    def turn(self, stage: str) -> ContextManager[None]:
-        return contextlib.nullcontext()
 
 
 class TimingWindow:

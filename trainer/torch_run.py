@@ -57,11 +57,11 @@ def pick_device(spec: str, rank: int) -> Any:
 
 
 def make_gate(endpoint: str | None, job_id: int) -> Any:
-    from trainer.stages import NullGate
+    from trainer.gate_client import NullGate
 
     if not endpoint:
         return NullGate()
-    from trainer.gate import GateClient  # the ZeroMQ gate client (node agent side)
+    from trainer.gate_client import GateClient  # the ZeroMQ gate client (node agent side)
 
     return GateClient(endpoint, job_id)
 
