@@ -42,7 +42,11 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "job.stopped": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True)},
     # -- scheduler -> agent --------------------------------------------------------------
     "job.launch": {"job_id": (_INT, True), "gpus": (_LIST, True), "group": (_LIST, True),
-                   "slot": (_INT, True), "workload": (_MAP, True), "start_iteration": (_NUM, True)},
+                   "slot": (_INT, True), "workload": (_MAP, True), "start_iteration": (_NUM, True),
+                   # a job on several GPUs runs one rank per GPU; this slice's first rank, the
+                   # job's world size, and rank 0's rendezvous (chosen by rank 0's agent)
+                   "rank": (_INT, False), "world_size": (_INT, False),
+                   "master_addr": (_STR, False), "master_port": (_INT, False)},
     "job.stop": {"job_id": (_INT, True)},
     # -- status queries ----------------------------------------------------------------------
     "status.query": {"what": (_STR, False)},

@@ -1,8 +1,9 @@
 """The node agent: `python -m node_agent.agent --node NAME --gpus 0,1,2,3 --endpoints FILE ...`.
 
 One per node. It registers with the scheduler and heartbeats, serves `job.launch` / `job.stop`
-as service `agent.<NAME>`, runs one trainer process per job, and tells the scheduler how each
-trainer ended. State changes travel request/reply and are retried until acknowledged
+as service `agent.<NAME>`, runs the trainers of each job (one process for an emulated job, one
+rank per GPU for a torch job), runs a stage gate for every group that shares its GPUs, and
+tells the scheduler how each trainer ended. State changes travel request/reply and are retried until acknowledged
 (`job.finished`, `job.stopped`); only telemetry goes over the lossy bus (from the trainers).
 
 Threads: the service thread answers requests (launch/stop touch the job table under a lock);
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
+import socket
 import signal
 import subprocess
 import sys
@@ -44,6 +47,8 @@ class AgentConfig:
     stop_timeout: float = 10.0
     request_timeout: float = 2.0
     request_retries: int = 2
+    address: str = "127.0.0.1"  # where other nodes reach this node's rank-0 rendezvous
+    gate_stall_timeout: float = 30.0
 
     @property
     def name(self) -> str:
@@ -61,7 +66,7 @@ class AgentConfig:
 @dataclass
 class _Job:
     job_id: int
-    proc: subprocess.Popen
+    procs: list  # subprocess.Popen per rank on this node, lowest rank first
     gpus: tuple[int, ...]
     total: float
     group: list = field(default_factory=list)
@@ -69,6 +74,12 @@ class _Job:
     start: float = 0.0  # start_iteration of the launch: a floor until the first checkpoint
     stopping: bool = False
     started: float = field(default_factory=time.monotonic)
+    gate: tuple = ()  # key of the group's stage gate here, if the job shares its GPUs
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        """The lead process (lowest rank here): its exit is the job's exit on this node."""
+        return self.procs[0]
 
 
 class _BadRequest(Exception):
@@ -77,6 +88,13 @@ class _BadRequest(Exception):
     def __init__(self, code: str, reason: str):
         super().__init__(f"{code}: {reason}")
         self.code, self.reason = code, reason
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, for a job's rendezvous; never a fixed one (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def _describe_exit(rc: int) -> str:
@@ -111,6 +129,7 @@ class Agent:
         self.log = log
         self._lock = threading.Lock()
         self._jobs: dict[int, _Job] = {}
+        self._gates: dict[tuple, Any] = {}  # group (job ids in slot order) -> StageGate
         self.outbox: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
 
     # -- requests from the scheduler (service thread) ---------------------------------------
@@ -127,7 +146,11 @@ class Agent:
     def _launch(self, msg: Any) -> dict[str, Any]:
         job_id = int(msg["job_id"])
         gpus = self._check_gpus(msg["gpus"])
-        total, tt, stages = self._check_workload(msg["workload"])
+        workload = self._check_workload(msg["workload"])
+        total = workload["iterations"]
+        rank, world = int(msg.get("rank") or 0), int(msg.get("world_size") or 1)
+        if not 0 <= rank < world:
+            raise _BadRequest("bad_request", f"rank {rank} is not within world size {world}")
         start = float(msg["start_iteration"])
         if not start >= 0:
             raise _BadRequest("bad_request", f"start_iteration must be >= 0, got {start}")
@@ -139,13 +162,25 @@ class Agent:
             if job is not None:
                 return {"launched": False, "already_running": True, "pid": job.proc.pid,
                         "gpus": list(job.gpus)}
-            proc = self._spawn(job_id, gpus, total, tt, stages, start)
-            self._jobs[job_id] = _Job(job_id=job_id, proc=proc, gpus=gpus, total=total,
-                                      group=list(msg["group"]), slot=int(msg["slot"]),
-                                      start=start)
-        self.log.info("job_launched", job=job_id, pid=proc.pid, gpus=list(gpus), total=total,
-                      iteration_time=tt, start_iteration=start)
-        return {"launched": True, "already_running": False, "pid": proc.pid, "gpus": list(gpus)}
+            group = tuple(int(j) for j in msg["group"])
+            rendezvous = {}
+            if workload["kind"] == "torch" and world > 1:
+                port = msg.get("master_port") or (free_port() if rank == 0 else None)
+                if not port:
+                    raise _BadRequest("bad_request", "rank > 0 needs rank 0's master_port")
+                rendezvous = {"master_addr": msg.get("master_addr") or self.cfg.address,
+                              "master_port": int(port)}
+            gate = self._gate_for(group, workload) if len(group) > 1 else None
+            procs = self._spawn(job_id, gpus, workload, start, rank, world, rendezvous, gate)
+            self._jobs[job_id] = _Job(job_id=job_id, procs=procs, gpus=gpus, total=total,
+                                      group=list(group), slot=int(msg["slot"]), start=start,
+                                      gate=group if gate is not None else ())
+        self.log.info("job_launched", job=job_id, pids=[p.pid for p in procs], gpus=list(gpus),
+                      total=total, kind=workload["kind"], start_iteration=start, rank=rank,
+                      world_size=world, gate=gate.endpoint if gate is not None else None,
+                      **rendezvous)
+        return {"launched": True, "already_running": False, "pid": procs[0].pid,
+                "gpus": list(gpus), **rendezvous}
 
     def _check_gpus(self, gpus: Any) -> tuple[int, ...]:
         if not gpus or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
@@ -158,10 +193,28 @@ class Agent:
         return tuple(gpus)
 
     @staticmethod
-    def _check_workload(w: dict) -> tuple[float, float, tuple[float, ...]]:
-        if w.get("kind") != "emulated":
-            raise _BadRequest("unsupported_workload",
-                              f"workload kind {w.get('kind')!r} is not supported")
+    def _check_workload(w: dict) -> dict[str, Any]:
+        """The launch's workload, checked: `emulated` (iterations, iteration_time, stages) or
+        `torch` (iterations, model from the workload registry, optional batch_size/config)."""
+        kind = w.get("kind")
+        if kind == "torch":
+            from workloads.registry import TORCH_NAMES
+
+            try:
+                total = float(w["iterations"])
+                model = str(w["model"])
+                batch = int(w.get("batch_size") or 0)
+                config = dict(w.get("config") or {})
+            except (KeyError, TypeError, ValueError) as err:
+                raise _BadRequest("bad_workload", f"a torch workload needs iterations and model: "
+                                                  f"{err!r}") from None
+            if model not in TORCH_NAMES or not total > 0 or batch < 0:
+                raise _BadRequest("bad_workload", f"need a model among {sorted(TORCH_NAMES)}, "
+                                                  f"iterations > 0, batch_size >= 0; got {w!r}")
+            return {"kind": kind, "iterations": total, "model": model, "batch_size": batch,
+                    "config": config}
+        if kind != "emulated":
+            raise _BadRequest("unsupported_workload", f"workload kind {kind!r} is not supported")
         try:
             total, tt = float(w["iterations"]), float(w["iteration_time"])
             stages = tuple(float(s) for s in w["stages"])
@@ -171,22 +224,73 @@ class Agent:
         if not (total > 0 and tt > 0 and len(stages) == 3 and all(s >= 0 for s in stages)):
             raise _BadRequest("bad_workload", "need iterations > 0, iteration_time > 0 and three "
                                               f"non-negative stage times, got {w!r}")
-        return total, tt, stages
+        return {"kind": kind, "iterations": total, "iteration_time": tt, "stages": stages}
 
-    def _spawn(self, job_id: int, gpus: tuple[int, ...], total: float, tt: float,
-               stages: tuple[float, ...], start: float) -> subprocess.Popen:
+    def _gate_for(self, group: tuple, workload: dict) -> Any:
+        """The group's stage gate on this node, started by its first member's launch. Only
+        torch trainers take turns; emulated ones replay the planner's pace (no gate)."""
+        if workload["kind"] != "torch":
+            return None
+        gate = self._gates.get(group)
+        if gate is None:
+            from node_agent.gate import StageGate
+            from trainer.stages import STAGES
+
+            gate = StageGate(group, STAGES, name=f"{self.cfg.node}:{'-'.join(map(str, group))}",
+                             log=self.log, stall_timeout=self.cfg.gate_stall_timeout).start()
+            self._gates[group] = gate
+        return gate
+
+    def _release_gate(self, job: _Job) -> None:
+        """A member left: drop it from its gate; close the gate when no member runs here."""
+        gate = self._gates.get(job.gate) if job.gate else None
+        if gate is None:
+            return
+        gate.remove(job.job_id)
+        if not any(j.gate == job.gate for j in self._jobs.values() if j is not job):
+            self._gates.pop(job.gate, None)
+            gate.close()
+
+    def _spawn(self, job_id: int, gpus: tuple[int, ...], workload: dict, start: float,
+               rank: int, world: int, rendezvous: dict, gate: Any) -> list[subprocess.Popen]:
+        """Start the job's processes here: one for an emulated job, one rank per GPU for a
+        torch job (ranks rank..rank+len(gpus)-1; the lowest one takes the gate's turns)."""
         cfg = self.cfg
         cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "trainer.run", "--job-id", str(job_id), "--node", cfg.node,
-               "--endpoints", cfg.endpoints_file, "--checkpoint-dir", str(cfg.checkpoint_dir),
-               "--iterations", repr(total), "--iteration-time", repr(tt),
-               "--stages", ",".join(repr(s) for s in stages), "--time-scale", repr(cfg.time_scale),
-               "--report-every", repr(cfg.report_every), "--start-iteration", repr(start),
-               "--run-dir", str(cfg.run_dir)]
+        common = [sys.executable, "-m", "trainer.run", "--job-id", str(job_id), "--node",
+                  cfg.node, "--endpoints", cfg.endpoints_file, "--checkpoint-dir",
+                  str(cfg.checkpoint_dir), "--iterations", repr(workload["iterations"]),
+                  "--time-scale", repr(cfg.time_scale), "--report-every", repr(cfg.report_every),
+                  "--start-iteration", repr(start), "--run-dir", str(cfg.run_dir)]
+        if workload["kind"] == "emulated":
+            cmd = common + ["--iteration-time", repr(workload["iteration_time"]), "--stages",
+                            ",".join(repr(s) for s in workload["stages"])]
+            return [self._popen(job_id, cmd, gpus, "")]
+        ranks = len(gpus) if world > 1 else 1
+        total_world = max(world, ranks)
+        procs = []
+        for i in range(ranks):
+            cmd = common + ["--workload", workload["model"], "--rank", str(rank + i),
+                            "--world-size", str(total_world)]
+            if workload["batch_size"]:
+                cmd += ["--batch-size", str(workload["batch_size"])]
+            if workload["config"]:
+                cmd += ["--workload-config", json.dumps(workload["config"])]
+            if rendezvous:
+                cmd += ["--master-addr", rendezvous["master_addr"], "--master-port",
+                        str(rendezvous["master_port"])]
+            if gate is not None and i == 0:
+                cmd += ["--gate", gate.endpoint]
+            suffix = f".r{rank + i}" if total_world > 1 else ""
+            procs.append(self._popen(job_id, cmd, gpus[i:i + 1] if ranks > 1 else gpus, suffix))
+        return procs
+
+    def _popen(self, job_id: int, cmd: list[str], gpus: tuple[int, ...],
+               suffix: str) -> subprocess.Popen:
         env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)),
                    PYTHONPATH=os.pathsep.join(p for p in (str(PROJECT_ROOT),
                                                            os.environ.get("PYTHONPATH")) if p))
-        with open(cfg.trainer_dir / f"{job_id}.stderr", "ab") as err:
+        with open(self.cfg.trainer_dir / f"{job_id}{suffix}.stderr", "ab") as err:
             # own session: a Ctrl-C meant for the agent must not reach trainers unannounced;
             # the agent stops them itself, with checkpoints
             return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -214,18 +318,26 @@ class Agent:
         return {"iterations": its, "was_running": True, "finished": finished, "exit_code": rc}
 
     def _terminate(self, job: _Job) -> int:
-        """SIGTERM, wait (bounded), SIGKILL; returns the exit status."""
-        if job.proc.poll() is None:
+        """SIGTERM every rank, wait (bounded), SIGKILL; returns the lead's exit status."""
+        for proc in job.procs:
+            if proc.poll() is None:
+                try:
+                    proc.terminate()
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + self.cfg.stop_timeout
+        codes = []
+        for proc in job.procs:
             try:
-                job.proc.terminate()
-            except ProcessLookupError:
-                pass
-        try:
-            return job.proc.wait(self.cfg.stop_timeout)
-        except subprocess.TimeoutExpired:
-            self.log.warning("trainer_kill", job=job.job_id, after_s=self.cfg.stop_timeout)
-            job.proc.kill()
-            return job.proc.wait()
+                codes.append(proc.wait(max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                self.log.warning("trainer_kill", job=job.job_id, pid=proc.pid,
+                                 after_s=self.cfg.stop_timeout)
+                proc.kill()
+                codes.append(proc.wait())
+        with self._lock:
+            self._release_gate(job)
+        return codes[0]
 
     # -- the main loop's side ------------------------------------------------------------------
     def collect(self) -> None:
@@ -240,7 +352,11 @@ class Agent:
             rc = job.proc.poll()
             if rc is None:
                 continue
+            for rank in job.procs[1:]:  # the lead is done: the other ranks here follow it
+                if rank.poll() is None:
+                    rank.terminate()
             del self._jobs[job_id]
+            self._release_gate(job)
             its = self.iterations(job_id, job.start)
             base = {"job_id": job_id, "node": self.cfg.node, "iterations": its}
             if rc == EXIT_FINISHED:
@@ -272,11 +388,12 @@ class Agent:
             for job in jobs:
                 job.stopping = True
         for job in jobs:
-            if job.proc.poll() is None:
-                try:
-                    job.proc.terminate()
-                except ProcessLookupError:
-                    pass
+            for proc in job.procs:
+                if proc.poll() is None:
+                    try:
+                        proc.terminate()
+                    except ProcessLookupError:
+                        pass
         out = [(job, self._terminate(job)) for job in jobs]
         with self._lock:
             for job in jobs:
@@ -457,6 +574,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                    help="trainers' wall seconds between telemetry/checkpoints")
     p.add_argument("--stop-timeout", type=float, default=10.0,
                    help="seconds a trainer gets to checkpoint after SIGTERM before SIGKILL")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="this node's address for torch rendezvous (other nodes connect to it)")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
     try:
@@ -471,7 +590,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
-                      stop_timeout=a.stop_timeout)
+                      stop_timeout=a.stop_timeout, address=a.address)
     return cfg, a.log_level
 
 

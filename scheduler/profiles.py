@@ -21,11 +21,8 @@ def as_layout(stages: Mapping[str, float], length: int) -> tuple[float, ...] | N
         if length == 3:
             data = stages["data"] if "data" in stages else stages["io"] + stages["cpu"]
             values = (data, stages["gpu"], stages["net"])
-        elif length == 4:
-            if "io" in stages:
-                values = (stages["io"], stages["cpu"], stages["gpu"], stages["net"])
-            else:  # a merged data stage cannot be split: count it as io
-                values = (stages["data"], 0.0, stages["gpu"], stages["net"])
+        elif length == 4:  # a merged data stage cannot be split: no measurement then
+            values = (stages["io"], stages["cpu"], stages["gpu"], stages["net"])
         else:
             return None
         values = tuple(float(v) for v in values)

@@ -17,6 +17,7 @@ the trace clock running from where the journal left it.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
@@ -24,7 +25,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -36,6 +37,7 @@ from scheduler.core import Core, SchedulingError
 from scheduler.journal import Journal, record_from_map
 from scheduler.policies import POLICIES, make_policy
 from scheduler.presets import get_preset
+from scheduler.profiles import ProfileEstimator
 from scheduler.state import NodeSlice, Status
 from specs import spec_path
 from specs.spec import ClusterSpec, SpecError, load_spec
@@ -97,6 +99,10 @@ class Options:
     agent_request_retries: int = 3
     journal: Path | None = None  # default: run_dir/journal.db
     checkpoint_dir: Path | None = None  # default: run_dir/checkpoints (where agents write)
+    # "emulated": trainers replay the planned pace; "torch": real training of the job's model
+    workload: str = "emulated"
+    torch_config: dict = field(default_factory=dict)  # workload settings for every torch job
+    profile_threshold: float = 0.1  # relative move of a measured profile that re-plans
 
     @property
     def journal_path(self) -> Path:
@@ -141,6 +147,7 @@ class SchedulerService:
         self.launching: dict[int, Placed] = {}  # launch requests in flight
         self.aborted: set[int] = set()  # jobs that crashed or finished while launching
         self.progress: dict[int, float] = {}  # iterations done, per telemetry
+        self.profiles = ProfileEstimator(threshold=options.profile_threshold)
         self.strays: list[tuple[int, str]] = []  # (job, node) to stop outside a plan
         self.outbox: list[tuple[str, dict[str, Any]]] = []  # events for the main thread to publish
         self.wake_reasons: set[str] = set()
@@ -483,8 +490,6 @@ class SchedulerService:
         requester = Requester(self.endpoints, SERVICE, timeout=self.opt.agent_request_timeout,
                               retries=self.opt.agent_request_retries)
         publisher = Publisher(self.endpoints, SERVICE)
-        # timing too, though unused: a sender's seq runs over all its events, so subscribing
-        # to progress alone would report every timing event as a gap
         subscriber = Subscriber(self.endpoints, ["event.progress", "event.timing"])
         self.log.info("scheduler_start", policy=self.opt.policy, preset=self.opt.preset,
                       nodes=self.opt.spec.num_nodes, gpus=self.opt.spec.total_gpus,
@@ -554,6 +559,9 @@ class SchedulerService:
                 with self._lock:
                     if msg["job_id"] in self.placed:
                         self._note_progress(msg["job_id"], float(msg["iterations"]))
+            elif msg.type == "event.timing":
+                with self._lock:
+                    self._note_timing(msg)
             count += 1
             msg = subscriber.recv(0)
 
@@ -738,8 +746,7 @@ class SchedulerService:
                     self.wake_reasons.add("launch_skipped")
                 return
             start = float(job.record.iterations - job.remaining)
-            workload = {"kind": "emulated", "iterations": job.record.iterations,
-                        "iteration_time": want.tt, "stages": stage_list(job.profile)}
+            workload = self._workload(job, want)
             gpus_of = {p.node: self._gpu_ids(p) for p in want.slices}
             self.launching[job_id] = want
             self.aborted.discard(job_id)
@@ -749,15 +756,22 @@ class SchedulerService:
                                       detail={"nodes": [node_name(n) for n in want.nodes]})
         launched: list[int] = []
         failed = None
+        ranks = {"rank": 0, "world_size": sum(len(g) for g in gpus_of.values())} \
+            if workload["kind"] == "torch" else {}
         for piece in want.slices:
             name = node_name(piece.node)
             reply = self._agent_request(requester, name, "job.launch", job_id=job_id,
                                         gpus=gpus_of[piece.node], group=list(want.group),
                                         slot=want.group.index(job_id), workload=workload,
-                                        start_iteration=start)
+                                        start_iteration=start, **ranks)
             if reply is None:
                 failed = name
                 break
+            if ranks:  # rank 0's agent chose the rendezvous; the other slices join it
+                ranks["rank"] += len(gpus_of[piece.node])
+                if "master_port" in reply and "master_port" not in ranks:
+                    ranks.update(master_addr=str(reply.get("master_addr") or "127.0.0.1"),
+                                 master_port=int(reply["master_port"]))
             launched.append(piece.node)
         with self._lock:
             self.launching.pop(job_id, None)
@@ -793,6 +807,27 @@ class SchedulerService:
             # the next tick retries
             self.log.warning("launch_failed", job_id=job_id, node=failed,
                              lost=[node_name(n) for n in lost])
+
+    def _workload(self, job: Any, want: Any) -> dict[str, Any]:
+        if self.opt.workload == "torch":
+            return {"kind": "torch", "iterations": job.record.iterations, "model": job.model,
+                    "batch_size": 0, "config": dict(self.opt.torch_config)}
+        return {"kind": "emulated", "iterations": job.record.iterations,
+                "iteration_time": want.tt, "stages": stage_list(job.profile)}
+
+    def _note_timing(self, msg: Any) -> None:
+        """A trainer measured its stages (trace seconds): fold them into the job's profile;
+        a move big enough re-weights the matching at once."""
+        job = self.core.jobs.get(msg["job_id"])
+        if job is None or job.status is not Status.RUNNING:
+            return
+        profile = self.profiles.fold(job.id, job.profile, msg["stages"])
+        if profile is None:
+            return
+        self.core.update_profile(job.id, profile, solo_time=sum(profile))
+        self.wake_reasons.add("profile")
+        self.log.info("profile_updated", job_id=job.id, profile=[round(t, 6) for t in profile],
+                      measured=dict(msg["stages"]))
 
     def _gpu_ids(self, piece: NodeSlice) -> list[int]:
         """The agent's own GPU ids for the spec's GPU indices on that node."""
@@ -830,8 +865,19 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                    help="where agents write checkpoints (default RUN_DIR/checkpoints)")
     p.add_argument("--wait-endpoints", type=float, default=30.0,
                    help="seconds to wait for the endpoints file to appear")
+    p.add_argument("--workload", default="emulated", choices=["emulated", "torch"],
+                   help="emulated: trainers replay the planned pace (default); torch: real "
+                        "training of each job's model (needs the train extra)")
+    p.add_argument("--torch-config", default="{}",
+                   help="JSON settings for every torch workload, e.g. '{\"input_size\": 16}'")
     p.add_argument("--log-level", default="info")
     a = p.parse_args(argv)
+    try:
+        a.torch_config = json.loads(a.torch_config)
+        if not isinstance(a.torch_config, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as err:
+        p.error(f"--torch-config must be a JSON object: {err}")
     if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
         p.error("--time-scale, --round and --agent-timeout must be > 0")
     try:
@@ -875,7 +921,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       time_scale=args.time_scale, round_s=args.round_s,
                       agent_timeout=args.agent_timeout,
                       journal=Path(args.journal) if args.journal else None,
-                      checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None)
+                      checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+                      workload=args.workload, torch_config=args.torch_config)
     service = SchedulerService(endpoints, options, log=log)
     try:
         return service.run(stop)

@@ -244,8 +244,14 @@ def test_stop_replies_with_iterations_and_relaunch_resumes(cluster):
 
 
 BAD_LAUNCHES = [
-    (dict(workload={"kind": "torch", "iterations": 5, "iteration_time": 1, "stages": [1, 1, 1]}),
-     "unsupported_workload"),
+    (dict(workload={"kind": "tensorflow", "iterations": 5, "iteration_time": 1,
+                    "stages": [1, 1, 1]}), "unsupported_workload"),
+    (dict(workload={"kind": "torch", "iterations": 5}), "bad_workload"),  # no model
+    (dict(workload={"kind": "torch", "iterations": 5, "model": "alexnet"}), "bad_workload"),
+    (dict(workload={"kind": "torch", "iterations": 0, "model": "bert"}), "bad_workload"),
+    (dict(rank=2, world_size=2), "bad_request"),
+    (dict(workload={"kind": "torch", "iterations": 5, "model": "bert"}, rank=1, world_size=2),
+     "bad_request"),  # rank > 0 without rank 0's rendezvous
     (dict(workload={"kind": "emulated", "iterations": 5, "stages": [1, 1, 1]}), "bad_workload"),
     (dict(workload={"kind": "emulated", "iterations": "x", "iteration_time": 1,
                     "stages": [1, 1, 1]}), "bad_workload"),
