@@ -41,6 +41,7 @@ class LiveCluster:
     time_scale: float = 100.0
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     broker_ports: tuple[int, int, int] | None = None
+    scheduler_args: list[str] = field(default_factory=list)
 
     @property
     def endpoints_file(self) -> Path:
@@ -70,7 +71,8 @@ class LiveCluster:
         self._spawn("scheduler", ["-m", "scheduler.service", "--spec", self.spec, "--policy",
                                   self.policy, "--endpoints", str(self.endpoints_file),
                                   "--run-dir", str(self.run_dir), "--time-scale",
-                                  str(self.time_scale), "--round", "5", "--agent-timeout", "6"])
+                                  str(self.time_scale), "--round", "5", "--agent-timeout", "6",
+                                  *self.scheduler_args])
 
     def start_agent(self, i: int) -> None:
         gpus = ",".join(str(g) for g in range(self.gpus_per_node))
