@@ -52,7 +52,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "status.query": {"what": (_STR, False)},
     # -- events (pub/sub; telemetry only, never the only carrier of state) -------------------
     "event.timing": {"job_id": (_INT, True), "stages": (_MAP, True), "iteration_time": (_NUM, True),
-                     "iterations": (_NUM, True)},
+                     "iterations": (_NUM, True),
+                     # trace seconds from process start to the first iteration after a launch
+                     "restart_overhead": (_NUM, False)},
     "event.progress": {"job_id": (_INT, True), "iterations": (_NUM, True)},
     "event.job": {"job_id": (_INT, True), "state": (_STR, True), "detail": (_MAP, False)},
     "event.agent": {"node": (_STR, True), "state": (_STR, True)},

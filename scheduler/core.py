@@ -44,7 +44,8 @@ class Core:
             profile = tuple(t * scale for t in profile)
         job = Job(record=record, solo_time=solo, profile=profile,
                   remaining=float(record.iterations),
-                  remaining_estimate=record.iterations * solo, last_update=now)
+                  remaining_estimate=record.iterations * solo, last_update=now,
+                  restart_overhead=self.preset.overhead(record.model_name, record.num_gpu))
         self.jobs[job.id] = job
         self.queue.append(job)
         self.policy.on_submit(job, now)
@@ -76,6 +77,12 @@ class Core:
             job.solo_time = float(solo_time)
             job.remaining_estimate = job.remaining * job.solo_time
         self.policy.on_profile(job)
+
+    def set_restart_overhead(self, job_id: int, seconds: float) -> None:
+        """What a restart of this job was measured to cost (live trainers report it)."""
+        if not seconds >= 0:
+            raise SchedulingError(f"restart overhead must be >= 0, got {seconds}")
+        self._job(job_id).restart_overhead = float(seconds)
 
     def set_node_online(self, node: int, online: bool) -> None:
         """The live driver says whether a node's agent is there; offline nodes get no work."""

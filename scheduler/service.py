@@ -821,6 +821,9 @@ class SchedulerService:
         job = self.core.jobs.get(msg["job_id"])
         if job is None or job.status is not Status.RUNNING:
             return
+        overhead = msg.get("restart_overhead")
+        if overhead is not None and overhead >= 0 and overhead != job.restart_overhead:
+            self.core.set_restart_overhead(job.id, float(overhead))  # weighs future regroups
         profile = self.profiles.fold(job.id, job.profile, msg["stages"])
         if profile is None:
             return

@@ -40,6 +40,7 @@ class Job:
     promotions: int = 0
     group_tt: float = 0.0  # iteration time in its current group (== solo_time alone)
     group_key: tuple[int, ...] = ()  # ids of the current group's members
+    restart_overhead: float = 0.0  # seconds a (re)start costs it: the preset's, then measured
     policy_data: dict = field(default_factory=dict)  # per-policy bookkeeping (e.g. Themis)
 
     @property

@@ -40,7 +40,7 @@ def test_measured_timings_regroup_a_job_whose_trace_profile_is_wrong(harness):
 
     def regrouped() -> bool:
         trainer.publish("event.timing", job_id=4, stages=TRUE_4, iteration_time=1.3,
-                        iterations=10.0)
+                        iterations=10.0, restart_overhead=2.5)
         while not agent.launches.empty():
             later.append(agent.launches.get())
         return {frozenset({1, 4}), frozenset({2, 3})} <= groups_of(later)
@@ -53,6 +53,8 @@ def test_measured_timings_regroup_a_job_whose_trace_profile_is_wrong(harness):
     assert status["state"] == "running"
     # the planner now holds the measured profile, not the trace's
     assert h.scheduler.core.jobs[4].profile == pytest.approx((0.1, 0.1, 1.0, 0.1))
+    # and the restart overhead it measured, which weighs whether later regroups pay off
+    wait_for(lambda: h.scheduler.core.jobs[4].restart_overhead == 2.5)
 
 
 def test_first_measurement_replaces_the_prior_then_smooths():

@@ -58,7 +58,8 @@ def test_matrix_equals_pairwise_weights(profiles, rnd, hysteresis):
             else:
                 expected = policy._efficiency(nodes[i], nodes[j], ("x", i, j))
                 if hysteresis and policy_together(nodes[i], nodes[j]):
-                    expected *= 1.0 + hysteresis
+                    expected *= 1.0 + max(policy._keep_bonus(nodes[i]),
+                                          policy._keep_bonus(nodes[j]))
             assert w[i, j] == expected
 
 
@@ -87,3 +88,36 @@ def test_dense_and_pairwise_plans_are_equally_good():
         totals.append(sorted(round(g.tt, 9) for g in plan.groups))
         assert plan.groups
     assert sum(totals[0]) == pytest.approx(sum(totals[1]), rel=1e-6)
+
+
+def test_a_job_without_profile_runs_alone_until_measured():
+    preset = get_preset("default")
+    core = Core(spec(nodes=1, gpus=1), make_policy("muri-s", preset), preset)
+    core.submit(job(1, stages=(0.0, 0.0, 0.0), iteration_time=1.0, iterations=1000), 0.0)
+    core.submit(job(2, stages=(0.05, 0.9, 0.05), iterations=1000), 0.0)
+    plan = core.round(0.0)
+    assert [g.jobs for g in plan.groups] == [(2,)] or [g.jobs for g in plan.groups] == [(1,)]
+    core.advance(1.0)
+    core.update_profile(1, (0.9, 0.05, 0.05), solo_time=1.0)  # what its trainer measured
+    plan = core.round(1.0)
+    assert sorted(plan.groups[0].jobs) == [1, 2]
+
+
+def test_a_restart_that_costs_more_than_the_gain_keeps_the_group():
+    """Regrouping pays a restart; near the end of the work that outweighs a better pairing."""
+    preset = get_preset("default")
+    claims = {1: (0.1, 0.1, 0.1, 1.0), 2: (1.0, 0.5, 0.1, 0.1), 3: (1.0, 0.5, 1.0, 0.1),
+              4: (0.5, 0.5, 0.1, 0.1)}
+    outcomes = {}
+    for overhead in (0.0, 500.0):
+        core = Core(spec(nodes=1, gpus=2), make_policy("muri-s", preset), preset)
+        for job_id, stages in claims.items():
+            core.submit(job(job_id, stages=stages, iterations=1000), 0.0)
+            core.set_restart_overhead(job_id, overhead)
+        first = {frozenset(g.jobs) for g in core.round(0.0).groups}
+        assert first == {frozenset({1, 2}), frozenset({3, 4})}
+        core.advance(1.0)
+        core.update_profile(4, (0.1, 0.1, 1.0, 0.1), solo_time=1.3)  # measured: gpu-heavy
+        outcomes[overhead] = {frozenset(g.jobs) for g in core.round(1.0).groups}
+    assert outcomes[0.0] == {frozenset({1, 4}), frozenset({2, 3})}  # regrouped
+    assert outcomes[500.0] == {frozenset({1, 2}), frozenset({3, 4})}  # kept: not worth it

@@ -108,16 +108,18 @@ class Telemetry:
         self.publish(iterations, spec.stage_map(), spec.iteration_time)
 
     def publish(self, iterations: float, stages: dict[str, float],
-                iteration_time: float) -> None:
-        """event.progress, then event.timing with the stage means and the iteration time."""
+                iteration_time: float, restart_overhead: float | None = None) -> None:
+        """event.progress, then event.timing with the stage means and the iteration time
+        (and the restart overhead this launch paid, when measured)."""
         if self._pub is None:
             return
+        extra = {} if restart_overhead is None else {"restart_overhead": float(restart_overhead)}
         try:
             self._pub.publish("event.progress", job_id=self._job_id, iterations=float(iterations))
             self._pub.publish("event.timing", job_id=self._job_id,
                               stages={k: float(v) for k, v in stages.items()},
                               iteration_time=float(iteration_time),
-                              iterations=float(iterations))
+                              iterations=float(iterations), **extra)
         except Exception as err:  # telemetry is lossy by design; losing it must not stop training
             self._log.warning("publish_failed", error=repr(err))
 

@@ -139,17 +139,17 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
                 break
             if it.stop:
                 save(step, done=False)
-                _publish(telemetry, step, window, args.time_scale)
+                _publish(telemetry, step, window, args.time_scale, overheads[-1] if overheads else None)
                 log.info("trainer_stopped", iterations=step, orphaned=orphaned)
                 return EXIT_STOPPED
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 save(step, done=False)
             if time.monotonic() >= next_report:
-                _publish(telemetry, step, window, args.time_scale)
+                _publish(telemetry, step, window, args.time_scale, overheads[-1] if overheads else None)
                 next_report = time.monotonic() + args.report_every
         save(step, done=True)
         log.info("trainer_finished", iterations=step, timing=window.summary())
-        _publish(telemetry, step, window, args.time_scale)
+        _publish(telemetry, step, window, args.time_scale, overheads[-1] if overheads else None)
         return EXIT_FINISHED
     finally:
         telemetry.close()
@@ -177,11 +177,13 @@ def _resume(args: argparse.Namespace, workload: Any, device: Any, log: Any, ckpt
     return start, list(state["meta"].get("restart_overheads", []))
 
 
-def _publish(telemetry: Any, iterations: int, window: Any, scale: float = 1.0) -> None:
+def _publish(telemetry: Any, iterations: int, window: Any, scale: float = 1.0,
+             overhead: float | None = None) -> None:
     """Timing in trace seconds (wall x time scale), the unit of the planner's profiles."""
     if window.iterations == 0:
         return
     s = window.summary()
     telemetry.publish(float(iterations), {k: v * scale for k, v in s["stages"].items()},
-                      s["iteration_time"] * scale)
+                      s["iteration_time"] * scale,
+                      restart_overhead=None if overhead is None else overhead * scale)
     window.reset()

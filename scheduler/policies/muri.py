@@ -83,7 +83,7 @@ class Muri(Policy):
         jobs = a + b
         tt, _ = self.group_timing(jobs)
         value = 0.0
-        if tt > 0:
+        if tt > 0 and all(map(_profiled, jobs)):
             k = interleave.slots(len(jobs[0].profile))
             value = sum(sum(j.profile) for j in jobs) / (tt * k)
         if len(self._weights) > 200_000:
@@ -171,6 +171,7 @@ class Muri(Policy):
         key = tuple(tuple(j.id for j in node) for node in nodes)
         if self.preset.regroup_hysteresis:
             key += tuple(j.group_key for node in nodes for j in node)
+            key += tuple(round(self._keep_bonus(node), 3) for node in nodes)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
@@ -181,6 +182,7 @@ class Muri(Policy):
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
         hysteresis = self.preset.regroup_hysteresis
+        bonus = [self._keep_bonus(node) for node in nodes] if hysteresis else []
 
         def weight(i: int, j: int) -> float:  # the hot path of a round: cache first
             if sizes[i] + sizes[j] > k:
@@ -190,10 +192,18 @@ class Muri(Policy):
             if value is None:
                 value = self._efficiency(nodes[i], nodes[j], pair)
             if hysteresis and _together(nodes[i], nodes[j]):
-                value *= 1.0 + hysteresis
+                value *= 1.0 + max(bonus[i], bonus[j])
             return value
 
         return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
+
+    def _keep_bonus(self, node: Packing) -> float:
+        """How much more a running group counts when matching: at least the preset's
+        hysteresis, and at least what a restart would cost its members relative to the work
+        they have left (a job near its end is not worth a checkpoint and restart to regroup)."""
+        cost = max((j.restart_overhead / j.remaining_estimate if j.remaining_estimate > 0
+                    else 1.0) for j in node)
+        return max(self.preset.regroup_hysteresis, min(1.0, cost))
 
     def _remember(self, key: tuple, pairs: list[tuple[int, int]]) -> dict[int, int]:
         partner = {}
@@ -241,13 +251,17 @@ class Muri(Policy):
                     busy = total if busy is None else busy + total
                 positive = tt > 0
                 w[rows, cols] = np.where(positive, busy / np.where(positive, tt * k_slots, 1.0), 0.0)
+        unknown = np.array([not all(map(_profiled, node)) for node in nodes])
+        w[unknown, :] = 0.0
+        w[:, unknown] = 0.0
         hysteresis = self.preset.regroup_hysteresis
         if hysteresis:
             labels: dict[tuple, int] = {}
             label = np.array([labels.setdefault(node[0].group_key, len(labels))
                               if _together(node, node) else -1 for node in nodes])
             together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
-            w[together] *= 1.0 + hysteresis
+            bonus = np.array([self._keep_bonus(node) for node in nodes])
+            w[together] *= (1.0 + np.maximum(bonus[:, None], bonus[None, :]))[together]
         return np.triu(w, 1) + np.triu(w, 1).T
 
     def _consecutive(self, admitted: dict[int, list[Job]], required: int,
@@ -326,6 +340,12 @@ class Muri(Policy):
         return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
                      tt=tt, placement=tuple(slices),
                      empty_slot=None in order)
+
+
+def _profiled(job: Job) -> bool:
+    """A job with no stage times (all zero) runs alone until its trainer has measured them:
+    a guess would group it blind."""
+    return any(job.profile)
 
 
 def _together(a: Packing, b: Packing) -> bool:
