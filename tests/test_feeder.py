@@ -153,7 +153,7 @@ def test_no_scheduler_behind_the_broker_is_a_feed_error_after_patience():
             requester.close()
 
 
-# -- the command line (a real process, as scripts/feed and demo-live run it) ------------------
+# -- the command line (a real process, as scripts/feed and scripts/demo run it) ------------------
 
 def _run(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
