@@ -97,6 +97,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def _sigterm(job: "_Job") -> None:
+    for proc in job.procs:
+        if proc.poll() is None:
+            try:
+                proc.terminate()
+            except ProcessLookupError:
+                pass
+
+
 def _describe_exit(rc: int) -> str:
     if rc < 0:
         try:
@@ -319,12 +328,7 @@ class Agent:
 
     def _terminate(self, job: _Job) -> int:
         """SIGTERM every rank, wait (bounded), SIGKILL; returns the lead's exit status."""
-        for proc in job.procs:
-            if proc.poll() is None:
-                try:
-                    proc.terminate()
-                except ProcessLookupError:
-                    pass
+        _sigterm(job)
         deadline = time.monotonic() + self.cfg.stop_timeout
         codes = []
         for proc in job.procs:
@@ -388,12 +392,7 @@ class Agent:
             for job in jobs:
                 job.stopping = True
         for job in jobs:
-            for proc in job.procs:
-                if proc.poll() is None:
-                    try:
-                        proc.terminate()
-                    except ProcessLookupError:
-                        pass
+            _sigterm(job)
         out = [(job, self._terminate(job)) for job in jobs]
         with self._lock:
             for job in jobs:

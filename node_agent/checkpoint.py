@@ -45,7 +45,13 @@ def write(directory: str | os.PathLike, ckpt: Checkpoint) -> Path:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
-    try:  # make the rename itself durable; not every filesystem allows fsync on a directory
+    fsync_dir(directory)
+    return final
+
+
+def fsync_dir(directory: str | os.PathLike) -> None:
+    """Make a rename in `directory` durable; not every filesystem allows fsync on one."""
+    try:
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -53,7 +59,6 @@ def write(directory: str | os.PathLike, ckpt: Checkpoint) -> Path:
             os.close(fd)
     except OSError:
         pass
-    return final
 
 
 def read(directory: str | os.PathLike, job_id: int) -> Checkpoint | None:

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from node_agent.checkpoint import fsync_dir
+
 _NAME = re.compile(r"^it-(\d{12})\.pt$")
 
 
@@ -66,21 +68,10 @@ def save(directory: str | os.PathLike, job_id: int, iteration: int, workload: An
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
-    _fsync_dir(folder)
+    fsync_dir(folder)
     for old in _listed(folder)[keep:]:
         old.unlink(missing_ok=True)
     return final
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:  # not every filesystem allows fsync on a directory
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def _listed(folder: Path) -> list[Path]:
