@@ -37,3 +37,29 @@ def test_chaos_every_job_finishes_exactly_once(tmp_path):
     assert summary["kills_done"] >= 4, summary["kills"]
     assert summary["ok"], summary["verdict"]["problems"]
     assert summary["verdict"]["report"]["jobs"] == 20
+
+
+def test_the_verdict_sees_a_lost_and_a_doubled_job(tmp_path):
+    """The judge is not vacuous: a job finished twice, one never, a bad feeder exit all show."""
+    import json
+
+    from scheduler.journal import Journal
+    from tests.chaos import judge
+    from tests.helpers import job
+
+    with Journal(tmp_path / "journal.db") as journal:
+        for j in (0, 1, 2):
+            journal.submit(job(j), 0.0)
+        journal.mark_finished(0, 5.0)
+        journal.mark_finished(1, 6.0)
+    lines = [{"event": "job_finished", "job_id": 0}, {"event": "job_finished", "job_id": 0},
+             {"event": "job_finished", "job_id": 1}]
+    (tmp_path / "scheduler.log").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    verdict = judge(tmp_path, [0, 1, 2], feeder_rc=1)
+    text = "\n".join(verdict.problems)
+    assert not verdict.ok
+    assert "feeder exited with 1" in text
+    assert "scheduler.log: 1 jobs never finished: [2]" in text
+    assert "scheduler.log: jobs finished more than once: {0: 2}" in text
+    assert "journal: 1 jobs never finished: [2]" in text
+    assert verdict.integrity == "ok"

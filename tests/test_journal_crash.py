@@ -11,6 +11,7 @@ SQLite's integrity check passes. No agents: nothing needs to run.
 """
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
@@ -19,10 +20,10 @@ import time
 from broker.client import RequestFailed, Requester, RequestTimeout
 from broker.endpoints import Endpoints
 from scheduler.journal import Journal, record_to_map
-from tests.live import LiveCluster, wait_for
+from tests.live import LiveCluster
 from traces.generate import generate
 
-SEED = 20240611
+SEED = int(os.environ.get("JOURNAL_CRASH_SEED", "20240611"))
 KILLS = 20
 MAX_JOBS = 2000
 
