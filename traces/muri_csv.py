@@ -30,6 +30,9 @@ PathLike = str | os.PathLike[str]
 # Beyond this many decimal digits an integer column is certainly nonsense; refusing it early
 # also keeps a hostile "1e999999" from turning into a million-digit int.
 _MAX_INT_DIGITS = 18
+# A time (ms) with a larger decimal exponent is beyond any float anyway; refusing it before
+# scaling keeps "1E1000010" from overflowing Decimal's context (decimal.Overflow, not ours).
+_MAX_TIME_EXPONENT = 400
 
 
 def _parse_number(text: str, *, integer: bool) -> tuple[object, str | None]:
@@ -49,6 +52,8 @@ def _parse_number(text: str, *, integer: bool) -> tuple[object, str | None]:
         if number == number.to_integral_value():
             return int(number), None
         return float(number), None  # the shared check rejects it with its own wording
+    if number.adjusted() > _MAX_TIME_EXPONENT:  # scaleb would overflow the decimal context
+        return None, f"must be a finite number, got {shown}"
     seconds = float(number.scaleb(-3))
     if seconds in (float("inf"), float("-inf")):
         return None, f"must be a finite number, got {shown}"

@@ -1,0 +1,304 @@
+"""A seeded chaos harness for the live system: SIGKILL agents, trainers, the scheduler and the
+broker at random times during a LiveCluster run, restart them, then check that every job
+completed exactly once and that the report is still produced.
+
+Why a seed: a failing run must be reproducible. The seed alone fixes the kill schedule (when,
+which kind of process, which one of its kind, how long a killed agent stays down); the run
+prints it and writes it to RUN_DIR/chaos.json, and the same seed replays the same schedule.
+What a kill hits (which trainer is running at that instant) also depends on timing, so the
+executed kills are recorded next to the plan.
+
+Used by tests/test_chaos.py (small, CI) and bench/chaos.py (long runs).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tests.live import ROOT, LiveCluster
+from traces import write_trace
+from traces.generate import generate
+
+KINDS = ("agent", "trainer", "scheduler", "broker")
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One planned kill: `at` wall seconds after the feed starts; `pick` chooses among the
+    live processes of that kind (modulo how many there are); a killed agent is restarted
+    after `down_s`, everything else at once (a trainer is relaunched by the scheduler)."""
+
+    at: float
+    target: str
+    pick: int
+    down_s: float = 0.0
+
+
+def plan_kills(seed: int, kills: int, window: tuple[float, float], min_spacing: float,
+               kinds: tuple[str, ...] = KINDS) -> list[Kill]:
+    """`kills` kills inside `window`, at least `min_spacing` apart, from `seed` alone.
+
+    Every kind is hit at least once when there are enough kills; the rest are drawn freely.
+    """
+    start, end = window
+    slack = (end - start) - (kills - 1) * min_spacing
+    if kills < 1 or slack < 0:
+        raise ValueError(f"{kills} kills {min_spacing} s apart do not fit in {window}")
+    rng = random.Random(seed)
+    # sorted uniform points in the slack, then spread by the spacing: gaps >= min_spacing
+    points = sorted(rng.uniform(0.0, slack) for _ in range(kills))
+    targets = list(kinds[:kills]) + [rng.choice(kinds) for _ in range(kills - len(kinds))]
+    rng.shuffle(targets)
+    return [Kill(at=round(start + p + i * min_spacing, 3), target=t, pick=rng.randrange(1000),
+                 down_s=round(rng.uniform(0.0, min(3.0, min_spacing / 2)), 3)
+                 if t == "agent" else 0.0)
+            for i, (p, t) in enumerate(zip(points, targets))]
+
+
+def trainer_pids(run_dir: Path) -> dict[int, int]:
+    """{job_id: pid} of the trainer processes of this run, found in /proc (the trainers run in
+    their own sessions, so they are nobody's process group but their own)."""
+    want = str(Path(run_dir).resolve())
+    found: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        args = [a.decode("utf-8", "replace") for a in args]
+        if "trainer.run" not in args or "--run-dir" not in args or "--job-id" not in args:
+            continue
+        if args[args.index("--run-dir") + 1] != want:
+            continue
+        try:
+            found[int(args[args.index("--job-id") + 1])] = int(entry.name)
+        except (ValueError, IndexError):
+            continue
+    return found
+
+
+class Chaos:
+    """Carries out a kill plan against a LiveCluster, on the caller's thread."""
+
+    def __init__(self, live: LiveCluster, plan: list[Kill], say: Callable[[str], None] = print):
+        self.live, self.plan, self.say = live, plan, say
+        self.done: list[dict] = []
+        self.stop = threading.Event()
+
+    def execute(self, t0: float) -> list[dict]:
+        """Kill by the plan (times from `t0`, a monotonic instant); returns what was hit."""
+        for kill in self.plan:
+            # waiting for the planned instant *is* the schedule, not a synchronisation
+            if self.stop.wait(max(0.0, t0 + kill.at - time.monotonic())):
+                break
+            hit = self._kill(kill)
+            record = {**asdict(kill), "t": round(time.monotonic() - t0, 2), "hit": hit}
+            self.done.append(record)
+            self.say(f"chaos: t={record['t']:.1f}s {kill.target}: {hit}")
+        return self.done
+
+    def _kill(self, kill: Kill) -> str:
+        live = self.live
+        if kill.target == "trainer":
+            pids = trainer_pids(live.run_dir)
+            if not pids:
+                return "none running"
+            job_id = sorted(pids)[kill.pick % len(pids)]
+            try:
+                os.kill(pids[job_id], signal.SIGKILL)
+            except ProcessLookupError:
+                return f"job {job_id} trainer (pid {pids[job_id]}) already gone"
+            return f"job {job_id} trainer pid {pids[job_id]}"
+        if kill.target == "agent":
+            index = kill.pick % live.nodes
+            pid = live.procs[f"agent-n{index}"].pid
+            live.kill(f"agent-n{index}")
+            self.stop.wait(kill.down_s)  # how long the node stays down is part of the plan
+            live.start_agent(index)
+            return f"agent-n{index} pid {pid}, restarted after {kill.down_s:.1f}s"
+        if kill.target == "scheduler":
+            pid = live.procs["scheduler"].pid
+            live.kill("scheduler")
+            live.start_scheduler()
+            return f"scheduler pid {pid}, restarted"
+        if kill.target == "broker":
+            pid = live.procs["broker"].pid
+            live.kill("broker")
+            live.start_broker()  # the same ports: every component reconnects by itself
+            return f"broker pid {pid}, restarted on the same ports"
+        raise ValueError(f"unknown target {kill.target!r}")
+
+
+# -- checking the outcome ------------------------------------------------------------------------
+@dataclass
+class Verdict:
+    """What a chaos run is judged by; `problems` is empty when it held up."""
+
+    jobs: int
+    finished_logged: dict[int, int] = field(default_factory=dict)  # job -> job_finished lines
+    finished_journal: dict[int, int] = field(default_factory=dict)  # job -> 'finished' events
+    journal_states: dict[str, int] = field(default_factory=dict)
+    integrity: str = ""
+    report: dict | None = None
+    feeder_rc: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _exactly_once(what: str, counts: dict[int, int], ids: list[int]) -> list[str]:
+    missing = sorted(set(ids) - set(counts))
+    twice = sorted(j for j, n in counts.items() if n > 1)
+    strange = sorted(set(counts) - set(ids))
+    out = []
+    if missing:
+        out.append(f"{what}: {len(missing)} jobs never finished: {missing}")
+    if twice:
+        out.append(f"{what}: jobs finished more than once: "
+                   f"{ {j: counts[j] for j in twice} }")
+    if strange:
+        out.append(f"{what}: finished jobs that were never fed: {strange}")
+    return out
+
+
+def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None) -> Verdict:
+    """Read the run back (scheduler.log, journal.db, the report CLI) after every process ended."""
+    verdict = Verdict(jobs=len(job_ids), feeder_rc=feeder_rc)
+    if feeder_rc != 0:
+        verdict.problems.append(f"feeder exited with {feeder_rc}")
+    logged: collections.Counter[int] = collections.Counter()
+    with open(run_dir / "scheduler.log", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("event") == "job_finished":
+                logged[rec.get("job_id")] += 1
+    verdict.finished_logged = dict(logged)
+    verdict.problems += _exactly_once("scheduler.log", verdict.finished_logged, job_ids)
+
+    db = sqlite3.connect(run_dir / "journal.db")
+    try:
+        verdict.integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
+        verdict.journal_states = dict(db.execute(
+            "SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+        verdict.finished_journal = dict(db.execute(
+            "SELECT job_id, COUNT(*) FROM events WHERE kind='finished' GROUP BY job_id"))
+    finally:
+        db.close()
+    if verdict.integrity != "ok":
+        verdict.problems.append(f"journal integrity_check: {verdict.integrity}")
+    if verdict.journal_states.get("finished", 0) != len(job_ids) or len(
+            verdict.journal_states) != 1:
+        verdict.problems.append(f"journal job states: {verdict.journal_states}")
+    verdict.problems += _exactly_once("journal", verdict.finished_journal, job_ids)
+
+    out = subprocess.run([sys.executable, "-m", "scheduler.report", str(run_dir), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        verdict.problems.append(f"report exited {out.returncode}: {out.stderr.strip()[-500:]}")
+    else:
+        verdict.report = json.loads(out.stdout.strip().splitlines()[-1])
+        if verdict.report.get("jobs") != len(job_ids) or verdict.report.get("unfinished"):
+            verdict.problems.append(f"report counts {verdict.report.get('jobs')} jobs, "
+                                    f"{verdict.report.get('unfinished')} unfinished")
+    return verdict
+
+
+# -- one whole run -------------------------------------------------------------------------------
+@dataclass
+class ChaosConfig:
+    seed: int
+    jobs: int = 20
+    kills: int = 5
+    time_scale: float = 250.0
+    window: tuple[float, float] = (4.0, 40.0)  # wall seconds after the feed starts
+    min_spacing: float = 6.0
+    finish_timeout: float = 300.0
+    spec: str = "n3g4"
+    nodes: int = 3
+    gpus_per_node: int = 4
+
+
+def chaos_trace(cfg: ChaosConfig, path: Path) -> list[int]:
+    """The run's trace, from the seed too: jobs of 1-4 GPUs, minutes to hours long."""
+    records = generate(cfg.jobs, cfg.seed, max_gpus=cfg.gpus_per_node, mean_interarrival=400,
+                       median_duration=1200, min_duration=300, max_duration=4 * 3600)
+    write_trace(path, records)
+    return [r.job_id for r in records]
+
+
+def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = print) -> dict:
+    """Start a LiveCluster, feed the seeded trace, kill by the seeded plan, wait for every
+    job, stop everything and judge. Returns the summary also written to run_dir/chaos.json."""
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan = plan_kills(cfg.seed, cfg.kills, cfg.window, cfg.min_spacing)
+    say(f"chaos: seed={cfg.seed} jobs={cfg.jobs} kills={cfg.kills} run_dir={run_dir} "
+        f"(rerun with the same seed for the same schedule)")
+    say("chaos: plan " + ", ".join(f"{k.at:.1f}s {k.target}" for k in plan))
+    job_ids = chaos_trace(cfg, run_dir / "trace.csv")
+    live = LiveCluster(run_dir, spec=cfg.spec, nodes=cfg.nodes,
+                       gpus_per_node=cfg.gpus_per_node, time_scale=cfg.time_scale)
+    chaos = Chaos(live, plan, say)
+    wall0 = time.monotonic()
+    waited: str | None = None
+    feeder_rc = None
+    try:
+        live.start()
+        feeder = live.feed(run_dir / "trace.csv")
+        chaos.execute(time.monotonic())
+        try:
+            live.wait_finished(cfg.jobs, cfg.finish_timeout)
+        except AssertionError as err:
+            waited = str(err)
+        try:
+            feeder_rc = feeder.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            feeder_rc = None
+    finally:
+        live.stop_all()
+        _reap_trainers(run_dir)
+    wall = time.monotonic() - wall0
+    verdict = judge(run_dir, job_ids, feeder_rc)
+    if waited:
+        verdict.problems.insert(0, waited)
+    summary = {
+        "seed": cfg.seed, "config": asdict(cfg), "ok": verdict.ok, "wall_s": round(wall, 1),
+        "plan": [asdict(k) for k in plan], "kills": chaos.done,
+        "kills_done": sum(1 for k in chaos.done if k["hit"] != "none running"),
+        "verdict": {**asdict(verdict),
+                    "finished_logged": len(verdict.finished_logged),
+                    "finished_journal": len(verdict.finished_journal)},
+    }
+    (run_dir / "chaos.json").write_text(json.dumps(summary, indent=2))
+    say(f"chaos: seed={cfg.seed} {'OK' if verdict.ok else 'FAILED'} in {wall:.0f}s; "
+        f"{summary['kills_done']} kills; " + ("; ".join(verdict.problems) or
+                                            f"all {cfg.jobs} jobs finished exactly once"))
+    return summary
+
+
+def _reap_trainers(run_dir: Path) -> None:
+    """Trainers outlive a SIGKILLed agent only until they notice (they stop when orphaned);
+    any still there at the end are this run's, found by their --run-dir, and are killed."""
+    for pid in trainer_pids(run_dir).values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
