@@ -11,6 +11,8 @@ run with no finished job is one line on stderr and exit status 1.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import json
 import sys
@@ -212,11 +214,35 @@ def load_run(run_dir: Path | str) -> LiveRun:
         raise ReportError(f"{log}: cannot read ({err.strerror or err})") from None
     live = fold(records)
     live.skipped = skipped
+    _fill_from_journal(run, live)
     live.restart_overhead_s = restart_overhead(run, records, live.time_scale)
     if not any(o.end is not None for o in live.outcomes):
         raise ReportError(f"{log}: no finished jobs to report"
                           + (f" ({skipped} unreadable lines)" if skipped else ""))
     return live
+
+
+def _fill_from_journal(run: Path, live: LiveRun) -> None:
+    """Finishes the log missed: the journal commits a finish before the log line is written,
+    so a scheduler killed between the two leaves the journal (the truth) one ahead."""
+    path = run / "journal.db"
+    missing = {o.job_id: i for i, o in enumerate(live.outcomes) if o.end is None}
+    if not missing or not path.is_file():
+        return
+    from scheduler.journal import Journal
+
+    try:
+        with Journal(path) as journal:
+            done = [e for e in journal.finished() if e.record.job_id in missing]
+    except Exception:  # a report must not fail on a journal it cannot read; the log stands
+        return
+    for entry in done:
+        i = missing[entry.record.job_id]
+        o = live.outcomes[i]
+        live.outcomes[i] = dataclasses.replace(
+            o, start=o.start if o.start is not None else entry.first_start_trace,
+            end=entry.finish_trace)
+    live.unfinished = [o.job_id for o in live.outcomes if o.end is None]
 
 
 def restart_overhead(run: Path, records: list[dict[str, Any]],

@@ -165,3 +165,20 @@ def test_a_scheduler_restart_ends_what_ran_before_it(tmp_path, capsys):
     got, _ = _json(capsys, str(tmp_path))
     assert got["policy"] == "srsf" and got["wall_s"] == pytest.approx(13.0)
     assert got["gpu_utilisation"] == pytest.approx((4 * 100 + 4 * 100) / (300 * 8))
+
+
+def test_a_finish_the_log_missed_comes_from_the_journal(tmp_path):
+    """The journal commits a finish before the log line: a kill between them leaves the log
+    one behind. Job 3 here finished per the journal only."""
+    from scheduler.journal import Journal
+    from tests.helpers import job
+
+    run = write_run(tmp_path / "run")
+    with Journal(run / "journal.db") as journal:
+        journal.submit(job(3, submit=380.0), 380.0)
+        journal.mark_started(3, 0.0, 390.0, node="n0")
+        journal.mark_finished(3, 500.0, 10.0, node="n0")
+    live = report.load_run(run)
+    three = next(o for o in live.outcomes if o.job_id == 3)
+    assert (three.start, three.end) == (390.0, 500.0)
+    assert live.unfinished == []
