@@ -61,6 +61,8 @@ def test_two_rank_job_across_two_agents(tmp_path):
         assert {r["node"] for r in launched} == {"n0", "n1"}
         finished = records_of(cluster.run_dir, "trainer", "trainer_finished")
         assert sorted(r.get("rank", 0) for r in finished) == [0, 1]
+        digests = {r["params_digest"] for r in finished}
+        assert len(digests) == 1  # the two ranks ended with identical parameters
         assert [e["job_id"] for e in cluster.finished_events()] == [0]
     finally:
         cluster.stop_all()

@@ -139,16 +139,19 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
                 break
             if it.stop:
                 save(step, done=False)
-                _publish(telemetry, step, window, args.time_scale, overheads[-1] if overheads else None)
+                _publish(telemetry, step, window, args.time_scale,
+                         overheads[-1] if overheads else None)
                 log.info("trainer_stopped", iterations=step, orphaned=orphaned)
                 return EXIT_STOPPED
             if args.checkpoint_every and step % args.checkpoint_every == 0:
                 save(step, done=False)
             if time.monotonic() >= next_report:
-                _publish(telemetry, step, window, args.time_scale, overheads[-1] if overheads else None)
+                _publish(telemetry, step, window, args.time_scale,
+                         overheads[-1] if overheads else None)
                 next_report = time.monotonic() + args.report_every
         save(step, done=True)
-        log.info("trainer_finished", iterations=step, timing=window.summary())
+        log.info("trainer_finished", iterations=step, timing=window.summary(),
+                 params_digest=params_digest(workload.model))
         _publish(telemetry, step, window, args.time_scale, overheads[-1] if overheads else None)
         return EXIT_FINISHED
     finally:
@@ -175,6 +178,16 @@ def _resume(args: argparse.Namespace, workload: Any, device: Any, log: Any, ckpt
     state = ckpt.restore(path, workload)
     log.info("trainer_resumed", iteration=start, path=str(path))
     return start, list(state["meta"].get("restart_overheads", []))
+
+
+def params_digest(model: Any) -> str:
+    """A short hash of every parameter: ranks of one job must end with the same one."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def _publish(telemetry: Any, iterations: int, window: Any, scale: float = 1.0,
