@@ -319,8 +319,11 @@ def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
     """Smallest TT of many groups of one shape at once: ``profiles[group, member, stage]``.
 
     The very float operations of the scalar kernels, in the same order, on arrays: each value
-    equals ``best_tt`` of that group bit for bit. A big round weighs tens of thousands of
-    candidate pairs; one call here replaces as many interpreted kernel calls.
+    equals ``best_tt`` of that group bit for bit, except for full groups (as many members as
+    slots), whose rotations are one order: only orders starting with member 0 are tried, a
+    quarter of the work, and the result may differ from ``best_tt`` in the last bit. A big
+    round weighs tens of thousands of candidate pairs; one call here replaces as many
+    interpreted kernel calls.
     """
     profiles = np.asarray(profiles, dtype=float)
     if profiles.ndim != 3 or profiles.shape[1] < 1:
@@ -337,7 +340,10 @@ def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
             total = total + p[:, r]
         return total
     tt = None
+    full = m == slots(length)
     for perm in _permutations(m):
+        if full and perm[0] != 0:
+            continue  # a rotation of an order already tried
         order = [members[i] for i in perm]
         value = _pipeline_batch(order) if pipeline else _cyclic_batch(order)
         tt = value if tt is None else np.minimum(tt, value)

@@ -58,6 +58,10 @@ class Preset:
     # from profiles known to a few percent, and proving the last 0.5% can cost a dense
     # search of a second); 0 asks for a proven optimum every round.
     matching_rel_gap: float = 5e-3
+    # Candidates of one class are matched in windows of at most this many, consecutive in
+    # priority order (0: one matching over all). A window of 512 keeps a round of thousands
+    # of queued jobs within a second, and pairs rarely span far apart in priority anyway.
+    matching_window: int = 512
     max_group: int = 4
     cpu_per_gpu: int = 6
     cpu_single_gpu: int = 2
@@ -87,6 +91,7 @@ PAPER = Preset(
     regroup_hysteresis=0.0,
     matching_backend="blossom",
     matching_rel_gap=0.0,
+    matching_window=0,
 )
 
 DEFAULT = Preset(name="default")

@@ -176,8 +176,12 @@ class Muri(Policy):
         if partner is not None:
             return partner
         if self._dense:
-            pairs = max_weight_pairs_dense(self._weight_matrix(nodes), backend=self.backend,
-                                           rel_gap=self.preset.matching_rel_gap)
+            pairs = []
+            for lo, hi in _windows(n, self.preset.matching_window):
+                found = max_weight_pairs_dense(self._weight_matrix(nodes[lo:hi]),
+                                               backend=self.backend,
+                                               rel_gap=self.preset.matching_rel_gap)
+                pairs.extend((lo + i, lo + j) for i, j in found)
             return self._remember(key, pairs)
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
@@ -340,6 +344,16 @@ class Muri(Policy):
         return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
                      tt=tt, placement=tuple(slices),
                      empty_slot=None in order)
+
+
+def _windows(n: int, size: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges splitting n candidates into near-equal consecutive windows of at most
+    `size` (one window when size is 0)."""
+    if size <= 0 or n <= size:
+        return [(0, n)]
+    count = -(-n // size)
+    bounds = [round(i * n / count) for i in range(count + 1)]
+    return list(zip(bounds, bounds[1:]))
 
 
 def _profiled(job: Job) -> bool:
