@@ -44,6 +44,7 @@ class AgentConfig:
     stop_timeout: float = 10.0
     request_timeout: float = 2.0
     request_retries: int = 2
+    client_key: str | None = None  # CURVE secret certificate; also handed to its trainers
 
     @property
     def name(self) -> str:
@@ -183,6 +184,7 @@ class Agent:
                "--stages", ",".join(repr(s) for s in stages), "--time-scale", repr(cfg.time_scale),
                "--report-every", repr(cfg.report_every), "--start-iteration", repr(start),
                "--run-dir", str(cfg.run_dir)]
+        cmd += ["--client-key", cfg.client_key] if cfg.client_key else []
         env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)),
                    PYTHONPATH=os.pathsep.join(p for p in (str(PROJECT_ROOT),
                                                            os.environ.get("PYTHONPATH")) if p))
@@ -404,8 +406,9 @@ class _Link:
 def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     """Serve until `stop` is set, then stop all trainers (checkpointing) and say so."""
     from broker.client import Endpoints
+    from broker.curve import attach_client_key
 
-    endpoints = Endpoints.load(cfg.endpoints_file)
+    endpoints = attach_client_key(Endpoints.load(cfg.endpoints_file), cfg.client_key)
     agent = Agent(cfg, log)
     svc_stop = threading.Event()
     svc = threading.Thread(target=_serve, args=(cfg, endpoints, agent, svc_stop, log),
@@ -458,6 +461,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--stop-timeout", type=float, default=10.0,
                    help="seconds a trainer gets to checkpoint after SIGTERM before SIGKILL")
     p.add_argument("--log-level", default="info")
+    from broker.keys import add_client_key_argument
+    add_client_key_argument(p)
     a = p.parse_args(argv)
     try:
         gpus = tuple(int(g) for g in a.gpus.split(",") if g.strip() != "")
@@ -471,7 +476,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
-                      stop_timeout=a.stop_timeout)
+                      stop_timeout=a.stop_timeout,
+                      client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
     return cfg, a.log_level
 
 

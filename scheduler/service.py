@@ -831,6 +831,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--wait-endpoints", type=float, default=30.0,
                    help="seconds to wait for the endpoints file to appear")
     p.add_argument("--log-level", default="info")
+    from broker.keys import add_client_key_argument
+    add_client_key_argument(p)
     a = p.parse_args(argv)
     if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
         p.error("--time-scale, --round and --agent-timeout must be > 0")
@@ -858,6 +860,7 @@ def _load_endpoints(path: str, wait: float, stop: threading.Event) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, spec = parse_args(argv)
+    from broker.curve import attach_client_key
     from broker.logs import configure_logging
 
     run_dir = Path(args.run_dir).resolve()
@@ -867,7 +870,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        endpoints = _load_endpoints(args.endpoints, args.wait_endpoints, stop)
+        endpoints = attach_client_key(_load_endpoints(args.endpoints, args.wait_endpoints, stop),
+                                      args.client_key)
     except (OSError, ValueError) as err:
         log.error("no_endpoints", path=args.endpoints, error=str(err))
         return 1
