@@ -36,8 +36,8 @@ from typing import Sequence
 import structlog
 import zmq
 
-from broker.curve import (InsecureBind, check_bind, is_loopback, server_options,
-                          start_authenticator)
+from broker.curve import (InsecureBind, check_bind, is_loopback, load_authorized,
+                          server_options, start_authenticator)
 from broker.endpoints import Endpoints
 from broker.keys import KeyFileError, ServerKeys, load_server
 from broker.logs import configure_logging
@@ -383,7 +383,7 @@ class Broker:
         """
         if self._keys is None or self._auth is None:
             raise RuntimeError("the broker runs without keys")
-        self._auth.configure_curve(domain="*", location=str(self._keys.authorized))
+        load_authorized(self._auth, self._keys)
         count = len(list(self._keys.authorized.glob("*.key")))
         self._log.info("broker.keys_reloaded", authorized=count)
         return count

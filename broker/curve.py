@@ -58,8 +58,14 @@ def start_authenticator(ctx: zmq.Context, keys: ServerKeys) -> ThreadAuthenticat
     """
     auth = ThreadAuthenticator(ctx, log=logging.getLogger("broker.auth"))
     auth.start()
-    auth.configure_curve(domain="*", location=str(keys.authorized))
+    load_authorized(auth, keys)
     return auth
+
+
+def load_authorized(auth: ThreadAuthenticator, keys: ServerKeys) -> None:
+    """(Re-)read the authorised public keys. The domain must be the sockets' ZAP domain:
+    pyzmq falls back to "*" only for sockets that set none."""
+    auth.configure_curve(domain=ZAP_DOMAIN, location=str(keys.authorized))
 
 
 def server_options(keys: ServerKeys) -> dict[str, Any]:
