@@ -70,8 +70,12 @@ def generate(directory: Path | str, clients: Sequence[str], *, force: bool = Fal
     if bad:
         raise KeyFileError(f"bad client names {bad}: letters, digits, _.- (not 'server')")
     root = Path(directory)
+    ours = [] if root.exists() else [root]  # never tighten a folder the user already had
     for sub in (root, root / CLIENTS, root / AUTHORIZED):
+        if not sub.exists():
+            ours.append(sub)
         sub.mkdir(parents=True, exist_ok=True)
+    for sub in dict.fromkeys(ours):
         os.chmod(sub, 0o700)
     lines = []
     if force or not (root / f"{SERVER}.key_secret").exists():
@@ -124,7 +128,8 @@ def _load(path: Path, what: str) -> tuple[bytes, bytes]:
     except (OSError, ValueError) as err:
         raise KeyFileError(f"{what} key {path}: unreadable ({err})") from None
     if not secret:
-        raise KeyFileError(f"{what} key {path}: a public certificate; the .key_secret file is needed")
+        raise KeyFileError(f"{what} key {path}: a public certificate; "
+                           "the .key_secret file is needed")
     return public, secret
 
 

@@ -97,7 +97,8 @@ def connect(ctx: zmq.Context, kind: int, address: str, *, sndhwm: int, rcvhwm: i
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
         sock.setsockopt(zmq.SNDHWM, sndhwm)
         sock.setsockopt(zmq.RCVHWM, rcvhwm)
-        sock.setsockopt(zmq.MAXMSGSIZE, options.pop("maxmsgsize", MAX_MESSAGE_BYTES * HARD_LIMIT_FACTOR))
+        sock.setsockopt(zmq.MAXMSGSIZE,
+                        options.pop("maxmsgsize", MAX_MESSAGE_BYTES * HARD_LIMIT_FACTOR))
         for name, value in options.items():
             sock.setsockopt(getattr(zmq, name.upper()), value)
         sock.connect(address)
