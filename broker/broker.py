@@ -12,12 +12,19 @@ Two jobs in one process (DESIGN.md section 3):
 
 A restarted broker knows no services until their next heartbeat, so for `startup_grace`
 seconds after start a request for an unknown service is held instead of refused.
+
+Hardening (DESIGN.md section 3, "Security"): with `keys` every socket is a CURVE server and a
+ZAP handler admits only the authorised client keys, so an outsider can neither send a request
+nor read an event, and all traffic is encrypted; without keys only loopback may be bound
+unless `insecure` says otherwise (and then every start logs a warning). Each requester
+identity has a token bucket (`rate_limit` per second, `rate_burst` at once); the excess is
+answered `rate_limited` without reaching the service. Frame sizes and queue lengths are
+bounded on every socket (table in broker.wire).
 """
 from __future__ import annotations
 
 import argparse
 import collections
-import ipaddress
 import signal
 import sys
 import threading
@@ -29,17 +36,25 @@ from typing import Sequence
 import structlog
 import zmq
 
+from broker.curve import (InsecureBind, check_bind, is_loopback, load_authorized,
+                          server_options, start_authenticator)
 from broker.endpoints import Endpoints
+from broker.keys import KeyFileError, ServerKeys, load_server
 from broker.logs import configure_logging
 from broker.messages import MAX_MESSAGE_BYTES, IdSource, MessageError, decode
-from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, error_payload, is_request_type,
+from broker.ratelimit import TokenBuckets
+from broker.wire import (EMPTY, EVENT_HWM, HARD_LIMIT_FACTOR, HB, MAX_SUBSCRIPTION_BYTES, REP,
+                         REQ, REQUEST_HWM, SUBSCRIPTION_HWM, error_payload, is_request_type,
                          service_name)
+
+__all__ = ["Broker", "InsecureBind", "is_loopback", "main"]
 
 SENDER = "broker"
 BATCH = 256                  # router messages handled per wake-up before checking timers
 TICK_S = 0.1                 # longest wait between checks of the stop flag
-HARD_LIMIT_FACTOR = 8        # frames above max_message * this make libzmq drop the peer unread
 MAX_PARKED = 10_000          # requests held during the start-up grace; beyond, answered at once
+RATE_LIMIT = 1000.0          # requests per second per requester identity, sustained...
+RATE_BURST = 2000            # ...and at once (far above any honest component's rate)
 
 
 @dataclass
@@ -58,26 +73,26 @@ class _Parked:
     msg_id: str
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 class Broker:
     """Binds the three sockets at construction (so `endpoints` is known), serves in `run`."""
 
     def __init__(self, host: str = "127.0.0.1", ports: Sequence[int] = (0, 0, 0), *,
                  service_timeout: float = 10.0, max_message: int = MAX_MESSAGE_BYTES,
-                 startup_grace: float | None = None):
+                 startup_grace: float | None = None, keys: ServerKeys | None = None,
+                 insecure: bool = False, rate_limit: float = RATE_LIMIT,
+                 rate_burst: int = RATE_BURST):
         if len(ports) != 3:
             raise ValueError("ports: need three (events_in, events_out, requests)")
         if service_timeout <= 0:
             raise ValueError("service_timeout must be > 0")
         self._log = structlog.get_logger("broker").bind(component="broker")
+        warning = check_bind(host, keys is not None, insecure)  # InsecureBind before any socket
+        if warning:
+            self._log.warning("broker.insecure", host=host, detail=warning)
+        self._keys = keys
+        self._buckets = TokenBuckets(rate_limit, rate_burst) if rate_limit > 0 else None
+        self.rate_limited = 0  # requests answered `rate_limited`
+        self._limited: set[bytes] = set()  # senders limited since the last sweep (logged once)
         self._timeout = float(service_timeout)
         self._grace = self._timeout if startup_grace is None else float(startup_grace)
         self._max = int(max_message)
@@ -90,19 +105,20 @@ class Broker:
         self._done.set()
         self._lock = threading.Lock()
         self._closed = False
-        if not is_loopback(host):
-            self._log.warning("broker.insecure_bind", host=host,
-                              detail="not loopback and no CURVE keys: anyone who can reach "
-                                     "this host can talk to the broker")
         self._ctx = zmq.Context()
         self._sockets: list[zmq.Socket] = []
+        self._auth = None
         try:
+            # the ZAP handler first: a keyed socket bound without one admits any client key
+            self._auth = start_authenticator(self._ctx, keys) if keys is not None else None
             self._xsub = self._bind(zmq.XSUB, host, ports[0], RCVHWM=EVENT_HWM,
-                                    MAXMSGSIZE=self._max)
-            self._xpub = self._bind(zmq.XPUB, host, ports[1], SNDHWM=EVENT_HWM)
+                                    SNDHWM=SUBSCRIPTION_HWM, MAXMSGSIZE=self._max)
+            self._xpub = self._bind(zmq.XPUB, host, ports[1], SNDHWM=EVENT_HWM,
+                                    RCVHWM=SUBSCRIPTION_HWM, MAXMSGSIZE=MAX_SUBSCRIPTION_BYTES)
             # MANDATORY: a send to a vanished peer fails instead of vanishing, so a worker
             # whose connection closed is skipped at once rather than after service_timeout
             self._router = self._bind(zmq.ROUTER, host, ports[2], ROUTER_MANDATORY=1,
+                                      SNDHWM=REQUEST_HWM, RCVHWM=REQUEST_HWM,
                                       MAXMSGSIZE=self._max * HARD_LIMIT_FACTOR)
         except BaseException:
             self._close_sockets()
@@ -110,13 +126,16 @@ class Broker:
         self.endpoints = Endpoints(
             events_in=self._xsub.getsockopt_string(zmq.LAST_ENDPOINT),
             events_out=self._xpub.getsockopt_string(zmq.LAST_ENDPOINT),
-            requests=self._router.getsockopt_string(zmq.LAST_ENDPOINT))
+            requests=self._router.getsockopt_string(zmq.LAST_ENDPOINT),
+            server_key=keys.public.decode("ascii") if keys is not None else None)
         self._started = time.monotonic()
 
     def _bind(self, kind: int, host: str, port: int, **options: int) -> zmq.Socket:
         sock = self._ctx.socket(kind)
         self._sockets.append(sock)
         sock.setsockopt(zmq.LINGER, 0)
+        if self._keys is not None:
+            options = {**server_options(self._keys), **options}
         for name, value in options.items():
             sock.setsockopt(getattr(zmq, name), value)
         if ":" in host.strip("[]"):
@@ -144,7 +163,8 @@ class Broker:
         events = threading.Thread(target=self._forward_events, args=(peer,),
                                   name="broker-events", daemon=True)
         events.start()
-        self._log.info("broker.serving", **self.endpoints.__dict__)
+        self._log.info("broker.serving", keyed=self._keys is not None,
+                       **self.endpoints.addresses())
         try:
             self._route(stop)
         finally:
@@ -184,6 +204,7 @@ class Broker:
                 self._release_parked(now)
             if now >= next_sweep:
                 self._sweep(now)
+                self._limited.clear()
                 next_sweep = now + self._timeout
 
     def _wait_ms(self) -> int:
@@ -210,6 +231,8 @@ class Broker:
         return self._refuse(ident, "bad_frame", f"unknown command {command[:16]!r}")
 
     def _on_request(self, client: bytes, rest: list[bytes]) -> None:
+        # every REQ costs a token, malformed ones too: garbage is no way round the limit
+        limited = self._buckets is not None and not self._buckets.allow(client, time.monotonic())
         if len(rest) != 2:
             return self._refuse(client, "bad_frame", "REQ needs [service, payload]")
         name = service_name(rest[0])
@@ -223,6 +246,8 @@ class Broker:
         if not is_request_type(msg.type):
             return self._refuse(client, "not_request",
                                 f"{msg.type!r} is not a request type", msg.id)
+        if limited:
+            return self._rate_limited(client, name, msg.id)
         now = time.monotonic()
         if self._forward(name, client, payload, now):
             return
@@ -337,6 +362,32 @@ class Broker:
                     error_payload(SENDER, self._ids, "no_service",
                                   f"no live worker for service {name!r}", msg_id)])
 
+    def _rate_limited(self, client: bytes, name: str, msg_id: str) -> None:
+        """Answer, never drop: the sender learns to slow down instead of timing out."""
+        assert self._buckets is not None
+        self.rate_limited += 1
+        if client not in self._limited:  # once per sender per sweep, not once per request
+            self._limited.add(client)
+            self._log.warning("broker.rate_limited", peer=client.hex(), service=name,
+                              rate=self._buckets.rate, burst=self._buckets.burst)
+        wait = self._buckets.retry_after(client)
+        self._send([client, EMPTY, REP, error_payload(
+            SENDER, self._ids, "rate_limited",
+            f"over {self._buckets.rate:g} requests/s (burst {self._buckets.burst:g}); "
+            f"retry in {wait:.3f}s", msg_id)])
+
+    def reload_keys(self) -> int:
+        """Re-read the authorised client keys (after adding or revoking one); how many.
+
+        Revoking stops new connections with that key; one already open stays until it drops.
+        """
+        if self._keys is None or self._auth is None:
+            raise RuntimeError("the broker runs without keys")
+        load_authorized(self._auth, self._keys)
+        count = len(list(self._keys.authorized.glob("*.key")))
+        self._log.info("broker.keys_reloaded", authorized=count)
+        return count
+
     def _refuse(self, ident: bytes, code: str, reason: str, msg_id: str | None = None) -> None:
         self._log.warning("broker.malformed", code=code, reason=reason, re=msg_id,
                           peer=ident.hex())
@@ -368,6 +419,9 @@ class Broker:
         for sock in self._sockets:
             sock.close(0)
         self._sockets.clear()
+        if self._auth is not None:  # its sockets live in our context: stop it before term
+            self._auth.stop()
+            self._auth = None
         self._ctx.term()
 
 
@@ -387,7 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="start-broker",
         description="Interlace message broker: event bus (XSUB/XPUB) and request router.")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="interface to bind (default 127.0.0.1; others need --insecure)")
+                        help="interface to bind (default 127.0.0.1; others need --keys or "
+                             "--insecure)")
     parser.add_argument("--ports", type=_parse_ports, default=(0, 0, 0),
                         help="events_in,events_out,requests ports; 0 = any free port "
                              "(default 0,0,0)")
@@ -402,28 +457,42 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "are held for their first heartbeat (default: service timeout)")
     parser.add_argument("--max-message", type=int, default=MAX_MESSAGE_BYTES,
                         help="largest accepted frame in bytes")
+    parser.add_argument("--rate-limit", type=float, default=RATE_LIMIT,
+                        help="requests per second per requester beyond the burst; excess "
+                             f"is answered rate_limited; 0 = no limit (default {RATE_LIMIT:g})")
+    parser.add_argument("--rate-burst", type=int, default=RATE_BURST,
+                        help=f"requests a requester may send at once (default {RATE_BURST})")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--keys", type=Path, metavar="DIR",
+                        help="CURVE keys from `interlace-keys generate DIR`: encrypt every "
+                             "socket and admit only clients in DIR/authorized (SIGHUP "
+                             "re-reads that folder)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding a non-loopback interface without CURVE keys")
     args = parser.parse_args(argv)
+    if args.rate_burst < 1 or args.rate_limit < 0:
+        parser.error("--rate-burst must be >= 1 and --rate-limit >= 0")
     log = configure_logging("broker", args.run_dir, args.log_level)
-    if not is_loopback(args.host) and not args.insecure:
-        log.error("broker.refused_bind", host=args.host,
-                  detail="binding a non-loopback interface needs CURVE keys (not yet "
-                         "supported) or --insecure for a trusted lab network")
-        return 2
-    if args.insecure:
-        log.warning("broker.insecure", host=args.host,
-                    detail="INSECURE: no authentication or encryption on the message plane")
     try:
+        keys = load_server(args.keys) if args.keys is not None else None
         broker = Broker(args.host, args.ports, service_timeout=args.service_timeout,
-                        max_message=args.max_message, startup_grace=args.startup_grace)
+                        max_message=args.max_message, startup_grace=args.startup_grace,
+                        keys=keys, insecure=args.insecure, rate_limit=args.rate_limit,
+                        rate_burst=args.rate_burst)
+    except InsecureBind as err:
+        log.error("broker.refused_bind", host=args.host, detail=str(err))
+        return 2
+    except KeyFileError as err:
+        log.error("broker.bad_keys", keys=str(args.keys), detail=str(err))
+        return 2
     except zmq.ZMQError as err:
         log.error("broker.bind_failed", host=args.host, ports=list(args.ports), error=str(err))
         return 1
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
+    if keys is not None:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: broker.reload_keys())
     try:
         target = args.endpoints_file
         if target is None and args.run_dir is not None:
@@ -432,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             broker.endpoints.save(target)
         print(broker.endpoints.to_json(), flush=True)
         log.info("broker.started", endpoints_file=str(target) if target else None,
-                 **broker.endpoints.__dict__)
+                 keyed=keys is not None, **broker.endpoints.addresses())
         broker.run(stop)
     finally:
         broker.close()

@@ -5,6 +5,11 @@ requester resends the same message (same id) until a reply arrives, and a servic
 repeated id from its reply cache without running the handler again, so together they give
 exactly-once effects as long as the cache remembers the id. Events are lossy by design;
 per-sender sequence numbers make losses visible (`Subscriber.gaps`).
+
+Every socket is built by `_open`, which keys it for CURVE when the endpoints carry a server
+key (see broker.curve) and bounds its queues (the table in broker.wire). Every wait takes a
+timeout: `Requester.request` blocks at most (timeout + backoff) x (1 + retries), a service
+polls for at most the time asked, `Subscriber.recv` takes a timeout, publishing never blocks.
 """
 from __future__ import annotations
 
@@ -15,12 +20,20 @@ from typing import Callable, Sequence
 import structlog
 import zmq
 
+from broker.curve import client_options
 from broker.endpoints import Endpoints
 from broker.messages import IdSource, Message, MessageError, decode, encode, make
-from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, connect, error_payload,
-                         is_request_type, service_name)
+from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, REQUEST_HWM, SUBSCRIPTION_HWM, connect,
+                         error_payload, is_request_type, service_name)
 
 RECV_BATCH = 100  # messages a service handles per wake-up before checking its heartbeat
+RATE_BACKOFF_S = 0.05  # first pause after a `rate_limited` answer; doubles per try
+
+
+def _open(endpoints: Endpoints, kind: int, address: str, **options: int) -> zmq.Socket:
+    """A client socket of the message plane: keyed like the broker, queues bounded."""
+    return connect(zmq.Context.instance(), kind, address, **client_options(endpoints),
+                   **options)
 
 
 class RequestFailed(Exception):
@@ -61,14 +74,15 @@ class Requester:
         self.sender, self.timeout, self.retries = sender, float(timeout), int(retries)
         self._ids = IdSource(sender)
         self._log = structlog.get_logger("broker.client").bind(sender=sender)
-        self._sock: zmq.Socket | None = connect(zmq.Context.instance(), zmq.DEALER,
-                                                endpoints.requests)
+        self._sock: zmq.Socket | None = _open(endpoints, zmq.DEALER, endpoints.requests,
+                                              sndhwm=REQUEST_HWM, rcvhwm=REQUEST_HWM)
 
     def request(self, service: str, type_: str, **fields) -> Message:
         """Send and wait; the reply `Message` (fields re, ok, body) or RequestFailed/Timeout.
 
         A message that is not a valid request (bad fields, too large) raises MessageError
-        here, before anything is sent.
+        here, before anything is sent. A `rate_limited` answer (the broker did not forward
+        the request) is retried after a pause that doubles each time, within `retries`.
         """
         sock = self._socket()
         if service_name(service.encode("utf-8")) is None:
@@ -89,6 +103,12 @@ class Requester:
             if answer is None:
                 continue
             if answer.type == "error":
+                if answer["code"] == "rate_limited" and attempt < self.retries:
+                    pause = min(self.timeout, RATE_BACKOFF_S * 2 ** attempt)
+                    self._log.info("request.rate_limited", service=service, id=msg.id,
+                                   pause=pause)
+                    time.sleep(pause)  # a pause asked for by the broker; nothing to await
+                    continue
                 raise RequestFailed(answer["code"], answer["reason"], msg.id)
             return answer
         raise RequestTimeout(f"{service}: no answer to {type_} {msg.id} after "
@@ -163,8 +183,8 @@ class Service:
         if self._sock is not None:
             self._sock.close(0)
         # IMMEDIATE: nothing queues for a broker that is not there (no stale replays)
-        self._sock = connect(zmq.Context.instance(), zmq.DEALER, self._endpoints.requests,
-                             immediate=1)
+        self._sock = _open(self._endpoints, zmq.DEALER, self._endpoints.requests,
+                           sndhwm=REQUEST_HWM, rcvhwm=REQUEST_HWM, immediate=1)
         self._next_hb = 0.0
         self._last_heard = time.monotonic()
 
@@ -306,9 +326,9 @@ class Publisher:
         self.sender = sender
         self._ids = IdSource(sender)
         self._seq = 0
-        self._sock: zmq.Socket | None = connect(zmq.Context.instance(), zmq.PUB,
-                                                endpoints.events_in, linger=500,
-                                                sndhwm=EVENT_HWM)
+        # RCVHWM is moot on a PUB (it receives nothing) but set, like everywhere, on purpose
+        self._sock: zmq.Socket | None = _open(endpoints, zmq.PUB, endpoints.events_in,
+                                              linger=500, sndhwm=EVENT_HWM, rcvhwm=1)
 
     @property
     def seq(self) -> int:
@@ -351,8 +371,8 @@ class Subscriber:
         self.invalid = 0  # events skipped as malformed
         self._last: dict[str, int] = {}
         self._log = structlog.get_logger("broker.subscriber")
-        self._sock: zmq.Socket | None = connect(zmq.Context.instance(), zmq.SUB,
-                                                endpoints.events_out, rcvhwm=EVENT_HWM)
+        self._sock: zmq.Socket | None = _open(endpoints, zmq.SUB, endpoints.events_out,
+                                              sndhwm=SUBSCRIPTION_HWM, rcvhwm=EVENT_HWM)
         for prefix in prefixes:
             self._sock.setsockopt(zmq.SUBSCRIBE, prefix.encode("utf-8"))
 

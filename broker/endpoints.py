@@ -2,14 +2,21 @@
 
 The broker binds port 0 by default, so the file it writes once bound is how the scheduler,
 agents and trainers learn where it is; writes are atomic so a reader never sees half a file.
+A broker running with CURVE keys also records its public key here (`server_key`), so clients
+learn whom to trust from the same file; each client's own key pair rides along in memory
+(`client`, never written out) so every socket built from these endpoints is keyed alike.
 """
 from __future__ import annotations
 
 import json
 import os
+import struct
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
+
+from zmq.utils import z85
 
 _FIELDS = ("events_in", "events_out", "requests")
 
@@ -19,9 +26,22 @@ class Endpoints:
     events_in: str   # XSUB bound by the broker; publishers connect here
     events_out: str  # XPUB bound by the broker; subscribers connect here
     requests: str    # ROUTER bound by the broker; requesters and services connect here
+    server_key: str | None = None  # the broker's CURVE public key (Z85) when it runs keyed
+    client: Any = field(default=None, compare=False, repr=False)  # broker.keys.ClientKeys
+
+    def addresses(self) -> dict[str, str]:
+        """The three addresses by name (for logs; never the keys)."""
+        return {f: getattr(self, f) for f in _FIELDS}
+
+    def with_client(self, client: Any) -> "Endpoints":
+        """The same endpoints carrying this client's key pair (broker.keys.ClientKeys)."""
+        return replace(self, client=client)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        raw: dict[str, str] = self.addresses()
+        if self.server_key is not None:
+            raw["server_key"] = self.server_key
+        return json.dumps(raw, sort_keys=True)
 
     @classmethod
     def from_json(cls, s: str | bytes) -> "Endpoints":
@@ -38,7 +58,10 @@ class Endpoints:
         bad = [f for f in _FIELDS if not isinstance(raw[f], str) or "://" not in raw[f]]
         if bad:
             raise ValueError(f"endpoints: {bad} must be zmq addresses like tcp://host:port")
-        return cls(**{f: raw[f] for f in _FIELDS})
+        key = raw.get("server_key")
+        if key is not None and not _is_z85_key(key):
+            raise ValueError("endpoints: server_key must be a 40-character Z85 CURVE key")
+        return cls(**{f: raw[f] for f in _FIELDS}, server_key=key)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Endpoints":
@@ -61,3 +84,12 @@ class Endpoints:
             except FileNotFoundError:
                 pass
             raise
+
+
+def _is_z85_key(text: Any) -> bool:
+    if not isinstance(text, str) or len(text) != 40:
+        return False
+    try:
+        return len(z85.decode(text.encode("ascii"))) == 32
+    except (ValueError, UnicodeEncodeError, KeyError, struct.error):
+        return False

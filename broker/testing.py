@@ -76,7 +76,8 @@ def service_thread(endpoints: Endpoints, name: str, handler: Callable[[Message],
 
     thread = threading.Thread(target=serve, name=f"test-service-{name}", daemon=True)
     thread.start()
-    started.wait(10)
+    if not started.wait(10):
+        raise AssertionError(f"service {name!r} did not start within 10s")
     if failed:
         raise failed[0]
     try:

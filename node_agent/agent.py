@@ -49,6 +49,7 @@ class AgentConfig:
     request_retries: int = 2
     address: str = "127.0.0.1"  # where other nodes reach this node's rank-0 rendezvous
     gate_stall_timeout: float = 30.0
+    client_key: str | None = None  # CURVE secret certificate; also handed to its trainers
 
     @property
     def name(self) -> str:
@@ -271,6 +272,7 @@ class Agent:
                   str(cfg.checkpoint_dir), "--iterations", repr(workload["iterations"]),
                   "--time-scale", repr(cfg.time_scale), "--report-every", repr(cfg.report_every),
                   "--start-iteration", repr(start), "--run-dir", str(cfg.run_dir)]
+        common += ["--client-key", cfg.client_key] if cfg.client_key else []
         if workload["kind"] == "emulated":
             cmd = common + ["--iteration-time", repr(workload["iteration_time"]), "--stages",
                             ",".join(repr(s) for s in workload["stages"])]
@@ -520,8 +522,9 @@ class _Link:
 def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     """Serve until `stop` is set, then stop all trainers (checkpointing) and say so."""
     from broker.client import Endpoints
+    from broker.curve import attach_client_key
 
-    endpoints = Endpoints.load(cfg.endpoints_file)
+    endpoints = attach_client_key(Endpoints.load(cfg.endpoints_file), cfg.client_key)
     agent = Agent(cfg, log)
     svc_stop = threading.Event()
     svc = threading.Thread(target=_serve, args=(cfg, endpoints, agent, svc_stop, log),
@@ -576,6 +579,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--address", default="127.0.0.1",
                    help="this node's address for torch rendezvous (other nodes connect to it)")
     p.add_argument("--log-level", default="info")
+    from broker.keys import add_client_key_argument
+    add_client_key_argument(p)
     a = p.parse_args(argv)
     try:
         gpus = tuple(int(g) for g in a.gpus.split(",") if g.strip() != "")
@@ -589,7 +594,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
-                      stop_timeout=a.stop_timeout, address=a.address)
+                      stop_timeout=a.stop_timeout, address=a.address,
+                      client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
     return cfg, a.log_level
 
 

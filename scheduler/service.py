@@ -874,6 +874,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--torch-config", default="{}",
                    help="JSON settings for every torch workload, e.g. '{\"input_size\": 16}'")
     p.add_argument("--log-level", default="info")
+    from broker.keys import add_client_key_argument
+    add_client_key_argument(p)
     a = p.parse_args(argv)
     try:
         a.torch_config = json.loads(a.torch_config)
@@ -907,6 +909,7 @@ def _load_endpoints(path: str, wait: float, stop: threading.Event) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, spec = parse_args(argv)
+    from broker.curve import attach_client_key
     from broker.logs import configure_logging
 
     run_dir = Path(args.run_dir).resolve()
@@ -916,7 +919,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        endpoints = _load_endpoints(args.endpoints, args.wait_endpoints, stop)
+        endpoints = attach_client_key(_load_endpoints(args.endpoints, args.wait_endpoints, stop),
+                                      args.client_key)
     except (OSError, ValueError) as err:
         log.error("no_endpoints", path=args.endpoints, error=str(err))
         return 1

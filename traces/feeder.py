@@ -13,6 +13,7 @@ reached, refused a job, or did not finish in time; 2 bad arguments or trace; 130
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -282,6 +283,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-endpoints", type=float, default=30.0, metavar="S",
                    help="seconds to wait for the endpoints file to appear (default 30)")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--client-key", default=os.environ.get("INTERLACE_CLIENT_KEY") or None,
+                   metavar="FILE", help="CURVE secret certificate for a keyed broker "
+                                        "(default $INTERLACE_CLIENT_KEY)")
     return p
 
 
@@ -304,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: the trace has no jobs", file=sys.stderr)
         return 2
     from broker.client import Requester
+    from broker.curve import attach_client_key
     from broker.logs import configure_logging
 
     try:
@@ -319,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     requester = None
     try:
         endpoints = load_endpoints(args.endpoints, args.wait_endpoints, stop)
+        try:
+            endpoints = attach_client_key(endpoints, args.client_key)
+        except ValueError as err:
+            raise FeedError(str(err)) from None
         requester = Requester(endpoints, "feeder", timeout=args.timeout, retries=args.retries)
         feeder = Feeder(requester, log, time_scale=args.time_scale, speedup=args.speedup,
                         patience=args.patience, where=endpoints.requests, wait=stop.wait)

@@ -39,6 +39,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--node", required=True, help="node name (recorded in the checkpoint)")
     p.add_argument("--endpoints", default=None,
                    help="broker endpoints file; without it nothing is published")
+    p.add_argument("--client-key", default=os.environ.get("INTERLACE_CLIENT_KEY") or None,
+                   metavar="FILE", help="CURVE secret certificate for a keyed broker "
+                                        "(default $INTERLACE_CLIENT_KEY)")
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--iterations", type=float, required=True, help="total iterations of the job")
     p.add_argument("--iteration-time", type=float, default=None,
@@ -96,13 +99,16 @@ def _floats(text: str) -> tuple[float, ...]:
 class Telemetry:
     """Publishes progress/timing events; a no-op without endpoints. Never fatal after startup."""
 
-    def __init__(self, endpoints_file: str | None, job_id: int, log: Any):
+    def __init__(self, endpoints_file: str | None, job_id: int, log: Any,
+                 client_key: str | None = None):
         self._pub = None
         self._log = log
         self._job_id = job_id
         if endpoints_file:
             from broker.client import Endpoints, Publisher  # imported lazily: zmq only when used
-            self._pub = Publisher(Endpoints.load(endpoints_file), f"trainer.{job_id}")
+            from broker.curve import attach_client_key
+            endpoints = attach_client_key(Endpoints.load(endpoints_file), client_key)
+            self._pub = Publisher(endpoints, f"trainer.{job_id}")
 
     def report(self, iterations: float, spec: EmulatedSpec) -> None:
         self.publish(iterations, spec.stage_map(), spec.iteration_time)
@@ -157,7 +163,7 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     saved = checkpoint.read(args.checkpoint_dir, args.job_id)
     start = max(saved.iterations if saved else 0.0, args.start_iteration)
     emu = EmulatedRun(spec, start=start, t0=time.monotonic())
-    telemetry = Telemetry(args.endpoints, args.job_id, log)
+    telemetry = Telemetry(args.endpoints, args.job_id, log, client_key=args.client_key)
     log.info("trainer_start", start=emu.start, total=spec.total, from_checkpoint=bool(saved),
              wall_per_iteration=spec.wall_per_iteration, pid=os.getpid())
 

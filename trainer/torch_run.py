@@ -90,7 +90,8 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     if world > 1:
         distributed.init(args.master_addr, args.master_port, world, rank,
                          timeout=args.dist_timeout, device=device)
-    telemetry = Telemetry(args.endpoints if writer else None, args.job_id, log)
+    telemetry = Telemetry(args.endpoints if writer else None, args.job_id, log,
+                          client_key=getattr(args, "client_key", None))
     gate = make_gate(args.gate, args.job_id)
     try:
         config = json.loads(args.workload_config) if args.workload_config else {}

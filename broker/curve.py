@@ -1,0 +1,99 @@
+"""CURVE on sockets, and the rule for when the broker may bind without it.
+
+Why here and not in each class: every socket of the message plane must be keyed the same
+way, and a half-keyed plane (one component forgetting) fails as a silent hang, not an error.
+So the broker keys its sockets with `server_options`, every client socket gets
+`client_options(endpoints)`, and a client without a key for a keyed broker is refused at
+socket creation with a message saying what to pass.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+from typing import Any
+
+import zmq
+from zmq.auth.thread import ThreadAuthenticator
+
+from broker.endpoints import Endpoints
+from broker.keys import KEY_ENV, ServerKeys, load_client
+
+ZAP_DOMAIN = "interlace"
+
+
+class InsecureBind(ValueError):
+    """Binding a non-loopback interface with neither keys nor an explicit --insecure."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, keyed: bool, insecure: bool) -> str | None:
+    """Raise InsecureBind when `host` may not be bound as asked; else the warning to log
+    (None when there is nothing to warn about)."""
+    if keyed:
+        return None
+    if not is_loopback(host) and not insecure:
+        raise InsecureBind(
+            f"refusing to bind {host}: a non-loopback interface needs CURVE keys "
+            "(--keys DIR, made by `interlace-keys generate DIR`), or --insecure for a "
+            "trusted lab network")
+    if insecure:
+        return ("INSECURE: no authentication or encryption on the message plane; anyone who "
+                f"can reach {host} can submit jobs and read events")
+    return None
+
+
+def start_authenticator(ctx: zmq.Context, keys: ServerKeys) -> ThreadAuthenticator:
+    """A ZAP handler on `ctx` admitting only the public keys in keys.authorized.
+
+    Must run before any keyed socket binds: without a ZAP handler libzmq lets every CURVE
+    client in, whatever its key.
+    """
+    auth = ThreadAuthenticator(ctx, log=logging.getLogger("broker.auth"))
+    auth.start()
+    load_authorized(auth, keys)
+    return auth
+
+
+def load_authorized(auth: ThreadAuthenticator, keys: ServerKeys) -> None:
+    """(Re-)read the authorised public keys. The domain must be the sockets' ZAP domain:
+    pyzmq falls back to "*" only for sockets that set none."""
+    auth.configure_curve(domain=ZAP_DOMAIN, location=str(keys.authorized))
+
+
+def server_options(keys: ServerKeys) -> dict[str, Any]:
+    return {"CURVE_SERVER": 1, "CURVE_SECRETKEY": keys.secret, "CURVE_PUBLICKEY": keys.public,
+            "ZAP_DOMAIN": ZAP_DOMAIN.encode("ascii")}
+
+
+def client_options(endpoints: Endpoints) -> dict[str, Any]:
+    """Socket options for a client of the broker at `endpoints` (empty when it is unkeyed)."""
+    if endpoints.server_key is None:
+        if endpoints.client is not None:
+            raise ValueError("a client key was given but the broker runs without keys "
+                             "(its endpoints file has no server_key)")
+        return {}
+    if endpoints.client is None:
+        raise ValueError("the broker requires CURVE keys: pass --client-key FILE "
+                         f"(or set ${KEY_ENV}) with this component's clients/NAME.key_secret")
+    return {"curve_serverkey": endpoints.server_key.encode("ascii"),
+            "curve_publickey": endpoints.client.public,
+            "curve_secretkey": endpoints.client.secret}
+
+
+def attach_client_key(endpoints: Endpoints, key_file: str | None) -> Endpoints:
+    """Endpoints loaded from the broker's file, plus this component's key (when given).
+
+    Checks the pairing up front so a misconfigured component stops at start with a clear
+    ValueError rather than retrying a handshake that can never succeed.
+    """
+    keyed = endpoints.with_client(load_client(key_file)) if key_file else endpoints
+    client_options(keyed)
+    return keyed
