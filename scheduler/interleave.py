@@ -319,9 +319,10 @@ def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
     """Smallest TT of many groups of one shape at once: ``profiles[group, member, stage]``.
 
     The very float operations of the scalar kernels, in the same order, on arrays: each value
-    equals ``best_tt`` of that group bit for bit, except for full groups (as many members as
-    slots), whose rotations are one order: only orders starting with member 0 are tried, a
-    quarter of the work, and the result may differ from ``best_tt`` in the last bit. A big
+    equals ``best_tt`` of that group bit for bit, except for full groups of the cyclic model
+    (as many members as slots), whose rotations are one order: only orders starting with
+    member 0 are tried, a quarter of the work, and the result may differ from ``best_tt`` in
+    the last bit. (The pipeline model's transient makes rotations differ; all are tried.) A big
     round weighs tens of thousands of candidate pairs; one call here replaces as many
     interpreted kernel calls.
     """
@@ -340,7 +341,7 @@ def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
             total = total + p[:, r]
         return total
     tt = None
-    full = m == slots(length)
+    full = m == slots(length) and not pipeline
     for perm in _permutations(m):
         if full and perm[0] != 0:
             continue  # a rotation of an order already tried

@@ -206,14 +206,24 @@ def _assignment_prices(w: np.ndarray) -> np.ndarray | None:
 
 def _match_edges(n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray,
                  keep: np.ndarray, backend: str) -> list[Pair]:
-    edges = [(int(i), int(j), float(w[i, j])) for i, j in zip(rows[keep], cols[keep])]
-    if not edges:
-        return []
     if backend == "auto":
         backend = "rustworkx" if _rustworkx_available() else "networkx"
     if backend not in ("rustworkx", "networkx"):
         raise ValueError(f"max_weight_pairs_dense takes rustworkx, networkx or auto, got {backend!r}")
-    matched = _match_rustworkx(n, edges) if backend == "rustworkx" else _match_networkx(n, edges)
+    r, c = rows[keep], cols[keep]
+    if len(r) == 0:
+        return []
+    values = w[r, c]
+    if backend == "rustworkx":  # integer weights, scaled in one numpy pass (see INT_SCALE)
+        import rustworkx as rx
+
+        scaled = np.rint(values * (INT_SCALE / values.max())).astype(np.int64)
+        graph = rx.PyGraph(multigraph=False)
+        graph.add_nodes_from(range(n))
+        graph.add_edges_from(list(zip(r.tolist(), c.tolist(), scaled.tolist())))
+        matched = rx.max_weight_matching(graph, max_cardinality=False, weight_fn=int)
+    else:
+        matched = _match_networkx(n, list(zip(r.tolist(), c.tolist(), values.tolist())))
     return sorted((min(u, v), max(u, v)) for u, v in matched)
 
 

@@ -59,9 +59,10 @@ class Preset:
     # search of a second); 0 asks for a proven optimum every round.
     matching_rel_gap: float = 5e-3
     # Candidates of one class are matched in windows of at most this many, consecutive in
-    # priority order (0: one matching over all). A window of 512 keeps a round of thousands
-    # of queued jobs within a second, and pairs rarely span far apart in priority anyway.
-    matching_window: int = 512
+    # priority order (0: one matching over all). Matching cost grows with the cube of the
+    # candidates; windows of 128 keep a round with 5,000 queued jobs well within a second,
+    # and a class rarely has more than 128 candidates short of thousands of queued jobs.
+    matching_window: int = 128
     max_group: int = 4
     cpu_per_gpu: int = 6
     cpu_single_gpu: int = 2

@@ -342,7 +342,7 @@ def test_batch_equals_best_tt(groups):
 
     got = [float(x) for x in il.best_tt_batch(np.array(groups, dtype=float))]
     want = [il.best_tt(tuple(g)) for g in groups]
-    if len(groups[0]) < il.slots(len(groups[0][0])):
+    if len(groups[0]) < il.slots(len(groups[0][0])) or len(groups[0][0]) == 3:
         assert got == want
     else:  # full groups: rotations agree to the last bit of rounding
         assert got == pytest.approx(want, rel=1e-12, abs=1e-300)

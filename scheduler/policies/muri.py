@@ -69,6 +69,8 @@ class Muri(Policy):
                 tt, order = interleave.identity_order_tt(profiles), tuple(range(len(jobs)))
             slowdown = self.preset.slowdown(len(jobs), ablation_nomatch=not self.matching)
             hit = (tt * slowdown, order)
+            if len(self._tt_cache) > 100_000:
+                self._tt_cache.clear()
             self._tt_cache[cache_key] = hit
         return hit
 
@@ -120,8 +122,16 @@ class Muri(Policy):
         reserved: set[int] = set()
         cluster = ctx.cluster
         cluster.reset()
+        # Room only shrinks here, and a request that did not fit means no bigger one fits
+        # (more GPUs, no fewer CPUs each): skip those without searching the nodes again.
+        monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
+        smallest_failed = float("inf")
         for job in ctx.queue:
-            if job.id in reserved or not cluster.can_place(job.num_gpu):
+            if job.id in reserved or job.num_gpu >= smallest_failed:
+                continue
+            if not cluster.can_place(job.num_gpu):
+                if monotone:
+                    smallest_failed = job.num_gpu
                 continue
             members = classes[job.num_gpu]
             lo = chosen[job.num_gpu]
@@ -171,7 +181,7 @@ class Muri(Policy):
         key = tuple(tuple(j.id for j in node) for node in nodes)
         if self.preset.regroup_hysteresis:
             key += tuple(j.group_key for node in nodes for j in node)
-            key += tuple(round(self._keep_bonus(node), 3) for node in nodes)
+            key += tuple(round(self._keep_bonus(node), 3) for node in nodes if node[0].group_key)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
@@ -213,7 +223,7 @@ class Muri(Policy):
         partner = {}
         for i, j in pairs:
             partner[i], partner[j] = j, i
-        if len(self._matchings) > 4096:
+        if len(self._matchings) > 32:  # keys hold every candidate id: keep few
             self._matchings.clear()
         self._matchings[key] = partner
         return partner
@@ -264,7 +274,8 @@ class Muri(Policy):
             label = np.array([labels.setdefault(node[0].group_key, len(labels))
                               if _together(node, node) else -1 for node in nodes])
             together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
-            bonus = np.array([self._keep_bonus(node) for node in nodes])
+            bonus = np.array([self._keep_bonus(node) if label[i] >= 0 else 0.0
+                              for i, node in enumerate(nodes)])
             w[together] *= (1.0 + np.maximum(bonus[:, None], bonus[None, :]))[together]
         return np.triu(w, 1) + np.triu(w, 1).T
 
