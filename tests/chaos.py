@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tests.live import ROOT, LiveCluster
+from tests.live import ROOT, LiveCluster, log_records
 from traces import write_trace
 from traces.generate import generate
 
@@ -181,15 +181,8 @@ def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None) -> Verdict:
     verdict = Verdict(jobs=len(job_ids), feeder_rc=feeder_rc)
     if feeder_rc != 0:
         verdict.problems.append(f"feeder exited with {feeder_rc}")
-    logged: collections.Counter[int] = collections.Counter()
-    with open(run_dir / "scheduler.log", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("event") == "job_finished":
-                logged[rec.get("job_id")] += 1
+    logged = collections.Counter(rec.get("job_id")
+                                 for rec in log_records(run_dir, "job_finished"))
     verdict.finished_logged = dict(logged)
     verdict.problems += _exactly_once("scheduler.log", verdict.finished_logged, job_ids)
 

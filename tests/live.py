@@ -141,13 +141,20 @@ class LiveCluster:
         return self.status()
 
     def finished_events(self) -> list[dict]:
-        events = []
-        with open(self.run_dir / "scheduler.log") as fh:
+        return log_records(self.run_dir, "job_finished")
+
+
+def log_records(run_dir: Path, event: str, component: str = "scheduler") -> list[dict]:
+    """The JSON log records of one event in RUN_DIR/<component>*.log (unreadable lines are
+    skipped: a process killed mid-write leaves half a line)."""
+    records = []
+    for path in sorted(Path(run_dir).glob(f"{component}*.log")):
+        with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 try:
                     rec = json.loads(line)
                 except ValueError:
                     continue
-                if rec.get("event") == "job_finished":
-                    events.append(rec)
-        return events
+                if rec.get("event") == event:
+                    records.append(rec)
+    return records

@@ -12,25 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import job
-from tests.live import LiveCluster, wait_for
+from tests.live import LiveCluster, log_records
 from traces.muri_csv import write_trace
 
 pytest.importorskip("torch", reason="the torch trainers need the train extra")
 
 TORCH_CONFIG = json.dumps({"seq_len": 16, "d_model": 32, "layers": 1, "heads": 2, "ff": 64})
-
-
-def records_of(run_dir: Path, component: str, event: str) -> list[dict]:
-    out = []
-    for path in sorted(run_dir.glob(f"{component}*.log")):
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("event") == event:
-                out.append(rec)
-    return out
 
 
 def start(tmp_path: Path, nodes: int, gpus: int, jobs: list) -> LiveCluster:
@@ -53,13 +40,13 @@ def test_two_rank_job_across_two_agents(tmp_path):
                               stages=(0.01, 0.01, 0.01))])
     try:
         cluster.wait_finished(1, 240)
-        launched = records_of(cluster.run_dir, "agent", "job_launched")
+        launched = log_records(cluster.run_dir, "job_launched", "agent")
         assert sorted(r["rank"] for r in launched) == [0, 1]
         assert {r["world_size"] for r in launched} == {2}
         ports = {r["master_port"] for r in launched}
         assert len(ports) == 1 and ports.pop() > 0  # one rendezvous, picked by rank 0's agent
         assert {r["node"] for r in launched} == {"n0", "n1"}
-        finished = records_of(cluster.run_dir, "trainer", "trainer_finished")
+        finished = log_records(cluster.run_dir, "trainer_finished", "trainer")
         assert sorted(r.get("rank", 0) for r in finished) == [0, 1]
         digests = {r["params_digest"] for r in finished}
         assert len(digests) == 1  # the two ranks ended with identical parameters
@@ -75,7 +62,7 @@ def test_group_members_take_turns_through_the_gate(tmp_path):
     try:
         status = cluster.wait_finished(2, 240)
         assert status["counts"]["finished"] == 2
-        launched = records_of(cluster.run_dir, "agent", "job_launched")
+        launched = log_records(cluster.run_dir, "job_launched", "agent")
         grouped = [r for r in launched if r.get("gate")]
         assert {r["job"] for r in grouped} == {1, 2}  # both ran as one group, gated
         assert len({r["gate"] for r in grouped}) >= 1
