@@ -37,6 +37,7 @@ from broker.endpoints import Endpoints  # noqa: E402
 from broker.testing import wait_until  # noqa: E402
 from traces.generate import generate  # noqa: E402
 from traces.muri_csv import write_trace  # noqa: E402
+from scheduler.report import read_records  # noqa: E402
 from traces.feeder import job_map  # noqa: E402
 
 GPUS_PER_NODE = 8
@@ -107,15 +108,7 @@ def rss_mb(pid: int) -> float:
 
 
 def events(log: Path, name: str) -> list[dict]:
-    out = []
-    for line in log.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("event") == name:
-            out.append(rec)
-    return out
+    return [rec for rec in read_records(log)[0] if rec["event"] == name]
 
 
 def round_latencies(log: Path) -> list[dict]:

@@ -277,12 +277,11 @@ class Agent:
             cmd = common + ["--iteration-time", repr(workload["iteration_time"]), "--stages",
                             ",".join(repr(s) for s in workload["stages"])]
             return [self._popen(job_id, cmd, gpus, "")]
-        ranks = len(gpus) if world > 1 else 1
-        total_world = max(world, ranks)
+        ranks = len(gpus) if world > 1 else 1  # world counts every GPU of the job
         procs = []
         for i in range(ranks):
             cmd = common + ["--workload", workload["model"], "--rank", str(rank + i),
-                            "--world-size", str(total_world)]
+                            "--world-size", str(world)]
             if workload["batch_size"]:
                 cmd += ["--batch-size", str(workload["batch_size"])]
             if workload["config"]:
@@ -292,7 +291,7 @@ class Agent:
                         str(rendezvous["master_port"])]
             if gate is not None and i == 0:
                 cmd += ["--gate", gate.endpoint]
-            suffix = f".r{rank + i}" if total_world > 1 else ""
+            suffix = f".r{rank + i}" if world > 1 else ""
             procs.append(self._popen(job_id, cmd, gpus[i:i + 1] if ranks > 1 else gpus, suffix))
         return procs
 

@@ -57,13 +57,14 @@ def _match_networkx(n: int, edges: list) -> set:
     return nx.max_weight_matching(graph, maxcardinality=False)
 
 
-def _match_rustworkx(n: int, edges: list) -> set:
+def _match_rustworkx(n: int, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> set:
+    """Integer weights (rustworkx needs them), scaled in one numpy pass (see INT_SCALE)."""
     import rustworkx as rx
 
-    scale = INT_SCALE / max(w for _, _, w in edges)
+    scaled = np.rint(values * (INT_SCALE / values.max())).astype(np.int64)
     graph = rx.PyGraph(multigraph=False)
     graph.add_nodes_from(range(n))
-    graph.add_edges_from([(i, j, round(w * scale)) for i, j, w in edges])
+    graph.add_edges_from(list(zip(rows.tolist(), cols.tolist(), scaled.tolist())))
     return rx.max_weight_matching(graph, max_cardinality=False, weight_fn=int)
 
 
@@ -90,7 +91,11 @@ def max_weight_pairs(n: int, weight: Weight, *, backend: str = "auto") -> list[P
         return []
     if backend == "auto":
         backend = "rustworkx" if _rustworkx_available() else "networkx"
-    matched = _match_rustworkx(n, edges) if backend == "rustworkx" else _match_networkx(n, edges)
+    if backend == "rustworkx":
+        rows, cols, values = (np.array(column) for column in zip(*edges))
+        matched = _match_rustworkx(n, rows, cols, values.astype(float))
+    else:
+        matched = _match_networkx(n, edges)
     return sorted((min(u, v), max(u, v)) for u, v in matched)
 
 
@@ -214,14 +219,8 @@ def _match_edges(n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray,
     if len(r) == 0:
         return []
     values = w[r, c]
-    if backend == "rustworkx":  # integer weights, scaled in one numpy pass (see INT_SCALE)
-        import rustworkx as rx
-
-        scaled = np.rint(values * (INT_SCALE / values.max())).astype(np.int64)
-        graph = rx.PyGraph(multigraph=False)
-        graph.add_nodes_from(range(n))
-        graph.add_edges_from(list(zip(r.tolist(), c.tolist(), scaled.tolist())))
-        matched = rx.max_weight_matching(graph, max_cardinality=False, weight_fn=int)
+    if backend == "rustworkx":
+        matched = _match_rustworkx(n, r, c, values)
     else:
         matched = _match_networkx(n, list(zip(r.tolist(), c.tolist(), values.tolist())))
     return sorted((min(u, v), max(u, v)) for u, v in matched)

@@ -3,7 +3,6 @@ processes, each of which can be killed and restarted. Waits are on observable st
 scheduler's status, files appearing), each with a deadline."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 from broker.client import RequestFailed, Requester, RequestTimeout
 from broker.endpoints import Endpoints
 from broker.testing import wait_until
+from scheduler.report import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,14 +147,5 @@ class LiveCluster:
 def log_records(run_dir: Path, event: str, component: str = "scheduler") -> list[dict]:
     """The JSON log records of one event in RUN_DIR/<component>*.log (unreadable lines are
     skipped: a process killed mid-write leaves half a line)."""
-    records = []
-    for path in sorted(Path(run_dir).glob(f"{component}*.log")):
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("event") == event:
-                    records.append(rec)
-    return records
+    return [rec for path in sorted(Path(run_dir).glob(f"{component}*.log"))
+            for rec in read_records(path)[0] if rec["event"] == event]
