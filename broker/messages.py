@@ -34,9 +34,13 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     # -- feeder -> scheduler -------------------------------------------------------------
     "job.submit": {"job": (_MAP, True)},  # a trace record as a map (traces.record fields)
     # -- agent -> scheduler ------------------------------------------------------------------
+    # `incarnation` names the agent process; `launches` counts the launches it had carried
+    # out when `running` was taken (a launch reply carries its own number, `launch_seq`)
     "agent.register": {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
-                       "mem": (_NUM, True), "running": (_LIST, False)},
-    "agent.heartbeat": {"node": (_STR, True), "running": (_LIST, False)},
+                       "mem": (_NUM, True), "running": (_LIST, False),
+                       "incarnation": (_STR, False), "launches": (_INT, False)},
+    "agent.heartbeat": {"node": (_STR, True), "running": (_LIST, False),
+                        "incarnation": (_STR, False), "launches": (_INT, False)},
     "job.finished": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
                      "ok": (_BOOL, True), "detail": (_STR, False)},
     "job.stopped": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True)},

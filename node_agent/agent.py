@@ -141,6 +141,11 @@ class Agent:
         self._jobs: dict[int, _Job] = {}
         self._gates: dict[tuple, Any] = {}  # group (job ids in slot order) -> StageGate
         self.outbox: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        # Heartbeats carry (incarnation, launches) taken with the job table, and each launch
+        # reply its own number: the scheduler can then tell a job this agent no longer runs
+        # from one launched after the heartbeat's snapshot, and a restarted agent from this one.
+        self.incarnation = os.urandom(8).hex()
+        self.launches = 0
 
     # -- requests from the scheduler (service thread) ---------------------------------------
     def handle(self, msg: Any) -> dict[str, Any]:
@@ -171,7 +176,8 @@ class Agent:
                 raise _BadRequest("busy", f"job {job_id} is being stopped; retry after the stop")
             if job is not None:
                 return {"launched": False, "already_running": True, "pid": job.proc.pid,
-                        "gpus": list(job.gpus)}
+                        "gpus": list(job.gpus), "incarnation": self.incarnation,
+                        "launch_seq": self.launches}
             group = tuple(int(j) for j in msg["group"])
             rendezvous = {}
             if workload["kind"] == "torch" and world > 1:
@@ -185,12 +191,15 @@ class Agent:
             self._jobs[job_id] = _Job(job_id=job_id, procs=procs, gpus=gpus, total=total,
                                       group=list(group), slot=int(msg["slot"]), start=start,
                                       gate=group if gate is not None else ())
+            self.launches += 1
+            seq = self.launches
         self.log.info("job_launched", job=job_id, pids=[p.pid for p in procs], gpus=list(gpus),
                       total=total, kind=workload["kind"], start_iteration=start, rank=rank,
                       world_size=world, gate=gate.endpoint if gate is not None else None,
                       **rendezvous)
         return {"launched": True, "already_running": False, "pid": procs[0].pid,
-                "gpus": list(gpus), **rendezvous}
+                "gpus": list(gpus), "incarnation": self.incarnation, "launch_seq": seq,
+                **rendezvous}
 
     def _check_gpus(self, gpus: Any) -> tuple[int, ...]:
         if not gpus or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
@@ -317,13 +326,13 @@ class Agent:
             return {"iterations": checkpoint.iterations(self.cfg.checkpoint_dir, job_id),
                     "was_running": False, "finished": False, "exit_code": None}
         rc = self._terminate(job)
-        with self._lock:
-            self._jobs.pop(job_id, None)
         its = self.iterations(job_id, job.start)
         finished = rc == EXIT_FINISHED
-        if finished:  # it completed as the stop arrived: report it reliably as well
-            self.outbox.append(("job.finished", {"job_id": job_id, "node": self.cfg.node,
-                                                 "iterations": its, "ok": True}))
+        with self._lock:  # gone from the table and its report queued as one step
+            self._jobs.pop(job_id, None)
+            if finished:  # it completed as the stop arrived: report it reliably as well
+                self.outbox.append(("job.finished", {"job_id": job_id, "node": self.cfg.node,
+                                                     "iterations": its, "ok": True}))
         self.log.info("job_stopped", job=job_id, iterations=its, exit=rc, finished=finished)
         return {"iterations": its, "was_running": True, "finished": finished, "exit_code": rc}
 
@@ -377,8 +386,24 @@ class Agent:
             self.log.info("trainer_exited", job=job_id, exit=rc, iterations=its)
 
     def running(self) -> list[dict[str, Any]]:
+        return self._running(self._table()[0])
+
+    def snapshot(self, reported: bool = True) -> dict[str, Any] | None:
+        """What a heartbeat or registration tells: the jobs running and how many launches
+        came before, taken together. With `reported`, None while a report is queued: a job
+        that left the table must be reported before a heartbeat may show it missing."""
+        jobs, launches, reports = self._table()
+        if reported and reports:
+            return None
+        return {"running": self._running(jobs), "incarnation": self.incarnation,
+                "launches": launches}
+
+    def _table(self) -> tuple[list[tuple[int, float]], int, int]:
         with self._lock:
-            jobs = sorted((j.job_id, j.start) for j in self._jobs.values())
+            return (sorted((j.job_id, j.start) for j in self._jobs.values()), self.launches,
+                    len(self.outbox))
+
+    def _running(self, jobs: list[tuple[int, float]]) -> list[dict[str, Any]]:
         return [{"job_id": j, "iterations": self.iterations(j, start)} for j, start in jobs]
 
     def iterations(self, job_id: int, floor: float = 0.0) -> float:
@@ -488,12 +513,18 @@ class _Link:
             self.retry_at = time.monotonic() + self.cfg.heartbeat
             return
         if self.registered and now >= self.next_heartbeat:
+            beat = self.agent.snapshot()
+            if beat is None:  # a trainer ended meanwhile: its report goes first, next tick
+                return
             self.next_heartbeat = now + self.cfg.heartbeat
-            self._send("agent.heartbeat", node=self.cfg.node, running=self.agent.running())
+            self._send("agent.heartbeat", node=self.cfg.node, **beat)
 
     def _register(self) -> bool:
+        # reports queued are delivered once registered; a job they concern that the scheduler
+        # thinks runs here is requeued at registration, and the report then settles it
+        beat = self.agent.snapshot(reported=False)
         outcome = self._send("agent.register", node=self.cfg.node, gpus=list(self.cfg.gpus),
-                             cpus=self.cfg.cpus, mem=self.cfg.mem, running=self.agent.running())
+                             cpus=self.cfg.cpus, mem=self.cfg.mem, **beat)
         if outcome == "ok":
             self.registered = True
             self.next_heartbeat = time.monotonic() + self.cfg.heartbeat

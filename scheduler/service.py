@@ -82,6 +82,7 @@ class _Agent:
     cpus: int
     mem: float
     last_seen: float  # monotonic wall seconds
+    incarnation: str | None = None  # the agent process that registered (None: not told)
 
 
 @dataclass
@@ -146,6 +147,9 @@ class SchedulerService:
         self.placed: dict[int, Placed] = {}  # what agents run, as far as we launched it
         self.launching: dict[int, Placed] = {}  # launch requests in flight
         self.aborted: set[int] = set()  # jobs that crashed or finished while launching
+        self.stopping: set[int] = set()  # jobs a round is stopping right now
+        # (job, node) -> (agent incarnation, launch number) of the launch that placed it there
+        self.launched_by: dict[tuple[int, int], tuple[str | None, int]] = {}
         self.progress: dict[int, float] = {}  # iterations done, per telemetry
         self.profiles = ProfileEstimator(threshold=options.profile_threshold)
         self.strays: list[tuple[int, str]] = []  # (job, node) to stop outside a plan
@@ -254,7 +258,8 @@ class SchedulerService:
             self.log.warning("agent_short_of_gpus", node=name, gpus=list(gpus),
                              spec_gpus=self.opt.spec.gpus_per_node)
         was = name in self.agents
-        self.agents[name] = _Agent(tuple(gpus), msg["cpus"], msg["mem"], self.clock())
+        self.agents[name] = _Agent(tuple(gpus), msg["cpus"], msg["mem"], self.clock(),
+                                   msg.get("incarnation"))
         self.core.set_node_online(index, True)
         now = self.now()
         reported = dict(running)
@@ -300,12 +305,35 @@ class SchedulerService:
         if agent is None:
             raise Refusal("unknown_agent", f"{name} is not registered (or was declared dead); "
                                            "register again")
+        incarnation, launches = msg.get("incarnation"), msg.get("launches")
+        if incarnation is not None and agent.incarnation is not None \
+                and incarnation != agent.incarnation:
+            raise Refusal("unknown_agent", f"{name} restarted since it registered; "
+                                           "register again")
         agent.last_seen = self.clock()
-        for job_id, done in self._running_list(msg.get("running") or []):
+        running = self._running_list(msg.get("running") or [])
+        for job_id, done in running:
             where = self.placed.get(job_id)
             if where is not None and index in where.nodes:
                 self._note_progress(job_id, done)
+        if incarnation is not None and isinstance(launches, int):
+            self._requeue_vanished(name, index, incarnation, launches, {j for j, _ in running})
         return {}
+
+    def _requeue_vanished(self, name: str, index: int, incarnation: str, launches: int,
+                          reported: set[int]) -> None:
+        """Jobs placed here that the agent's snapshot no longer shows, though it was taken
+        after their launch and with no report queued: they ended unheard (a stop or exit
+        lost in a race). Left alone they would hold their GPUs forever; requeue them."""
+        for job_id, where in list(self.placed.items()):
+            if index not in where.nodes or job_id in reported or job_id in self.stopping:
+                continue
+            by = self.launched_by.get((job_id, index))
+            if by is None or (by[0] == incarnation and by[1] > launches):
+                continue  # launched after the snapshot (or by a scheduler before this one)
+            self.log.warning("job_vanished", job_id=job_id, node=name, launch=by,
+                             launches=launches)
+            self._requeue(job_id, self.now(), f"no longer running on {name}", skip=name)
 
     def _on_finished(self, msg: Any) -> dict[str, Any]:
         job_id, name, its = msg["job_id"], msg["node"], float(msg["iterations"])
@@ -375,6 +403,8 @@ class SchedulerService:
             if node_name(other) != node:
                 self.strays.append((job_id, node_name(other)))
         self.progress.pop(job_id, None)
+        for index in range(self.opt.spec.num_nodes):
+            self.launched_by.pop((job_id, index), None)
         entry = self.journal.get(job_id)
         submit, start = entry.submit_trace, entry.first_start_trace
         self.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
@@ -592,6 +622,12 @@ class SchedulerService:
     def _stop_strays(self, requester: Any) -> None:
         with self._lock:
             strays, self.strays = self.strays, []
+            # a stray found when its agent registered may have been placed on that very node
+            # since (the launch then found it running and adopted it): it is no stray now
+            adopted = [(j, n) for j, n in strays if self._runs_on(j, n)]
+            strays = [s for s in strays if s not in adopted]
+        for job_id, name in adopted:
+            self.log.info("stray_adopted", job_id=job_id, node=name)
         for job_id, name in strays:
             reply = self._agent_request(requester, name, "job.stop", job_id=job_id)
             if reply is None:
@@ -599,14 +635,20 @@ class SchedulerService:
             with self._lock:
                 job = self.core.jobs.get(job_id)
                 its = reply.get("iterations")
-                if job is not None and job.status is Status.PENDING \
-                        and job_id not in self.launching and isinstance(its, (int, float)):
-                    # a job the scheduler had lost track of: its stop checkpoint is the truth
+                if job is not None and job.status is not Status.DONE \
+                        and job_id not in self.placed and job_id not in self.launching \
+                        and isinstance(its, (int, float)):
+                    # a job the scheduler had lost track of (pending, or planned but not
+                    # launched yet): its stop checkpoint is the truth
                     done = max(float(its), self._resume_point(job_id))
                     self.core.set_remaining(job_id, job.record.iterations - done)
                 if job is not None and reply.get("finished") and job.status is not Status.DONE:
                     self._finish(job_id, self.now(), float(its or job.record.iterations), name)
             self.log.info("stray_stopped", job_id=job_id, node=name, iterations=its)
+
+    def _runs_on(self, job_id: int, name: str) -> bool:
+        where = self.placed.get(job_id) or self.launching.get(job_id)
+        return where is not None and any(node_name(n) == name for n in where.nodes)
 
     def _agent_request(self, requester: Any, name: str, type_: str,
                        **fields: Any) -> dict[str, Any] | None:
@@ -669,11 +711,19 @@ class SchedulerService:
                           launches=[j for j, _ in launches],
                           pending=sum(1 for j in self.core.queue if j.status is Status.PENDING))
             self.outbox.append(("event.round", {"groups": groups, "latency_ms": latency_ms}))
+            self.stopping.update(j for j, _ in stops)
         # Stops first (a job's GPUs are free only once it checkpointed), then launches; each
         # batch runs concurrently, one requester per worker thread, since every stop or
         # launch waits on a process and a round may move many jobs at once.
-        self._concurrently(requester, [
-            (self._stop_job, job_id, was, desired.get(job_id)) for job_id, was in stops])
+        try:
+            self._concurrently(requester, [
+                (self._stop_job, job_id, was, desired.get(job_id)) for job_id, was in stops])
+        finally:
+            with self._lock:
+                self.stopping.difference_update(j for j, _ in stops)
+        # strays found by registrations during this round go before the launches, which
+        # could otherwise find a stray trainer running and adopt it
+        self._stop_strays(requester)
         self._concurrently(requester, [
             (self._launch_job, job_id, want) for job_id, want in launches])
 
@@ -755,6 +805,7 @@ class SchedulerService:
             self.journal.mark_started(job_id, start, self.now(), node=node_name(want.nodes[0]),
                                       detail={"nodes": [node_name(n) for n in want.nodes]})
         launched: list[int] = []
+        seqs: dict[int, tuple[str | None, int]] = {}
         failed = None
         ranks = {"rank": 0, "world_size": sum(len(g) for g in gpus_of.values())} \
             if workload["kind"] == "torch" else {}
@@ -767,6 +818,8 @@ class SchedulerService:
             if reply is None:
                 failed = name
                 break
+            if isinstance(reply.get("launch_seq"), int):
+                seqs[piece.node] = (reply.get("incarnation"), reply["launch_seq"])
             if ranks:  # rank 0's agent chose the rendezvous; the other slices join it
                 ranks["rank"] += len(gpus_of[piece.node])
                 if "master_port" in reply and "master_port" not in ranks:
@@ -781,6 +834,9 @@ class SchedulerService:
             lost = [n for n in want.nodes if node_name(n) not in self.agents]
             if failed is None and not aborted and not lost and job.status is Status.RUNNING:
                 self.placed[job_id] = want
+                for node in want.nodes:
+                    self.launched_by.pop((job_id, node), None)
+                self.launched_by.update(((job_id, node), seq) for node, seq in seqs.items())
                 now = self.now()
                 entry = self.journal.get(job_id)
                 self.log.info("job_started", job_id=job_id,

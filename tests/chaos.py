@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from scheduler.report import read_records
 from tests.live import ROOT, LiveCluster, log_records
 from traces import write_trace
 from traces.generate import generate
@@ -214,6 +215,24 @@ def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None) -> Verdict:
     return verdict
 
 
+_MENTIONS = ("kept", "strays", "lost", "requeued", "stops", "launches")
+
+
+def job_story(run_dir: Path, job_id: int) -> list[str]:
+    """Every log line of every process that concerns one job, in time order: what a failed
+    run's reader needs first (the run directory itself is gone with the test's tmp_path)."""
+    lines = []
+    for path in sorted(Path(run_dir).glob("*.log")):
+        for rec in read_records(path)[0]:
+            if rec.get("job_id") == job_id or rec.get("job") == job_id or any(
+                    isinstance(rec.get(k), list) and job_id in rec[k] for k in _MENTIONS):
+                rest = {k: v for k, v in rec.items()
+                        if k not in ("ts", "event", "component", "level")}
+                lines.append(f"{rec.get('ts', '?')} {rec.get('component', path.stem)} "
+                             f"{rec.get('event')} {json.dumps(rest, default=str)[:300]}")
+    return sorted(lines)
+
+
 # -- one whole run -------------------------------------------------------------------------------
 @dataclass
 class ChaosConfig:
@@ -280,7 +299,13 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
                     "finished_logged": len(verdict.finished_logged),
                     "finished_journal": len(verdict.finished_journal)},
     }
+    unfinished = sorted(set(job_ids) - set(verdict.finished_journal))
+    summary["stories"] = {j: job_story(run_dir, j) for j in unfinished}
     (run_dir / "chaos.json").write_text(json.dumps(summary, indent=2))
+    for job_id, story in summary["stories"].items():
+        say(f"chaos: the story of unfinished job {job_id} ({len(story)} log lines):")
+        for line in story[-80:]:
+            say("  " + line)
     say(f"chaos: seed={cfg.seed} {'OK' if verdict.ok else 'FAILED'} in {wall:.0f}s; "
         f"{summary['kills_done']} kills; " + ("; ".join(verdict.problems) or
                                             f"all {cfg.jobs} jobs finished exactly once"))

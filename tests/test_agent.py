@@ -52,10 +52,11 @@ class FakeScheduler:
             self._cond.notify_all()
         return {"accepted": True}
 
-    def of(self, type_: str, job_id: int | None = None) -> list:
+    def of(self, type_: str | None, job_id: int | None = None) -> list:
+        """Records of one type (None: all), in the order they arrived."""
         with self._cond:
-            return [m for m in self.records
-                    if m.type == type_ and (job_id is None or m.get("job_id") == job_id)]
+            return [m for m in self.records if type_ in (None, m.type)
+                    and (job_id is None or m.get("job_id") == job_id)]
 
     def wait(self, pred, what: str, deadline: float = DEADLINE_S):
         """The first value of pred() that is truthy, re-evaluated on every new record."""
@@ -221,6 +222,32 @@ def test_launch_runs_to_one_finished_with_telemetry(cluster):
     beats = cluster.sched.wait_heartbeats(3, after=mark)
     assert all(b["running"] == [] for b in beats)
     assert len(cluster.sched.of("job.finished", 11)) == 1
+
+
+def test_heartbeats_say_which_launches_their_snapshot_has_seen(cluster):
+    """A heartbeat may lack a job the scheduler placed only if the job's launch came after
+    the heartbeat's snapshot, or the job's end was reported before it."""
+    reg = cluster.sched.of("agent.register")[0]
+    first = cluster.launch(21, total=100)["body"]  # about 1 s of wall time at 1000x
+    assert first["incarnation"] == reg["incarnation"]
+    assert first["launch_seq"] == reg["launches"] + 1
+    assert cluster.launch(21, total=100)["body"]["launch_seq"] == first["launch_seq"]
+    cluster.wait_running(21)
+    cluster.sched.wait(lambda: cluster.sched.of("job.finished", 21), "job.finished")
+    cluster.sched.wait_heartbeats(2)
+    records = [m for m in cluster.sched.of(None)  # in the order they arrived
+               if m.type == "agent.heartbeat" or m.get("job_id") == 21]
+    reported = next(i for i, m in enumerate(records) if m.type == "job.finished")
+    showed = False
+    for i, m in enumerate(records):
+        if m.type != "agent.heartbeat":
+            continue
+        assert m["incarnation"] == reg["incarnation"]
+        has = any(r["job_id"] == 21 for r in m["running"])
+        showed |= has
+        if not has and m["launches"] >= first["launch_seq"]:
+            assert i > reported, "a heartbeat lacked job 21 before its end was reported"
+    assert showed
 
 
 def test_stop_replies_with_iterations_and_relaunch_resumes(cluster):

@@ -33,8 +33,12 @@ def wait_for(what: Callable[[], Any], timeout: float = DEADLINE, step: float = 0
 class FakeAgent:
     """An `agent.<node>` service that records launches and stops; it registers and heartbeats."""
 
-    def __init__(self, endpoints: Any, node: str, gpus=(0, 1, 2, 3), heartbeat: float = 0.1):
+    def __init__(self, endpoints: Any, node: str, gpus=(0, 1, 2, 3), heartbeat: float = 0.1,
+                 snapshots: bool = False):
         self.endpoints, self.node, self.gpus, self.heartbeat = endpoints, node, gpus, heartbeat
+        # like the node agent: heartbeats carry (incarnation, launches) with `running`
+        self.snapshots = snapshots
+        self.incarnation, self.launch_count = f"fake-{node}", 0
         self.launches: queue.Queue = queue.Queue()
         self.stops: queue.Queue = queue.Queue()
         self.running: dict[int, float] = {}  # job_id -> iterations
@@ -55,8 +59,11 @@ class FakeAgent:
                 return {"node": self.node}
             if msg.type == "job.launch":
                 self.running[msg["job_id"]] = float(msg["start_iteration"])
+                self.launch_count += 1
                 self.launches.put(dict(msg.fields))
-                return {"launched": True, "already_running": False}
+                seq = {"incarnation": self.incarnation, "launch_seq": self.launch_count}
+                return {"launched": True, "already_running": False,
+                        **(seq if self.snapshots else {})}
             if msg.type == "job.stop":
                 its = self.running.pop(msg["job_id"], None)
                 self.stops.put(msg["job_id"])
@@ -83,13 +90,13 @@ class FakeAgent:
                     if not self._beating.is_set():
                         registered = False
                     elif not registered:
-                        with self._lock:
-                            running = [{"job_id": j, "iterations": i}
-                                       for j, i in self.running.items()]
                         req.request("scheduler", "agent.register", node=self.node,
-                                    gpus=list(self.gpus), cpus=32, mem=256.0, running=running)
+                                    gpus=list(self.gpus), cpus=32, mem=256.0, **self.snapshot())
                         registered = True
                         self.registrations += 1
+                    elif self.snapshots:
+                        req.request("scheduler", "agent.heartbeat", node=self.node,
+                                    **self.snapshot())
                     else:
                         req.request("scheduler", "agent.heartbeat", node=self.node)
                 except RequestFailed as err:
@@ -100,6 +107,18 @@ class FakeAgent:
                 self._stop.wait(self.heartbeat)
         finally:
             req.close()
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            beat = {"running": [{"job_id": j, "iterations": i} for j, i in self.running.items()]}
+            if self.snapshots:
+                beat.update(incarnation=self.incarnation, launches=self.launch_count)
+            return beat
+
+    def vanish(self, job_id: int) -> None:
+        """The job's trainer is gone and nobody says so (a stop or exit lost in a race)."""
+        with self._lock:
+            del self.running[job_id]
 
     def pause(self) -> None:
         """Stop heartbeating (the scheduler should declare this agent dead)."""
@@ -402,4 +421,116 @@ def test_status_lists_running_jobs_first_when_cut(tmp_path, monkeypatch):
         assert [j["job_id"] for j in body["jobs"]] == [3, 1] and body["jobs_truncated"] is True
         assert "jobs" not in svc.status(jobs=False)
     finally:
+        svc.close()
+
+
+# -- jobs that end unheard, and strays that race a round ---------------------------------------
+
+def _job_1_running_on_n0(h) -> FakeAgent:
+    h.start_scheduler()
+    n0 = h.agent("n0", snapshots=True)
+    h.wait_online("n0")
+    h.submit(job(1, num_gpu=4, iterations=100_000))
+    assert n0.next_launch()["job_id"] == 1
+    wait_for(lambda: h.job(1)["state"] == "running")
+    return n0
+
+
+def test_a_job_gone_from_its_agents_snapshot_is_requeued_and_runs_again(harness):
+    h = harness(spec=spec(nodes=1, gpus=4))
+    n0 = _job_1_running_on_n0(h)
+    n0.vanish(1)  # the trainer ends and no report ever comes
+    relaunch = n0.next_launch()
+    assert relaunch["job_id"] == 1
+    wait_for(lambda: h.job(1)["state"] == "running")
+    assert h.job(1)["preemptions"] == 1
+
+
+def test_only_a_snapshot_taken_after_the_launch_can_show_a_job_missing(harness):
+    h = harness(spec=spec(nodes=1, gpus=4))
+    n0 = _job_1_running_on_n0(h)
+    n0.pause()  # from here the test speaks for n0 (it stays registered: agent_timeout is 30 s)
+
+    def beat(**fields: Any) -> None:
+        h.client.request("scheduler", "agent.heartbeat", node="n0", **fields)
+
+    beat(running=[], incarnation=n0.incarnation, launches=0)  # taken before the launch
+    assert h.job(1)["state"] == "running"
+    beat(running=[{"job_id": 1, "iterations": 5.0}], incarnation=n0.incarnation, launches=1)
+    assert h.job(1)["state"] == "running"
+    beat(running=[])  # an agent that does not say when its snapshot was taken
+    assert h.job(1)["state"] == "running"
+    with pytest.raises(RequestFailed) as refused:  # another process under the same name
+        beat(running=[], incarnation="someone-else", launches=7)
+    assert refused.value.code == "unknown_agent"
+    assert h.job(1)["state"] == "running"
+    beat(running=[], incarnation=n0.incarnation, launches=1)
+    assert h.job(1)["state"] != "running"  # requeued as the reply went out
+    log = Journal(h.run_dir / "journal.db")
+    try:
+        entry = log.get(1)
+        assert entry.state == "submitted" and entry.preemptions == 1  # waits to run again
+    finally:
+        log.close()
+
+
+def _bare_service(h, tmp_path: Path) -> tuple[SchedulerService, Requester, Callable]:
+    """A service whose loop the test drives itself, one step at a time, and a function that
+    hands it a request as its service thread would; job 1 already runs on n0."""
+    from broker.messages import make
+
+    (tmp_path / "bare").mkdir()
+    svc = SchedulerService(h.endpoints, Options(spec=spec(nodes=1, gpus=4), policy="fifo",
+                                                run_dir=tmp_path / "bare", time_scale=1.0,
+                                                agent_request_timeout=1.0,
+                                                agent_request_retries=2))
+    ids = iter(range(10**6))
+
+    def say(type_: str, **fields: Any) -> dict:
+        return svc.handle(make(type_, "test", f"t-{next(ids)}", **fields))
+
+    req = Requester(h.endpoints, "scheduler-test", timeout=2.0, retries=2)
+    say("agent.register", node="n0", gpus=[0, 1, 2, 3], cpus=8, mem=64.0, running=[])
+    say("job.submit", job=record_to_map(job(1, num_gpu=4, iterations=100_000)))
+    svc.step(req)
+    return svc, req, say
+
+
+def test_a_stray_found_during_a_round_is_stopped_before_that_rounds_launches(harness, tmp_path):
+    h = harness()
+    n0 = h.agent("n0")  # no scheduler service runs: its link only retries
+    wait_for(n0._routed.is_set)
+    svc, req, say = _bare_service(h, tmp_path)
+    try:
+        assert n0.next_launch()["job_id"] == 1
+        # the scheduler loses n0, which comes back still running job 1: a stray there now,
+        # and the round that follows puts job 1 back on n0
+        svc.declare_dead("n0", "test")
+        say("agent.register", node="n0", gpus=[0, 1, 2, 3], cpus=8, mem=64.0,
+            running=[{"job_id": 1, "iterations": 10.0}])
+        svc.round(req)
+        assert n0.stops.get_nowait() == 1  # the stray went first...
+        assert n0.next_launch()["job_id"] == 1  # ...then the launch
+        svc.step(req)
+        assert n0.stops.empty() and 1 in n0.running  # nothing stops it afterwards
+        assert svc.job_state(1) == "running"
+    finally:
+        req.close()
+        svc.close()
+
+
+def test_a_stray_placed_on_its_node_since_is_adopted_not_stopped(harness, tmp_path):
+    h = harness()
+    n0 = h.agent("n0")
+    wait_for(n0._routed.is_set)
+    svc, req, _ = _bare_service(h, tmp_path)
+    try:
+        assert n0.next_launch()["job_id"] == 1
+        # a registration that reported job 1 while a round was placing it on n0
+        svc.strays.append((1, "n0"))
+        svc.step(req)
+        assert n0.stops.empty() and 1 in n0.running
+        assert svc.job_state(1) == "running"
+    finally:
+        req.close()
         svc.close()
