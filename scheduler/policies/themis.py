@@ -56,7 +56,10 @@ def ftf_allocation_cvxpy(a, b, c, gpus, capacity: float) -> np.ndarray:
     ratios = [(a[i] + b[i] * cp.inv_pos(x[i])) / c[i] for i in range(n)]
     objective = cp.Minimize(ratios[0] if n == 1 else cp.maximum(*ratios))
     constraints = [x >= 0, x <= 1, cp.sum(cp.multiply(np.asarray(gpus, float), x)) <= capacity]
-    cp.Problem(objective, constraints).solve()
+    problem = cp.Problem(objective, constraints)
+    problem.solve()
+    if problem.status != cp.OPTIMAL:  # "optimal_inaccurate" may break a constraint: no oracle
+        raise cp.error.SolverError(f"the conic solver ended {problem.status}")
     return np.asarray(x.value, dtype=float)
 
 
