@@ -386,25 +386,20 @@ class Agent:
             self.log.info("trainer_exited", job=job_id, exit=rc, iterations=its)
 
     def running(self) -> list[dict[str, Any]]:
-        return self._running(self._table()[0])
+        return self.snapshot(reported=False)["running"]
 
     def snapshot(self, reported: bool = True) -> dict[str, Any] | None:
         """What a heartbeat or registration tells: the jobs running and how many launches
         came before, taken together. With `reported`, None while a report is queued: a job
         that left the table must be reported before a heartbeat may show it missing."""
-        jobs, launches, reports = self._table()
-        if reported and reports:
-            return None
-        return {"running": self._running(jobs), "incarnation": self.incarnation,
-                "launches": launches}
-
-    def _table(self) -> tuple[list[tuple[int, float]], int, int]:
         with self._lock:
-            return (sorted((j.job_id, j.start) for j in self._jobs.values()), self.launches,
-                    len(self.outbox))
-
-    def _running(self, jobs: list[tuple[int, float]]) -> list[dict[str, Any]]:
-        return [{"job_id": j, "iterations": self.iterations(j, start)} for j, start in jobs]
+            if reported and self.outbox:
+                return None
+            jobs = sorted((j.job_id, j.start) for j in self._jobs.values())
+            launches = self.launches
+        return {"running": [{"job_id": j, "iterations": self.iterations(j, start)}
+                            for j, start in jobs],
+                "incarnation": self.incarnation, "launches": launches}
 
     def iterations(self, job_id: int, floor: float = 0.0) -> float:
         """Iterations done: the checkpoint's, never less than where the launch started it

@@ -145,11 +145,12 @@ class SchedulerService:
         self.journal = Journal(options.journal_path)
         self.agents: dict[str, _Agent] = {}
         self.placed: dict[int, Placed] = {}  # what agents run, as far as we launched it
+        # the same by node: node index -> {job: (agent incarnation, launch number) of the
+        # launch that placed it there, None if the agent did not say}; see _place/_unplace
+        self.on_node: dict[int, dict[int, tuple[str | None, int] | None]] = {}
         self.launching: dict[int, Placed] = {}  # launch requests in flight
         self.aborted: set[int] = set()  # jobs that crashed or finished while launching
         self.stopping: set[int] = set()  # jobs a round is stopping right now
-        # (job, node) -> (agent incarnation, launch number) of the launch that placed it there
-        self.launched_by: dict[tuple[int, int], tuple[str | None, int]] = {}
         self.progress: dict[int, float] = {}  # iterations done, per telemetry
         self.profiles = ProfileEstimator(threshold=options.profile_threshold)
         self.strays: list[tuple[int, str]] = []  # (job, node) to stop outside a plan
@@ -272,8 +273,8 @@ class SchedulerService:
             else:
                 strays.append(job_id)
                 self.strays.append((job_id, name))
-        for job_id, where in list(self.placed.items()):
-            if index in where.nodes and job_id not in reported:
+        for job_id in list(self.on_node.get(index, ())):
+            if job_id not in reported:
                 lost.append(job_id)  # the agent restarted and no longer runs it
                 self._requeue(job_id, now, f"not running on re-registered {name}", skip=name)
         self.log.info("agent_registered", node=name, gpus=list(gpus), cpus=msg["cpus"],
@@ -312,9 +313,9 @@ class SchedulerService:
                                            "register again")
         agent.last_seen = self.clock()
         running = self._running_list(msg.get("running") or [])
+        here = self.on_node.get(index, {})
         for job_id, done in running:
-            where = self.placed.get(job_id)
-            if where is not None and index in where.nodes:
+            if job_id in here:
                 self._note_progress(job_id, done)
         if incarnation is not None and isinstance(launches, int):
             self._requeue_vanished(name, index, incarnation, launches, {j for j, _ in running})
@@ -325,10 +326,9 @@ class SchedulerService:
         """Jobs placed here that the agent's snapshot no longer shows, though it was taken
         after their launch and with no report queued: they ended unheard (a stop or exit
         lost in a race). Left alone they would hold their GPUs forever; requeue them."""
-        for job_id, where in list(self.placed.items()):
-            if index not in where.nodes or job_id in reported or job_id in self.stopping:
+        for job_id, by in list(self.on_node.get(index, {}).items()):
+            if job_id in reported or job_id in self.stopping:
                 continue
-            by = self.launched_by.get((job_id, index))
             if by is None or (by[0] == incarnation and by[1] > launches):
                 continue  # launched after the snapshot (or by a scheduler before this one)
             self.log.warning("job_vanished", job_id=job_id, node=name, launch=by,
@@ -396,15 +396,13 @@ class SchedulerService:
         """Journal first, then the core; other ranks are stopped by the main thread."""
         self.journal.mark_finished(job_id, now, iterations, node=node)
         self.core.finish(job_id, now)
-        where = self.placed.pop(job_id, None) or self.launching.get(job_id)
+        where = self._unplace(job_id) or self.launching.get(job_id)
         if job_id in self.launching:
             self.aborted.add(job_id)
         for other in (where.nodes if where else ()):
             if node_name(other) != node:
                 self.strays.append((job_id, node_name(other)))
         self.progress.pop(job_id, None)
-        for index in range(self.opt.spec.num_nodes):
-            self.launched_by.pop((job_id, index), None)
         entry = self.journal.get(job_id)
         submit, start = entry.submit_trace, entry.first_start_trace
         self.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
@@ -418,7 +416,7 @@ class SchedulerService:
     def _requeue(self, job_id: int, now: float, reason: str, skip: str | None = None,
                  iterations: float | None = None) -> None:
         """The job stopped outside a plan: back to the queue, resuming from its checkpoint."""
-        where = self.placed.pop(job_id, None) or self.launching.get(job_id)
+        where = self._unplace(job_id) or self.launching.get(job_id)
         if job_id in self.launching:
             self.aborted.add(job_id)
         self.core.stop(job_id, now)
@@ -437,6 +435,18 @@ class SchedulerService:
         self._emit_job(job_id, "stopped", {"reason": reason, "iterations": done})
         self.wake_reasons.add("requeue")
 
+    def _place(self, job_id: int, where: Placed,
+               launches: Mapping[int, tuple[str | None, int]]) -> None:
+        self.placed[job_id] = where
+        for node in where.nodes:
+            self.on_node.setdefault(node, {})[job_id] = launches.get(node)
+
+    def _unplace(self, job_id: int) -> Placed | None:
+        where = self.placed.pop(job_id, None)
+        for node in (where.nodes if where else ()):
+            self.on_node[node].pop(job_id, None)
+        return where
+
     def _emit_job(self, job_id: int, state: str, detail: dict[str, Any]) -> None:
         self.outbox.append(("event.job", {"job_id": job_id, "state": state, "detail": detail}))
 
@@ -448,7 +458,7 @@ class SchedulerService:
             index = int(name[1:])
             self.core.set_node_online(index, False)
             now = self.now()
-            requeued = [j for j, p in self.placed.items() if index in p.nodes]
+            requeued = list(self.on_node.get(index, ()))
             for job_id in requeued:
                 self._requeue(job_id, now, f"agent {name} lost: {reason}", skip=name)
             self.log.warning("agent_dead", node=name, reason=reason, requeued=requeued)
@@ -625,7 +635,7 @@ class SchedulerService:
             # a stray found when its agent registered may have been placed on that very node
             # since (the launch then found it running and adopted it): it is no stray now
             adopted = [(j, n) for j, n in strays if self._runs_on(j, n)]
-            strays = [s for s in strays if s not in adopted]
+            strays = [(j, n) for j, n in strays if not self._runs_on(j, n)]
         for job_id, name in adopted:
             self.log.info("stray_adopted", job_id=job_id, node=name)
         for job_id, name in strays:
@@ -768,7 +778,7 @@ class SchedulerService:
             job = self.core.jobs[job_id]
             if self.placed.get(job_id) is not was:
                 return  # finished or requeued while we were stopping it
-            del self.placed[job_id]
+            self._unplace(job_id)
             now = self.now()
             numbers = [float(r["iterations"]) for r in replies
                        if isinstance(r.get("iterations"), (int, float))]
@@ -833,10 +843,7 @@ class SchedulerService:
             job = self.core.jobs[job_id]
             lost = [n for n in want.nodes if node_name(n) not in self.agents]
             if failed is None and not aborted and not lost and job.status is Status.RUNNING:
-                self.placed[job_id] = want
-                for node in want.nodes:
-                    self.launched_by.pop((job_id, node), None)
-                self.launched_by.update(((job_id, node), seq) for node, seq in seqs.items())
+                self._place(job_id, want, seqs)
                 now = self.now()
                 entry = self.journal.get(job_id)
                 self.log.info("job_started", job_id=job_id,

@@ -48,7 +48,7 @@ def test_matrix_equals_pairwise_weights(profiles, rnd, hysteresis):
         rest = rest[size:]
     if len(nodes) < 2:
         return
-    w = policy._weight_matrix(nodes)
+    w = policy._weight_matrix(nodes, [policy._keep_bonus(node) for node in nodes])
     assert np.array_equal(w, w.T)
     for i in range(len(nodes)):
         for j in range(i + 1, len(nodes)):

@@ -179,24 +179,24 @@ class Muri(Policy):
         # The same candidates in the same order often meet again in the next round (an event
         # that changed nothing here); the matching is a function of them, so remember it.
         key = tuple(tuple(j.id for j in node) for node in nodes)
-        if self.preset.regroup_hysteresis:
+        hysteresis = self.preset.regroup_hysteresis
+        bonus = [self._keep_bonus(node) for node in nodes] if hysteresis else [0.0] * n
+        if hysteresis:
             key += tuple(j.group_key for node in nodes for j in node)
-            key += tuple(round(self._keep_bonus(node), 3) for node in nodes if node[0].group_key)
+            key += tuple(round(b, 3) for b, node in zip(bonus, nodes) if node[0].group_key)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
         if self._dense:
             pairs = []
             for lo, hi in _windows(n, self.preset.matching_window):
-                found = max_weight_pairs_dense(self._weight_matrix(nodes[lo:hi]),
+                found = max_weight_pairs_dense(self._weight_matrix(nodes[lo:hi], bonus[lo:hi]),
                                                backend=self.backend,
                                                rel_gap=self.preset.matching_rel_gap)
                 pairs.extend((lo + i, lo + j) for i, j in found)
             return self._remember(key, pairs)
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
-        hysteresis = self.preset.regroup_hysteresis
-        bonus = [self._keep_bonus(node) for node in nodes] if hysteresis else []
 
         def weight(i: int, j: int) -> float:  # the hot path of a round: cache first
             if sizes[i] + sizes[j] > k:
@@ -228,9 +228,10 @@ class Muri(Policy):
         self._matchings[key] = partner
         return partner
 
-    def _weight_matrix(self, nodes: list[Packing]) -> np.ndarray:
+    def _weight_matrix(self, nodes: list[Packing], bonus: list[float]) -> np.ndarray:
         """Every pair's weight, as `weight` would give it (bit for bit), computed per shape of
-        merged group with interleave.best_tt_batch instead of one kernel call per pair."""
+        merged group with interleave.best_tt_batch instead of one kernel call per pair;
+        `bonus` is each candidate's _keep_bonus (used where it runs in a group now)."""
         n = len(nodes)
         length = len(nodes[0][0].profile)
         if any(len(j.profile) != length for node in nodes for j in node):
@@ -274,9 +275,8 @@ class Muri(Policy):
             label = np.array([labels.setdefault(node[0].group_key, len(labels))
                               if _together(node, node) else -1 for node in nodes])
             together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
-            bonus = np.array([self._keep_bonus(node) if label[i] >= 0 else 0.0
-                              for i, node in enumerate(nodes)])
-            w[together] *= (1.0 + np.maximum(bonus[:, None], bonus[None, :]))[together]
+            b = np.asarray(bonus, dtype=float)
+            w[together] *= (1.0 + np.maximum(b[:, None], b[None, :]))[together]
         return np.triu(w, 1) + np.triu(w, 1).T
 
     def _consecutive(self, admitted: dict[int, list[Job]], required: int,
