@@ -7,6 +7,7 @@ Bad input exits non-zero with one clear line per problem, never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,16 @@ def _resolve(value: str, packaged, suffix: str) -> Path:
     return packaged(value)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="interlace-sim",
@@ -66,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated policies: {', '.join(POLICIES)}")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="time accounting: 'paper' reproduces the artifact, 'default' is physical")
+    p.add_argument("--restart-overhead", type=_seconds, metavar="SECONDS",
+                   help="charge this many trace seconds per (re)start for every model, in place "
+                        "of the preset's per-model table (e.g. what interlace-report --json "
+                        "measured on a live run)")
     p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
     p.add_argument("--plot", metavar="FILE.png", help="draw the JCT CDF of the policies")
     p.add_argument("--out", metavar="DIR", help="write per-job CSV and a summary per policy here")
@@ -95,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     if not records:
         print("interlace-sim: the trace has no jobs", file=sys.stderr)
         return 1
-    preset = get_preset(args.preset)
+    preset = get_preset(args.preset) if args.restart_overhead is None else get_preset(
+        args.preset, overhead_table={}, overhead_default=args.restart_overhead)
     results: list[SimResult] = []
     for name in policies:
         bar = _Bar(name)

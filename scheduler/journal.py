@@ -161,14 +161,17 @@ class Journal:
             self._event(db, now, "started", job_id, node, detail)
 
     def mark_stopped(self, job_id: int, iterations: float, now: float,
-                     node: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
-        """The job stopped (preempted, moved, node lost) with `iterations` done; it waits."""
+                     node: str | None = None, detail: Mapping[str, Any] | None = None,
+                     preempted: bool = True) -> None:
+        """The job stopped (preempted, moved, node lost) with `iterations` done; it waits.
+        A stop to regroup or move a job the plan keeps running is no preemption, as in the
+        core's count, so live and simulated runs report the same thing."""
         with self._tx() as db:
             self._require(db, job_id)
             db.execute("UPDATE jobs SET state='submitted', iterations_done=?, "
-                       "preemptions=preemptions + (state='running') "
+                       "preemptions=preemptions + (state='running' AND ?) "
                        "WHERE job_id=? AND state != 'finished'",
-                       (float(iterations), job_id))
+                       (float(iterations), int(preempted), job_id))
             self._event(db, now, "stopped", job_id, node, detail)
 
     def mark_finished(self, job_id: int, now: float, iterations: float | None = None,

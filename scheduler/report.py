@@ -11,9 +11,9 @@ run with no finished job is one line on stderr and exit status 1.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import argparse
+import bisect
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -26,6 +26,7 @@ from scheduler.simulator import SimResult
 
 PROG = "interlace-report"
 LOG_NAME = "scheduler.log"
+KEPT_RUNNING = ("regrouped", "moved")  # stop reasons of a job the plan keeps: no preemption
 
 
 class ReportError(Exception):
@@ -44,7 +45,7 @@ class _Job:
     end: float | None = None
     preemptions: int | None = None
     starts: int = 0
-    stops: int = 0
+    stops: int = 0  # preemptions, counted from the stops when no finish says how many
 
 
 @dataclass
@@ -173,7 +174,8 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 job.num_gpu = len(busy[job_id])
             mark(now)
         elif event == "job_stopped":
-            job.stops += 1
+            if record.get("reason") not in KEPT_RUNNING:
+                job.stops += 1
             busy.pop(job_id, None)
             mark(_num(record.get("now")))
         else:  # job_finished
@@ -247,25 +249,31 @@ def _fill_from_journal(run: Path, live: LiveRun) -> None:
 
 def restart_overhead(run: Path, records: list[dict[str, Any]],
                      time_scale: float | None) -> float | None:
-    """The restart overhead the live system paid, in trace seconds (mean over launches, since
-    JCT grows with the total paid):
-    from the round that decided a launch to the trainer's start of progress. This is what
-    the simulator's restart overhead stands for, measured rather than assumed."""
+    """The restart overhead the live system paid, in trace seconds (mean over starts, since
+    JCT grows with the total paid): from the round that decided a launch to the trainer's
+    start of progress. This is what the simulator's restart overhead stands for, measured
+    rather than assumed. Each start is charged from the last decision before it: a launch
+    overtaken by a later round (stopped before its trainer began) has no start of its own."""
     decided: dict[int, list[float]] = {}
     for rec in records:
-        if rec.get("event") == "round" and _wall(rec) is not None:
+        wall = _wall(rec) if rec.get("event") == "round" else None
+        if wall is not None:
             for job_id in rec.get("launches") or []:
                 if isinstance(job_id, int):
-                    decided.setdefault(job_id, []).append(_wall(rec))
+                    decided.setdefault(job_id, []).append(wall)
     costs = []
     for job_id, rounds in decided.items():
         path = run / f"trainer-{job_id}.log"
         if not path.is_file():
             continue
-        starts = [_wall(r) for r in read_records(path)[0] if r.get("event") == "trainer_start"]
-        for when, start in zip(rounds, starts):
-            if start is not None and start >= when:
-                costs.append(start - when)
+        rounds.sort()
+        for rec in read_records(path)[0]:
+            start = _wall(rec) if rec.get("event") == "trainer_start" else None
+            if start is None:
+                continue
+            before = bisect.bisect_right(rounds, start)
+            if before:
+                costs.append(start - rounds[before - 1])
     if not costs or not time_scale:
         return None
     return sum(costs) / len(costs) * time_scale

@@ -789,7 +789,8 @@ class SchedulerService:
             self.core.set_remaining(job_id, job.record.iterations - its)
             self.progress.pop(job_id, None)
             self.journal.mark_stopped(job_id, its, now, node=node_name(was.slices[0].node),
-                                      detail={"reason": reason})
+                                      detail={"reason": reason},
+                                      preempted=now_placed is None)
             self.log.info("job_stopped", job_id=job_id, reason=reason, iterations=its, now=now,
                           nodes=[node_name(n) for n in was.nodes])
             self._emit_job(job_id, "stopped", {"reason": reason, "iterations": its})

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from scheduler.cli import main
 
 KEYS = {"policy", "jobs", "avg_jct", "p50_jct", "p99_jct", "makespan", "wall_s"}
@@ -55,3 +57,22 @@ def test_a_job_larger_than_the_cluster_is_reported_with_its_line(tmp_path, capsy
     assert main(["--trace", str(trace), "--spec", "n2g8"]) == 1
     err = capsys.readouterr().err
     assert "big.csv:2" in err and "num_gpu" in err
+
+
+def test_restart_overhead_replaces_the_per_model_table(tmp_path, capsys):
+    # one job alone: its JCT is one restart overhead plus 10 iterations of 100 ms
+    trace = tmp_path / "one.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,"
+        "iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n"
+        "0,1,0,10,vgg16,32,1000,0,100,30,40,30,0\n")
+    jcts = []
+    for seconds in ("0", "123.5"):
+        assert main(["--trace", str(trace), "--spec", "n2g8", "--policy", "srsf", "--json",
+                     "--restart-overhead", seconds]) == 0
+        jcts.append(json.loads(capsys.readouterr().out)["avg_jct"])
+    assert jcts[0] == pytest.approx(1.0) and jcts[1] == pytest.approx(124.5)
+    for bad in ("-1", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            main(["--trace", str(trace), "--restart-overhead", bad])
+        assert "--restart-overhead" in capsys.readouterr().err

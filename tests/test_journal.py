@@ -136,3 +136,13 @@ def test_every_acknowledged_job_survives_sigkill(tmp_path):
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         raw.close()
+
+
+def test_a_regroup_stop_is_no_preemption(tmp_path):
+    with Journal(tmp_path / "j.db") as j:
+        j.submit(job(1), 0.0)
+        j.mark_started(1, 0, 1.0, node="n0")
+        j.mark_stopped(1, 5, 2.0, node="n0", detail={"reason": "regrouped"}, preempted=False)
+        j.mark_started(1, 5, 3.0, node="n0")
+        j.mark_stopped(1, 9, 4.0, node="n0", detail={"reason": "preempted"})
+        assert j.get(1).preemptions == 1 and j.get(1).iterations_done == 9

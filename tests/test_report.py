@@ -182,3 +182,49 @@ def test_a_finish_the_log_missed_comes_from_the_journal(tmp_path):
     three = next(o for o in live.outcomes if o.job_id == 3)
     assert (three.start, three.end) == (390.0, 500.0)
     assert live.unfinished == []
+
+
+def _trainer_log(run: Path, job_id: int, *starts: float) -> None:
+    (run / f"trainer-{job_id}.log").write_text("".join(
+        json.dumps({"event": "trainer_start", "ts": _ts(wall), "level": "info"}) + "\n"
+        for wall in starts))
+
+
+def test_restart_overhead_charges_each_start_from_the_last_decision_before_it(tmp_path):
+    # Job 0: decided at +1.0, its trainer starts at +1.5 (0.5 s); decided again at +4.0, but
+    # a round at +4.2 decided otherwise before that trainer began, and it starts at +4.5 from
+    # the second decision (0.3 s). Job 1: one start 0.2 s after its decision. A pairing by
+    # count would charge job 0's second start from +4.0 and lose job 1 nothing: 0.5, 0.5, 0.2.
+    lines = [
+        _line("scheduler_start", T0, policy="muri-s", gpus=8, time_scale=100.0),
+        _line("job_submitted", T0, job_id=0, num_gpu=1, submit=0.0),
+        _line("job_submitted", T0, job_id=1, num_gpu=1, submit=0.0),
+        _line("round", T0 + 1.0, now=0.0, launches=[0], stops=[]),
+        _line("round", T0 + 2.0, now=100.0, launches=[1], stops=[]),
+        _line("round", T0 + 4.0, now=300.0, launches=[0], stops=[0]),
+        _line("round", T0 + 4.2, now=320.0, launches=[0], stops=[0]),
+        _line("job_finished", T0 + 9.0, job_id=0, submit=0.0, start=0.0, end=800.0,
+              preemptions=0, num_gpu=1),
+    ]
+    (tmp_path / "scheduler.log").write_text("\n".join(lines) + "\n")
+    _trainer_log(tmp_path, 0, T0 + 1.5, T0 + 4.5)
+    _trainer_log(tmp_path, 1, T0 + 2.2)
+    live = report.load_run(tmp_path)
+    assert live.restart_overhead_s == pytest.approx((0.5 + 0.3 + 0.2) / 3 * 100.0)
+
+
+def test_a_regroup_is_no_preemption(tmp_path):
+    # without a finish line to give the scheduler's count, the stops are counted: a stop to
+    # regroup or move a job the plan keeps running is not one (as in the simulator)
+    started = _started(0, 0.0, "n0", [0], 0.0, 0.0)
+    lines = [_line("scheduler_start", T0, policy="muri-s", gpus=8),
+             _line("job_submitted", T0, job_id=0, num_gpu=1, submit=0.0),
+             _line("job_submitted", T0, job_id=1, num_gpu=1, submit=0.0),
+             _line(started[0], T0 + 1, **started[1])]
+    for i, reason in enumerate(("regrouped", "moved", "preempted", "agent lost")):
+        lines.append(_line("job_stopped", T0 + 2 + i, job_id=0, reason=reason, now=10.0 * i))
+        lines.append(_line(started[0], T0 + 2 + i, **{**started[1], "now": 10.0 * i + 1}))
+    lines.append(_line("job_finished", T0 + 9, job_id=1, submit=0.0, start=0.0, end=50.0))
+    (tmp_path / "scheduler.log").write_text("\n".join(lines) + "\n")
+    outcomes = {o.job_id: o for o in report.load_run(tmp_path).outcomes}
+    assert outcomes[0].preemptions == 2 and outcomes[0].starts == 5

@@ -280,6 +280,10 @@ def test_a_group_is_launched_with_its_slots(harness):
     assert {launches[j]["slot"] for j in (1, 2)} == {0, 1}
     assert launches[1]["slot"] == group.index(1)
     assert launches[1]["workload"]["iteration_time"] == launches[2]["workload"]["iteration_time"]
+    # stopped to regroup, not preempted: the count the simulator would report for it
+    wait_for(lambda: h.job(1)["state"] == "running" and h.job(1)["group"] == group)
+    with Journal(h.run_dir / "journal.db") as log:
+        assert log.get(1).preemptions == 0 and log.get(1).state == "running"
 
 
 def test_duplicate_submit_is_not_duplicated(harness):
