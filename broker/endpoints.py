@@ -12,9 +12,11 @@ import json
 import os
 import struct
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from zmq.utils import z85
 
@@ -66,6 +68,30 @@ class Endpoints:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Endpoints":
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+    @classmethod
+    def wait_load(cls, path: str | os.PathLike[str], wait_s: float,
+                  stop: threading.Event | None = None,
+                  on_wait: Callable[[str], None] | None = None) -> "Endpoints":
+        """load, waiting up to `wait_s` for the file: components started together with their
+        broker come up in any order (`on_wait` hears once why they wait). ValueError naming
+        the file and what is wrong."""
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + wait_s
+        waiting = False
+        while True:
+            try:
+                return cls.load(path)
+            except (OSError, ValueError) as err:
+                if not waiting and on_wait is not None:
+                    on_wait(str(err))
+                waiting = True
+                if time.monotonic() >= deadline or stop.is_set():
+                    reason = ("no such file" if isinstance(err, FileNotFoundError)
+                              else getattr(err, "strerror", None) or str(err))
+                    raise ValueError(f"endpoints file {path}: {reason}"
+                                     + (f" (waited {wait_s:g} s)" if wait_s > 0 else "")) from None
+                stop.wait(0.1)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write to a temporary file in the same folder, then rename over the target (atomic)."""

@@ -50,6 +50,7 @@ class AgentConfig:
     address: str = "127.0.0.1"  # where other nodes reach this node's rank-0 rendezvous
     gate_stall_timeout: float = 30.0
     client_key: str | None = None  # CURVE secret certificate; also handed to its trainers
+    wait_endpoints: float = 30.0  # seconds to wait for the broker's endpoints file
 
     @property
     def name(self) -> str:
@@ -549,7 +550,16 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     from broker.client import Endpoints
     from broker.curve import attach_client_key
 
-    endpoints = attach_client_key(Endpoints.load(cfg.endpoints_file), cfg.client_key)
+    try:
+        endpoints = attach_client_key(
+            Endpoints.wait_load(cfg.endpoints_file, cfg.wait_endpoints, stop,
+                                on_wait=lambda why: log.info("waiting_for_endpoints",
+                                                             path=cfg.endpoints_file, why=why)),
+            cfg.client_key)
+    except (OSError, ValueError) as err:
+        log.error("no_endpoints", path=cfg.endpoints_file, error=str(err))
+        print(f"node-agent {cfg.node}: {err}", file=sys.stderr)
+        return 1
     agent = Agent(cfg, log)
     svc_stop = threading.Event()
     svc = threading.Thread(target=_serve, args=(cfg, endpoints, agent, svc_stop, log),
@@ -594,6 +604,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--cpus", type=int, default=os.cpu_count() or 1)
     p.add_argument("--mem", type=float, default=0.0, help="memory in GB")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
+    p.add_argument("--wait-endpoints", type=float, default=30.0, metavar="S",
+                   help="seconds to wait for the endpoints file (the broker may be starting)")
     p.add_argument("--run-dir", required=True, help="logs, trainers/ and checkpoints/ go here")
     p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
     p.add_argument("--heartbeat", type=float, default=0.5, help="seconds between heartbeats")
@@ -615,11 +627,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         p.error(f"--gpus must list distinct GPU indices, got {a.gpus!r}")
     if not (a.time_scale > 0 and a.heartbeat > 0 and a.report_every > 0 and a.stop_timeout > 0):
         p.error("--time-scale, --heartbeat, --report-every and --stop-timeout must be > 0")
+    if not a.wait_endpoints >= 0:
+        p.error("--wait-endpoints must be >= 0")
     cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem,
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
                       stop_timeout=a.stop_timeout, address=a.address,
+                      wait_endpoints=a.wait_endpoints,
                       client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
     return cfg, a.log_level
 

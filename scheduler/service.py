@@ -957,23 +957,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     return a, spec
 
 
-def _load_endpoints(path: str, wait: float, stop: threading.Event) -> Any:
-    """The broker's endpoints, waiting for the file when the broker is still starting."""
-    from broker.endpoints import Endpoints
-
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return Endpoints.load(path)
-        except (FileNotFoundError, ValueError):
-            if time.monotonic() >= deadline or stop.is_set():
-                raise
-            stop.wait(0.1)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args, spec = parse_args(argv)
     from broker.curve import attach_client_key
+    from broker.endpoints import Endpoints
     from broker.logs import configure_logging
 
     run_dir = Path(args.run_dir).resolve()
@@ -983,8 +970,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        endpoints = attach_client_key(_load_endpoints(args.endpoints, args.wait_endpoints, stop),
-                                      args.client_key)
+        endpoints = attach_client_key(
+            Endpoints.wait_load(args.endpoints, args.wait_endpoints, stop,
+                                on_wait=lambda why: log.info("waiting_for_endpoints",
+                                                             path=args.endpoints, why=why)),
+            args.client_key)
     except (OSError, ValueError) as err:
         log.error("no_endpoints", path=args.endpoints, error=str(err))
         return 1

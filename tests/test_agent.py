@@ -18,6 +18,7 @@ import pytest
 from broker.broker import Broker
 from broker.client import HandlerError, Requester, RequestFailed, Service, Subscriber
 from node_agent import checkpoint
+from tests.live import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 15.0  # generous: a loaded 2-core machine can stall a process for seconds
@@ -83,8 +84,15 @@ class FakeScheduler:
         self._thread.join(5)
 
 
+def agent_command(endpoints_file: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "node_agent.agent", "--node", NODE, "--gpus", "0,1",
+            "--cpus", "4", "--mem", "16", "--endpoints", str(endpoints_file),
+            "--run-dir", str(run_dir), "--time-scale", "1000", "--heartbeat",
+            str(HEARTBEAT_S), "--report-every", "0.05", "--stop-timeout", "5", *extra]
+
+
 class Cluster:
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, endpoints_first: bool = True):
         self.broker = Broker(host="127.0.0.1")
         self._broker_stop = threading.Event()
         self._broker_thread = threading.Thread(target=self.broker.run, args=(self._broker_stop,),
@@ -92,7 +100,8 @@ class Cluster:
         self._broker_thread.start()
         self.endpoints = self.broker.endpoints
         self.endpoints_file = tmp_path / "endpoints.json"
-        self.endpoints.save(self.endpoints_file)
+        if endpoints_first:
+            self.endpoints.save(self.endpoints_file)
         self.run_dir = tmp_path / "run"
         self.sched = FakeScheduler(self.endpoints)
         self.req = Requester(self.endpoints, "scheduler", timeout=2.0, retries=3)
@@ -100,13 +109,10 @@ class Cluster:
 
     def _start_agent(self) -> subprocess.Popen:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "node_agent.agent", "--node", NODE, "--gpus", "0,1",
-               "--cpus", "4", "--mem", "16", "--endpoints", str(self.endpoints_file),
-               "--run-dir", str(self.run_dir), "--time-scale", "1000", "--heartbeat",
-               str(HEARTBEAT_S), "--report-every", "0.05", "--stop-timeout", "5"]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         with open(self.run_dir / "agent.stderr", "ab") as err:
-            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+            return subprocess.Popen(agent_command(self.endpoints_file, self.run_dir), cwd=ROOT,
+                                    env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err)
 
     def to_agent(self, type_: str, **fields):
@@ -350,3 +356,30 @@ def test_sigterm_stops_trainers_with_checkpoints_and_reports_them(cluster):
     assert stopped["iterations"] > 0
     assert stopped["iterations"] == checkpoint.iterations(cluster.run_dir / "checkpoints", 15)
     assert not cluster.sched.of("job.finished", 15)
+
+
+def test_an_agent_started_before_its_broker_wrote_the_endpoints_waits_for_them(tmp_path):
+    # scripts start the broker and its agents together: whichever comes up first, they meet
+    c = Cluster(tmp_path, endpoints_first=False)
+    try:
+        log = c.run_dir / f"agent-{NODE}.log"
+        wait_for(lambda: log.exists() and "waiting_for_endpoints" in log.read_text(),
+                 DEADLINE_S, "the agent to wait for the endpoints file")
+        assert c.agent.poll() is None
+        c.endpoints.save(c.endpoints_file)
+        reg = c.sched.wait(lambda: c.sched.of("agent.register"), "the agent to register")
+        assert reg[0]["node"] == NODE
+    finally:
+        c.close()
+
+
+def test_an_agent_without_endpoints_says_so_in_one_line(tmp_path):
+    proc = subprocess.run(agent_command(tmp_path / "none.json", tmp_path / "run",
+                                        "--wait-endpoints", "0.2"),
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=DEADLINE_S)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]  # after the JSON log lines, for a person
+    assert last.startswith(f"node-agent {NODE}: ") and "none.json" in last
+    assert "no such file" in last

@@ -234,15 +234,10 @@ def load_endpoints(path: str, wait_s: float, stop: threading.Event) -> Any:
     """The broker's endpoints, waiting up to `wait_s` for the file (the broker may be starting)."""
     from broker.endpoints import Endpoints
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return Endpoints.load(path)
-        except (OSError, ValueError) as err:
-            if time.monotonic() >= deadline or stop.is_set():
-                reason = "no such file" if isinstance(err, FileNotFoundError) else str(err)
-                raise FeedError(f"endpoints file {path}: {reason}") from None
-            stop.wait(0.1)
+    try:
+        return Endpoints.wait_load(path, wait_s, stop)
+    except ValueError as err:
+        raise FeedError(str(err)) from None
 
 
 def _file_only() -> None:
