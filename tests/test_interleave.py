@@ -355,3 +355,19 @@ def test_batch_rejects_malformed_shapes():
         il.best_tt_batch(np.zeros((2, 3)))
     with pytest.raises(ValueError):
         il.best_tt_batch(np.zeros((2, 5, 3)))  # five members in four slots
+
+
+@given(any_groups)
+def test_a_fixed_order_is_laid_out_as_the_search_would(group):
+    # the members kept in their given order: the faster of the plain and empty-slot layouts,
+    # never faster than the best order, and exactly it when given in the best order
+    tt, indices = il.fixed_order_indices(group)
+    layouts = [tuple(group)] + ([(group[0], None, group[1])] if len(group) == 2
+                                and len(group[0]) == 3 else [])
+    assert tt == min(il.group_tt(layout) for layout in layouts)
+    assert [i for i in indices if i is not None] == list(range(len(group)))
+    assert il.group_tt(tuple(None if i is None else group[i] for i in indices)) == tt
+    best, best_indices = il.best_order_indices(tuple(group))
+    assert best <= tt
+    in_best_order = [group[i] for i in best_indices if i is not None]
+    assert il.fixed_order_indices(in_best_order)[0] == best

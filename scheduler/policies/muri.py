@@ -219,6 +219,22 @@ class Muri(Policy):
                     else 1.0) for j in node)
         return max(self.preset.regroup_hysteresis, min(1.0, cost))
 
+    def _kept_order(self, members: Packing, tt: float, order: tuple) -> tuple:
+        """A group that runs now with the same members keeps its slot order while that order
+        is within its keep bonus of the best one: another order is a restart of every member,
+        and among equally fast orders the search picks by the order the jobs were matched in,
+        which changes from round to round."""
+        key = members[0].group_key
+        if len(key) != len(members) or len(members) < 2:
+            return members, tt, order
+        by_id = {j.id: j for j in members}
+        now = [by_id[i] for i in key]
+        kept_tt, kept_order = interleave.fixed_order_indices(tuple(j.profile for j in now))
+        kept_tt *= self.preset.slowdown(len(now), ablation_nomatch=not self.matching)
+        if kept_tt <= tt * (1.0 + self._keep_bonus(now)):
+            return now, kept_tt, kept_order
+        return members, tt, order
+
     def _remember(self, key: tuple, pairs: list[tuple[int, int]]) -> dict[int, int]:
         partner = {}
         for i, j in pairs:
@@ -351,6 +367,8 @@ class Muri(Policy):
         tt, order = self.group_timing(members)
         if self.ordering == "none" and len(members) > 1:
             members = sorted(members, key=lambda j: j.id)
+        elif self.preset.regroup_hysteresis and _together(members, members):
+            members, tt, order = self._kept_order(members, tt, order)
         slot_jobs = tuple(members[i].id for i in order if i is not None)
         return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
                      tt=tt, placement=tuple(slices),
