@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import threading
 from typing import Any
 
 import zmq
@@ -97,3 +98,17 @@ def attach_client_key(endpoints: Endpoints, key_file: str | None) -> Endpoints:
     keyed = endpoints.with_client(load_client(key_file)) if key_file else endpoints
     client_options(keyed)
     return keyed
+
+
+def component_endpoints(path: str, wait_s: float, key_file: str | None,
+                        stop: threading.Event, log: Any) -> Endpoints:
+    """What a long-running component (scheduler, agent) connects with: the broker's file,
+    waited for (the broker may be starting) and paired with this component's key. A failure
+    is logged as `no_endpoints` and raised as ValueError for the caller's one-line exit."""
+    try:
+        return attach_client_key(
+            Endpoints.wait_load(path, wait_s, stop, on_wait=lambda why: log.info(
+                "waiting_for_endpoints", path=path, why=why)), key_file)
+    except (OSError, ValueError) as err:
+        log.error("no_endpoints", path=path, error=str(err))
+        raise ValueError(str(err)) from None

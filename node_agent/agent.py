@@ -547,17 +547,12 @@ class _Link:
 
 def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     """Serve until `stop` is set, then stop all trainers (checkpointing) and say so."""
-    from broker.client import Endpoints
-    from broker.curve import attach_client_key
+    from broker.curve import component_endpoints
 
     try:
-        endpoints = attach_client_key(
-            Endpoints.wait_load(cfg.endpoints_file, cfg.wait_endpoints, stop,
-                                on_wait=lambda why: log.info("waiting_for_endpoints",
-                                                             path=cfg.endpoints_file, why=why)),
-            cfg.client_key)
-    except (OSError, ValueError) as err:
-        log.error("no_endpoints", path=cfg.endpoints_file, error=str(err))
+        endpoints = component_endpoints(cfg.endpoints_file, cfg.wait_endpoints, cfg.client_key,
+                                        stop, log)
+    except ValueError as err:
         print(f"node-agent {cfg.node}: {err}", file=sys.stderr)
         return 1
     agent = Agent(cfg, log)

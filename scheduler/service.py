@@ -959,8 +959,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, spec = parse_args(argv)
-    from broker.curve import attach_client_key
-    from broker.endpoints import Endpoints
+    from broker.curve import component_endpoints
     from broker.logs import configure_logging
 
     run_dir = Path(args.run_dir).resolve()
@@ -970,13 +969,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        endpoints = attach_client_key(
-            Endpoints.wait_load(args.endpoints, args.wait_endpoints, stop,
-                                on_wait=lambda why: log.info("waiting_for_endpoints",
-                                                             path=args.endpoints, why=why)),
-            args.client_key)
-    except (OSError, ValueError) as err:
-        log.error("no_endpoints", path=args.endpoints, error=str(err))
+        endpoints = component_endpoints(args.endpoints, args.wait_endpoints, args.client_key,
+                                        stop, log)
+    except ValueError as err:
+        print(f"scheduler: {err}", file=sys.stderr)
         return 1
     options = Options(spec=spec, policy=args.policy, preset=args.preset, run_dir=run_dir,
                       time_scale=args.time_scale, round_s=args.round_s,

@@ -538,3 +538,21 @@ def test_a_stray_placed_on_its_node_since_is_adopted_not_stopped(harness, tmp_pa
     finally:
         req.close()
         svc.close()
+
+
+def test_a_scheduler_without_endpoints_says_so_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "scheduler.service", "--spec", "n2g8",
+                           "--endpoints", str(tmp_path / "none.json"), "--run-dir",
+                           str(tmp_path / "run"), "--wait-endpoints", "0.2"],
+                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),
+                          capture_output=True, text=True, timeout=DEADLINE)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("scheduler: endpoints file ") and "none.json" in last
+    log = (tmp_path / "run" / "scheduler.log").read_text()
+    assert '"waiting_for_endpoints"' in log and '"no_endpoints"' in log
