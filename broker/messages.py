@@ -52,6 +52,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
                    "rank": (_INT, False), "world_size": (_INT, False),
                    "master_addr": (_STR, False), "master_port": (_INT, False)},
     "job.stop": {"job_id": (_INT, True)},
+    # the job stays on its GPUs with other members: its new slot order and pace (trace s)
+    "job.regroup": {"job_id": (_INT, True), "group": (_LIST, True), "slot": (_INT, True),
+                    "iteration_time": (_NUM, True)},
     # -- status queries ----------------------------------------------------------------------
     "status.query": {"what": (_STR, False)},
     # -- events (pub/sub; telemetry only, never the only carrier of state) -------------------

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from broker.messages import MessageError
 from node_agent import checkpoint
+from trainer import pace
 from trainer.run import EXIT_FINISHED, EXIT_STOPPED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so trainers import this very checkout
@@ -77,6 +78,7 @@ class _Job:
     stopping: bool = False
     started: float = field(default_factory=time.monotonic)
     gate: tuple = ()  # key of the group's stage gate here, if the job shares its GPUs
+    pace_file: Path | None = None  # emulated: where a regroup in place tells the new pace
 
     @property
     def proc(self) -> subprocess.Popen:
@@ -155,6 +157,8 @@ class Agent:
             return self._launch(msg)
         if msg.type == "job.stop":
             return self._stop(int(msg["job_id"]))
+        if msg.type == "job.regroup":
+            return self._regroup(msg)
         if msg.type == "status.query":
             return {"node": self.cfg.node, "gpus": list(self.cfg.gpus), "running": self.running()}
         raise _BadRequest("unsupported", f"agent {self.cfg.node} does not handle {msg.type!r}")
@@ -188,10 +192,17 @@ class Agent:
                 rendezvous = {"master_addr": msg.get("master_addr") or self.cfg.address,
                               "master_port": int(port)}
             gate = self._gate_for(group, workload) if len(group) > 1 else None
-            procs = self._spawn(job_id, gpus, workload, start, rank, world, rendezvous, gate)
+            pace_file = None
+            if workload["kind"] == "emulated":  # fresh for each launch: no stale pace
+                pace_file = self.cfg.trainer_dir / f"{job_id}.pace"
+                self.cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
+                pace.write(pace_file, workload["iteration_time"])
+            procs = self._spawn(job_id, gpus, workload, start, rank, world, rendezvous, gate,
+                                pace_file)
             self._jobs[job_id] = _Job(job_id=job_id, procs=procs, gpus=gpus, total=total,
                                       group=list(group), slot=int(msg["slot"]), start=start,
-                                      gate=group if gate is not None else ())
+                                      gate=group if gate is not None else (),
+                                      pace_file=pace_file)
             self.launches += 1
             seq = self.launches
         self.log.info("job_launched", job=job_id, pids=[p.pid for p in procs], gpus=list(gpus),
@@ -201,6 +212,34 @@ class Agent:
         return {"launched": True, "already_running": False, "pid": procs[0].pid,
                 "gpus": list(gpus), "incarnation": self.incarnation, "launch_seq": seq,
                 **rendezvous}
+
+    def _regroup(self, msg: Any) -> dict[str, Any]:
+        """The job goes on, on the same GPUs, with other group members: its trainer takes the
+        group's new pace from its pace file, with no restart. Gated (torch) trainers cannot
+        change groups in place yet: `unsupported`, and the scheduler restarts them instead."""
+        job_id = int(msg["job_id"])
+        tt = float(msg["iteration_time"])
+        if not tt > 0:
+            raise _BadRequest("bad_request", f"iteration_time must be > 0, got {tt}")
+        group = list(msg["group"])
+        if job_id not in group or not all(isinstance(j, int) and not isinstance(j, bool)
+                                          for j in group):
+            raise _BadRequest("bad_request", f"group must list job ids with {job_id}: {group!r}")
+        with self._lock:
+            self._collect_locked()
+            job = self._jobs.get(job_id)
+            if job is None or job.stopping:
+                raise _BadRequest("not_running", f"job {job_id} does not run on {self.cfg.node}")
+            if job.pace_file is None:
+                raise _BadRequest("unsupported", f"job {job_id}'s trainer cannot be regrouped "
+                                                 "in place")
+            pace.write(job.pace_file, tt)
+            job.group, job.slot = group, int(msg["slot"])
+            start = job.start
+        its = self.iterations(job_id, start)
+        self.log.info("job_regrouped", job=job_id, group=group, iteration_time=tt,
+                      iterations=its)
+        return {"regrouped": True, "iterations": its}
 
     def _check_gpus(self, gpus: Any) -> tuple[int, ...]:
         if not gpus or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
@@ -272,7 +311,8 @@ class Agent:
             gate.close()
 
     def _spawn(self, job_id: int, gpus: tuple[int, ...], workload: dict, start: float,
-               rank: int, world: int, rendezvous: dict, gate: Any) -> list[subprocess.Popen]:
+               rank: int, world: int, rendezvous: dict, gate: Any,
+               pace_file: Path | None = None) -> list[subprocess.Popen]:
         """Start the job's processes here: one for an emulated job, one rank per GPU for a
         torch job (ranks rank..rank+len(gpus)-1; the lowest one takes the gate's turns)."""
         cfg = self.cfg
@@ -286,6 +326,7 @@ class Agent:
         if workload["kind"] == "emulated":
             cmd = common + ["--iteration-time", repr(workload["iteration_time"]), "--stages",
                             ",".join(repr(s) for s in workload["stages"])]
+            cmd += ["--pace-file", str(pace_file)] if pace_file is not None else []
             return [self._popen(job_id, cmd, gpus, "")]
         ranks = len(gpus) if world > 1 else 1  # world counts every GPU of the job
         procs = []

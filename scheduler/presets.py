@@ -48,6 +48,9 @@ class Preset:
     auto_unpack: bool = True
     normalize_profiles: bool = True  # scale stage times to sum to the solo iteration time
     sticky_placement: bool = True  # a running job keeps its GPUs when they are still free
+    # A job regrouped on the GPUs it runs on goes on at the new group's pace, no restart (the
+    # live system does this for emulated trainers); the paper charges every regroup.
+    regroup_in_place: bool = True
     # A group that runs now counts this much more efficient when matching, so near-ties do
     # not regroup jobs (each regroup costs checkpoints and restarts) round after round.
     regroup_hysteresis: float = 0.1
@@ -89,6 +92,7 @@ PAPER = Preset(
     auto_unpack=False,
     normalize_profiles=False,
     sticky_placement=False,
+    regroup_in_place=False,
     regroup_hysteresis=0.0,
     matching_backend="blossom",
     matching_rel_gap=0.0,

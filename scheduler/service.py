@@ -711,26 +711,38 @@ class SchedulerService:
                 self.log.warning("groups_without_placement", groups=unplaced)
             stops = [(j, p) for j, p in self.placed.items()
                      if j not in desired or desired[j].key != p.key]
+            # a job that keeps its GPUs and only changes group goes on where it is, at the
+            # group's new pace (emulated trainers; torch ones restart, see _regroup_job)
+            regroups = [(j, p, desired[j]) for j, p in stops
+                        if self.opt.workload == "emulated" and j in desired
+                        and desired[j].slices == p.slices]
+            stops = [(j, p) for j, p in stops if j not in {r[0] for r in regroups}]
             launches = [(j, d) for j, d in desired.items()
                         if j not in self.placed or self.placed[j].key != d.key]
+            launches = [(j, d) for j, d in launches if j not in {r[0] for r in regroups}]
             groups = [list(g.jobs) for g in plan.groups]
             if stops or launches or reasons != ["tick"] or self.rounds % 10 == 0:
                 self.journal.set_clock(now)  # a restart continues the trace clock from here
             self.log.info("round", now=now, latency_ms=latency_ms, groups=groups,
                           reasons=reasons, stops=[j for j, _ in stops],
                           launches=[j for j, _ in launches],
+                          regroups=[j for j, _, _ in regroups],
                           pending=sum(1 for j in self.core.queue if j.status is Status.PENDING))
             self.outbox.append(("event.round", {"groups": groups, "latency_ms": latency_ms}))
-            self.stopping.update(j for j, _ in stops)
+            self.stopping.update([j for j, _ in stops] + [j for j, _, _ in regroups])
         # Stops first (a job's GPUs are free only once it checkpointed), then launches; each
         # batch runs concurrently, one requester per worker thread, since every stop or
         # launch waits on a process and a round may move many jobs at once.
         try:
             self._concurrently(requester, [
-                (self._stop_job, job_id, was, desired.get(job_id)) for job_id, was in stops])
+                (self._stop_job, job_id, was, desired.get(job_id)) for job_id, was in stops]
+                + [(self._regroup_job, job_id, was, want) for job_id, was, want in regroups])
         finally:
             with self._lock:
-                self.stopping.difference_update(j for j, _ in stops)
+                self.stopping.difference_update([j for j, _ in stops]
+                                                + [j for j, _, _ in regroups])
+                # a regroup an agent could not do in place was a stop: launch it again
+                launches += [(j, want) for j, _, want in regroups if j not in self.placed]
         # strays found by registrations during this round go before the launches, which
         # could otherwise find a stray trainer running and adopt it
         self._stop_strays(requester)
@@ -794,6 +806,27 @@ class SchedulerService:
             self.log.info("job_stopped", job_id=job_id, reason=reason, iterations=its, now=now,
                           nodes=[node_name(n) for n in was.nodes])
             self._emit_job(job_id, "stopped", {"reason": reason, "iterations": its})
+
+    def _regroup_job(self, requester: Any, job_id: int, was: Placed, want: Placed) -> None:
+        """Tell the job's agents its new group and pace; it keeps running where it is. Where
+        that fails (an agent that cannot, or is gone), stop it like any move: the launch
+        phase of this round starts it again."""
+        replies = [self._agent_request(requester, node_name(piece.node), "job.regroup",
+                                       job_id=job_id, group=list(want.group),
+                                       slot=want.group.index(job_id), iteration_time=want.tt)
+                   for piece in was.slices]
+        with self._lock:
+            if self.placed.get(job_id) is not was:
+                return  # finished or requeued while we asked
+            if all(r is not None and r.get("regrouped") for r in replies):
+                self.placed[job_id] = want  # same slices: the node index stays right
+                self.log.info("job_regrouped", job_id=job_id, group=list(want.group),
+                              slot=want.group.index(job_id), tt=want.tt, now=self.now(),
+                              nodes=[node_name(n) for n in want.nodes])
+                self._emit_job(job_id, "running", {"nodes": [node_name(n) for n in want.nodes],
+                                                   "group": list(want.group), "tt": want.tt})
+                return
+        self._stop_job(requester, job_id, was, want)
 
     def _launch_job(self, requester: Any, job_id: int, want: Placed) -> None:
         with self._lock:

@@ -69,9 +69,10 @@ class Simulator:
             for job_id, own in zip(members, costs):
                 charge = total if group_sum else own
                 before = previous.get(job_id)
-                if every_event or before is None or before.group != members \
-                        or before.where != group.placement:
-                    overhead = charge  # every event (paper), or a start, restart, regroup, move
+                if every_event or before is None or before.where != group.placement \
+                        or (before.group != members and not preset.regroup_in_place):
+                    overhead = charge  # every event (paper), or a start, restart, move, and
+                    # a regroup unless the job goes on in place
                 else:
                     overhead = before.overhead
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement)

@@ -383,3 +383,35 @@ def test_an_agent_without_endpoints_says_so_in_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]  # after the JSON log lines, for a person
     assert last.startswith(f"node-agent {NODE}: ") and "none.json" in last
     assert "no such file" in last
+
+
+def test_a_regroup_gives_the_running_trainer_its_new_pace(cluster):
+    reg = cluster.sched.of("agent.register")[0]
+    body = cluster.launch(31, total=10**6)["body"]  # 10 trace s per iteration: 100/s at 1000x
+    cluster.wait_running(31)
+    reply = cluster.to_agent("job.regroup", job_id=31, group=[30, 31], slot=1,
+                             iteration_time=1e7)["body"]
+    assert reply["regrouped"] is True and reply["iterations"] > 0
+    log = cluster.run_dir / "trainer-31.log"
+    wait_for(lambda: '"trainer_repaced"' in log.read_text(), DEADLINE_S,
+             "the trainer to take the new pace")
+    # the same process goes on from where it was, now at 10,000 wall s per iteration
+    beats = cluster.sched.wait_heartbeats(4, after=len(cluster.sched.records))
+    its = [r["iterations"] for b in beats for r in b["running"] if r["job_id"] == 31]
+    assert len(its) == 4 and its[-1] - its[1] < 0.01  # the first may predate the new pace
+    assert not gone(body["pid"]) and beats[-1]["launches"] == reg["launches"] + 1
+    stop = cluster.to_agent("job.stop", job_id=31)["body"]
+    assert stop["exit_code"] == 3 and stop["iterations"] >= its[-1]
+
+
+@pytest.mark.parametrize("fields, code", [
+    (dict(job_id=999, group=[999], slot=0, iteration_time=1.0), "not_running"),
+    (dict(job_id=32, group=[1, 2], slot=0, iteration_time=1.0), "bad_request"),
+    (dict(job_id=32, group=[32], slot=0, iteration_time=0.0), "bad_request"),
+])
+def test_bad_regroups_get_errors(cluster, fields, code):
+    cluster.launch(32, total=10**6)
+    with pytest.raises(RequestFailed) as err:
+        cluster.to_agent("job.regroup", **fields)
+    assert err.value.code == code
+    assert cluster.to_agent("status.query")["body"]["running"]  # still serving, job 32 on

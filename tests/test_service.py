@@ -34,8 +34,10 @@ class FakeAgent:
     """An `agent.<node>` service that records launches and stops; it registers and heartbeats."""
 
     def __init__(self, endpoints: Any, node: str, gpus=(0, 1, 2, 3), heartbeat: float = 0.1,
-                 snapshots: bool = False):
+                 snapshots: bool = False, regroups: bool = False):
         self.endpoints, self.node, self.gpus, self.heartbeat = endpoints, node, gpus, heartbeat
+        # like the node agent with emulated trainers: a job can change group where it runs
+        self.regroups: queue.Queue | None = queue.Queue() if regroups else None
         # like the node agent: heartbeats carry (incarnation, launches) with `running`
         self.snapshots = snapshots
         self.incarnation, self.launch_count = f"fake-{node}", 0
@@ -64,6 +66,11 @@ class FakeAgent:
                 seq = {"incarnation": self.incarnation, "launch_seq": self.launch_count}
                 return {"launched": True, "already_running": False,
                         **(seq if self.snapshots else {})}
+            if msg.type == "job.regroup" and self.regroups is not None:
+                if msg["job_id"] not in self.running:
+                    raise HandlerError("not_running", str(msg["job_id"]))
+                self.regroups.put(dict(msg.fields))
+                return {"regrouped": True, "iterations": self.running[msg["job_id"]]}
             if msg.type == "job.stop":
                 its = self.running.pop(msg["job_id"], None)
                 self.stops.put(msg["job_id"])
@@ -284,6 +291,30 @@ def test_a_group_is_launched_with_its_slots(harness):
     wait_for(lambda: h.job(1)["state"] == "running" and h.job(1)["group"] == group)
     with Journal(h.run_dir / "journal.db") as log:
         assert log.get(1).preemptions == 0 and log.get(1).state == "running"
+
+
+def test_a_job_that_keeps_its_gpus_is_regrouped_in_place(harness):
+    h = harness(policy="muri-s", spec=spec(nodes=1, gpus=4))
+    h.start_scheduler()
+    n0 = h.agent("n0", regroups=True)
+    h.wait_online("n0")
+    h.submit(job(1, num_gpu=4, stages=(0.3, 0.05, 0.05)))
+    first = n0.next_launch()
+    assert first["group"] == [1]
+    h.submit(job(2, num_gpu=4, stages=(0.05, 0.3, 0.05)))
+    # job 2 joins job 1 on its GPUs: job 1 is told its group and pace, not restarted
+    second = n0.next_launch()
+    assert second["job_id"] == 2
+    group = second["group"]
+    told = n0.regroups.get(timeout=DEADLINE)
+    assert told["job_id"] == 1 and told["group"] == group and sorted(group) == [1, 2]
+    assert told["slot"] == group.index(1) and second["slot"] == group.index(2)
+    assert told["iteration_time"] == pytest.approx(second["workload"]["iteration_time"])
+    wait_for(lambda: h.job(1)["group"] == group and h.job(2)["state"] == "running")
+    assert n0.stops.empty() and n0.launches.empty()
+    with Journal(h.run_dir / "journal.db") as log:
+        assert log.get(1).state == "running" and log.get(1).preemptions == 0
+        assert [e[1] for e in log.events(1)] == ["submitted", "started"]
 
 
 def test_duplicate_submit_is_not_duplicated(harness):

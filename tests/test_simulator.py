@@ -147,3 +147,18 @@ def test_unknown_policy_and_preset_are_clear_errors():
         make_policy("nope", DEFAULT)
     with pytest.raises(ValueError, match="unknown preset"):
         get_preset("nope")
+
+
+def test_a_job_regrouped_on_its_gpus_pays_no_restart_in_the_default_preset():
+    # job 0 runs alone on the one GPU; job 1 joins it at t=50 on that GPU. Job 0 pays its
+    # start overhead once when it goes on in place, and once more when a regroup restarts it
+    # (the paper's accounting); job 0 ends first, so that is the whole difference to its end.
+    first = job(0, iterations=200, stages=(0.1, 0.2, 0.05), model="bert")
+    second = job(1, submit=50.0, iterations=5000, stages=(0.05, 0.1, 0.2), model="vgg16")
+    ends = {}
+    for in_place in (True, False):
+        preset = get_preset("default", regroup_in_place=in_place)
+        res = simulate([first, second], spec(gpus=1), "muri-s", preset)
+        ends[in_place] = {o.job_id: o.end for o in res.outcomes}
+        assert ends[in_place][0] < ends[in_place][1]
+    assert ends[False][0] - ends[True][0] == pytest.approx(DEFAULT.overhead("bert", 1))

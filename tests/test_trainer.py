@@ -177,3 +177,22 @@ def test_orphaned_trainer_checkpoints_and_stops(tmp_path):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_the_pace_file_is_read_once_per_change(tmp_path):
+    from trainer.pace import PaceReader, write
+
+    path = tmp_path / "7.pace"
+    reader = PaceReader(path)
+    assert reader.changed() is None  # no file yet
+    write(path, 2.5)
+    assert reader.changed() == 2.5 and reader.changed() is None
+    write(path, 4.0)
+    assert reader.changed() == 4.0
+    path.write_text("{not json")
+    assert reader.changed() is None
+    path.write_text('{"iteration_time": -1}')
+    assert reader.changed() is None
+    assert PaceReader(None).changed() is None
+    with pytest.raises(ValueError):
+        write(path, 0.0)

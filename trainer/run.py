@@ -16,6 +16,7 @@ real model through trainer/torch_run.py, imported only then.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -24,6 +25,7 @@ import time
 from typing import Any, Sequence
 
 from node_agent import checkpoint
+from trainer.pace import PaceReader
 from workloads import registry
 from workloads.emulated import EmulatedRun, EmulatedSpec
 
@@ -56,6 +58,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--start-iteration", type=float, default=0.0,
                    help="iterations already done per the scheduler; the checkpoint wins if ahead")
     p.add_argument("--run-dir", default=None, help="write JSON logs to RUN_DIR/trainer-<job>.log")
+    p.add_argument("--pace-file", default=None,
+                   help="emulated: a file the agent replaces with a new iteration time when the "
+                        "job is regrouped on its GPUs (trainer/pace.py); read between chunks")
     p.add_argument("--workload", default="emulated", choices=registry.NAMES)
     t = p.add_argument_group("real (torch) workloads")
     t.add_argument("--workload-config", default=None,
@@ -160,6 +165,10 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
 
     spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
                         stages=args.stages, time_scale=args.time_scale)
+    pace = PaceReader(args.pace_file)
+    latest = pace.changed()  # a regroup may have come between the launch and this start
+    if latest is not None:
+        spec = dataclasses.replace(spec, iteration_time=latest)
     saved = checkpoint.read(args.checkpoint_dir, args.job_id)
     start = max(saved.iterations if saved else 0.0, args.start_iteration)
     emu = EmulatedRun(spec, start=start, t0=time.monotonic())
@@ -168,10 +177,10 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
              wall_per_iteration=spec.wall_per_iteration, pid=os.getpid())
 
     def save(done: bool) -> float:
-        its = spec.total if done else emu.iterations(time.monotonic())
+        its = emu.spec.total if done else emu.iterations(time.monotonic())
         checkpoint.write(args.checkpoint_dir, checkpoint.Checkpoint(
-            job_id=args.job_id, iterations=its, total=spec.total, node=args.node, done=done))
-        telemetry.report(its, spec)
+            job_id=args.job_id, iterations=its, total=emu.spec.total, node=args.node, done=done))
+        telemetry.report(its, emu.spec)
         return its
 
     try:
@@ -179,6 +188,12 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
         next_report = time.monotonic() + args.report_every
         while True:
             now = time.monotonic()
+            latest = pace.changed()
+            if latest is not None and latest != emu.spec.iteration_time:
+                # regrouped in place: from where it is, at the new group's pace
+                emu = EmulatedRun(dataclasses.replace(emu.spec, iteration_time=latest),
+                                  start=emu.iterations(now), t0=now)
+                log.info("trainer_repaced", iterations=emu.start, iteration_time=latest)
             if emu.finished(now):
                 its = save(done=True)
                 log.info("trainer_finished", iterations=its)
