@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import sys
 import threading
 from typing import Any
 
@@ -100,15 +101,16 @@ def attach_client_key(endpoints: Endpoints, key_file: str | None) -> Endpoints:
     return keyed
 
 
-def component_endpoints(path: str, wait_s: float, key_file: str | None,
-                        stop: threading.Event, log: Any) -> Endpoints:
+def component_endpoints(who: str, path: str, wait_s: float, key_file: str | None,
+                        stop: threading.Event, log: Any) -> Endpoints | None:
     """What a long-running component (scheduler, agent) connects with: the broker's file,
-    waited for (the broker may be starting) and paired with this component's key. A failure
-    is logged as `no_endpoints` and raised as ValueError for the caller's one-line exit."""
+    waited for (the broker may be starting) and paired with this component's key. None
+    when it cannot be had: logged as `no_endpoints` and said in one line on stderr."""
     try:
         return attach_client_key(
             Endpoints.wait_load(path, wait_s, stop, on_wait=lambda why: log.info(
                 "waiting_for_endpoints", path=path, why=why)), key_file)
     except (OSError, ValueError) as err:
         log.error("no_endpoints", path=path, error=str(err))
-        raise ValueError(str(err)) from None
+        print(f"{who}: {err}", file=sys.stderr)
+        return None

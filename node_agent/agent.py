@@ -192,11 +192,8 @@ class Agent:
                 rendezvous = {"master_addr": msg.get("master_addr") or self.cfg.address,
                               "master_port": int(port)}
             gate = self._gate_for(group, workload) if len(group) > 1 else None
-            pace_file = None
-            if workload["kind"] == "emulated":  # fresh for each launch: no stale pace
-                pace_file = self.cfg.trainer_dir / f"{job_id}.pace"
-                self.cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
-                pace.write(pace_file, workload["iteration_time"])
+            pace_file = self.cfg.trainer_dir / f"{job_id}.pace" \
+                if workload["kind"] == "emulated" else None
             procs = self._spawn(job_id, gpus, workload, start, rank, world, rendezvous, gate,
                                 pace_file)
             self._jobs[job_id] = _Job(job_id=job_id, procs=procs, gpus=gpus, total=total,
@@ -326,7 +323,9 @@ class Agent:
         if workload["kind"] == "emulated":
             cmd = common + ["--iteration-time", repr(workload["iteration_time"]), "--stages",
                             ",".join(repr(s) for s in workload["stages"])]
-            cmd += ["--pace-file", str(pace_file)] if pace_file is not None else []
+            if pace_file is not None:  # fresh for each launch: no stale pace
+                pace.write(pace_file, workload["iteration_time"])
+                cmd += ["--pace-file", str(pace_file)]
             return [self._popen(job_id, cmd, gpus, "")]
         ranks = len(gpus) if world > 1 else 1  # world counts every GPU of the job
         procs = []
@@ -590,11 +589,9 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     """Serve until `stop` is set, then stop all trainers (checkpointing) and say so."""
     from broker.curve import component_endpoints
 
-    try:
-        endpoints = component_endpoints(cfg.endpoints_file, cfg.wait_endpoints, cfg.client_key,
-                                        stop, log)
-    except ValueError as err:
-        print(f"node-agent {cfg.node}: {err}", file=sys.stderr)
+    endpoints = component_endpoints(f"node-agent {cfg.node}", cfg.endpoints_file,
+                                    cfg.wait_endpoints, cfg.client_key, stop, log)
+    if endpoints is None:
         return 1
     agent = Agent(cfg, log)
     svc_stop = threading.Event()

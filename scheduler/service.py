@@ -450,6 +450,10 @@ class SchedulerService:
     def _emit_job(self, job_id: int, state: str, detail: dict[str, Any]) -> None:
         self.outbox.append(("event.job", {"job_id": job_id, "state": state, "detail": detail}))
 
+    def _emit_running(self, job_id: int, where: Placed) -> None:
+        self._emit_job(job_id, "running", {"nodes": [node_name(n) for n in where.nodes],
+                                           "group": list(where.group), "tt": where.tt})
+
     def declare_dead(self, name: str, reason: str) -> None:
         """An agent is gone: its node takes no work and its jobs are requeued."""
         with self._lock:
@@ -716,10 +720,10 @@ class SchedulerService:
             regroups = [(j, p, desired[j]) for j, p in stops
                         if self.opt.workload == "emulated" and j in desired
                         and desired[j].slices == p.slices]
-            stops = [(j, p) for j, p in stops if j not in {r[0] for r in regroups}]
-            launches = [(j, d) for j, d in desired.items()
-                        if j not in self.placed or self.placed[j].key != d.key]
-            launches = [(j, d) for j, d in launches if j not in {r[0] for r in regroups}]
+            in_place = {j for j, _, _ in regroups}
+            stops = [(j, p) for j, p in stops if j not in in_place]
+            launches = [(j, d) for j, d in desired.items() if j not in in_place
+                        and (j not in self.placed or self.placed[j].key != d.key)]
             groups = [list(g.jobs) for g in plan.groups]
             if stops or launches or reasons != ["tick"] or self.rounds % 10 == 0:
                 self.journal.set_clock(now)  # a restart continues the trace clock from here
@@ -729,7 +733,8 @@ class SchedulerService:
                           regroups=[j for j, _, _ in regroups],
                           pending=sum(1 for j in self.core.queue if j.status is Status.PENDING))
             self.outbox.append(("event.round", {"groups": groups, "latency_ms": latency_ms}))
-            self.stopping.update([j for j, _ in stops] + [j for j, _, _ in regroups])
+            changing = {j for j, _ in stops} | in_place
+            self.stopping.update(changing)
         # Stops first (a job's GPUs are free only once it checkpointed), then launches; each
         # batch runs concurrently, one requester per worker thread, since every stop or
         # launch waits on a process and a round may move many jobs at once.
@@ -739,8 +744,7 @@ class SchedulerService:
                 + [(self._regroup_job, job_id, was, want) for job_id, was, want in regroups])
         finally:
             with self._lock:
-                self.stopping.difference_update([j for j, _ in stops]
-                                                + [j for j, _, _ in regroups])
+                self.stopping.difference_update(changing)
                 # a regroup an agent could not do in place was a stop: launch it again
                 launches += [(j, want) for j, _, want in regroups if j not in self.placed]
         # strays found by registrations during this round go before the launches, which
@@ -823,8 +827,7 @@ class SchedulerService:
                 self.log.info("job_regrouped", job_id=job_id, group=list(want.group),
                               slot=want.group.index(job_id), tt=want.tt, now=self.now(),
                               nodes=[node_name(n) for n in want.nodes])
-                self._emit_job(job_id, "running", {"nodes": [node_name(n) for n in want.nodes],
-                                                   "group": list(want.group), "tt": want.tt})
+                self._emit_running(job_id, want)
                 return
         self._stop_job(requester, job_id, was, want)
 
@@ -887,8 +890,7 @@ class SchedulerService:
                               group=list(want.group), slot=want.group.index(job_id),
                               tt=want.tt, start_iteration=start, now=now,
                               submit=entry.submit_trace, first_start=entry.first_start_trace)
-                self._emit_job(job_id, "running", {"nodes": [node_name(n) for n in want.nodes],
-                                                   "group": list(want.group), "tt": want.tt})
+                self._emit_running(job_id, want)
                 return
             # undo: ranks that did start must not run on
             for node in launched:
@@ -1001,11 +1003,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        endpoints = component_endpoints(args.endpoints, args.wait_endpoints, args.client_key,
-                                        stop, log)
-    except ValueError as err:
-        print(f"scheduler: {err}", file=sys.stderr)
+    endpoints = component_endpoints("scheduler", args.endpoints, args.wait_endpoints,
+                                    args.client_key, stop, log)
+    if endpoints is None:
         return 1
     options = Options(spec=spec, policy=args.policy, preset=args.preset, run_dir=run_dir,
                       time_scale=args.time_scale, round_s=args.round_s,
