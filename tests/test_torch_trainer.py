@@ -105,8 +105,10 @@ RANK_SCRIPT = textwrap.dedent("""
     stop = loop.run(steps, stop_vote=rank == 1).stop  # one rank votes: every rank must stop
     rows.append({"step": steps, "agreed_stop": stop})
     distributed.shutdown()
+    print("left the process group", file=sys.stderr, flush=True)  # where a crash came from
     with open(out, "w") as fh:
         json.dump(rows, fh)
+    print("wrote the result", file=sys.stderr, flush=True)
 """)
 
 
@@ -154,6 +156,32 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_iteration(tmp_path):
                [json.loads(x) for x in (ckdir / "logs1" / "trainer-1.log").read_text()
                 .splitlines() if "trainer_stopped" in x]]
     assert [s[0]["iterations"] for s in stopped] == [ck.iterations] * 2
+
+
+def test_a_killed_rank_ends_its_peer_with_an_error_not_a_hang(tmp_path):
+    """The survivor must fail fast (no barrier wait for a peer that will never come) and keep
+    its last periodic checkpoint, so the agent can report progress and the job be requeued."""
+    ckdir, data = tmp_path / "ck", tmp_path / "data"
+    port = free_port()
+    cmds = [trainer_cmd(ckdir, data, 10**6, extra=(
+        "--world-size", "2", "--rank", str(r), "--master-port", str(port),
+        "--checkpoint-every", "10", "--dist-timeout", "600")) for r in range(2)]
+    cmds[1] = [c if c != str(ckdir / "logs") else str(ckdir / "logs1") for c in cmds[1]]
+    logs = [tmp_path / f"rank{r}.out" for r in range(2)]
+    procs = [start(cmd, log) for cmd, log in zip(cmds, logs)]
+    try:
+        wait_for(lambda: torch_checkpoint.latest(ckdir, 1), "a periodic checkpoint", procs)
+        procs[1].kill()
+        rc = finish(procs[0], logs[0])  # well before the 600 s collective timeout
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert rc not in (EXIT_FINISHED, EXIT_STOPPED), logs[0].read_text()[-2000:]
+    ck = checkpoint.read(ckdir, 1)
+    assert ck is not None and not ck.done and ck.iterations >= 10
+    assert torch_checkpoint.latest(ckdir, 1)[0] >= 10
 
 
 # -- stop and resume ---------------------------------------------------------------------------

@@ -37,9 +37,18 @@ def init(master_addr: str, master_port: int, world_size: int, rank: int,
     return backend
 
 
-def shutdown() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(clean: bool = True) -> None:
+    """Leave the process group; after a clean end, only once every rank has arrived.
+
+    Without the barrier, a rank that tears down its connections while a peer is still
+    finishing the last collective can abort that peer ("terminate called without an active
+    exception", SIGABRT). After an error the barrier is skipped: a peer may never arrive.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if clean:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

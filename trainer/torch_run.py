@@ -93,6 +93,7 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     telemetry = Telemetry(args.endpoints if writer else None, args.job_id, log,
                           client_key=getattr(args, "client_key", None))
     gate = make_gate(args.gate, args.job_id)
+    failed = False
     try:
         config = json.loads(args.workload_config) if args.workload_config else {}
         workload = registry.make(args.workload, device=str(device), batch_size=args.batch_size,
@@ -155,13 +156,16 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
                  params_digest=params_digest(workload.model))
         _publish(telemetry, step, window, args.time_scale, overheads[-1] if overheads else None)
         return EXIT_FINISHED
+    except BaseException:
+        failed = True
+        raise
     finally:
         telemetry.close()
         close = getattr(gate, "close", None)
         if close is not None:
             close()
         if world > 1:
-            distributed.shutdown()
+            distributed.shutdown(clean=not failed)
 
 
 def _resume(args: argparse.Namespace, workload: Any, device: Any, log: Any, ckpt: Any,
