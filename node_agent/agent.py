@@ -34,6 +34,11 @@ from trainer.run import EXIT_FINISHED, EXIT_STOPPED
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so trainers import this very checkout
 
 
+def _all_ints(items: Any) -> bool:
+    """Every item a plain int (a bool is an int to Python, never a job id or a GPU here)."""
+    return all(isinstance(i, int) and not isinstance(i, bool) for i in items)
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     node: str
@@ -219,8 +224,7 @@ class Agent:
         if not tt > 0:
             raise _BadRequest("bad_request", f"iteration_time must be > 0, got {tt}")
         group = list(msg["group"])
-        if job_id not in group or not all(isinstance(j, int) and not isinstance(j, bool)
-                                          for j in group):
+        if job_id not in group or not _all_ints(group):
             raise _BadRequest("bad_request", f"group must list job ids with {job_id}: {group!r}")
         with self._lock:
             self._collect_locked()
@@ -239,7 +243,7 @@ class Agent:
         return {"regrouped": True, "iterations": its}
 
     def _check_gpus(self, gpus: Any) -> tuple[int, ...]:
-        if not gpus or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+        if not gpus or not _all_ints(gpus):
             raise _BadRequest("bad_request", f"gpus must be a non-empty list of ints, got {gpus!r}")
         if len(set(gpus)) != len(gpus):
             raise _BadRequest("bad_request", f"gpus lists a GPU twice: {gpus!r}")

@@ -815,9 +815,10 @@ class SchedulerService:
         """Tell the job's agents its new group and pace; it keeps running where it is. Where
         that fails (an agent that cannot, or is gone), stop it like any move: the launch
         phase of this round starts it again."""
+        slot = want.group.index(job_id)
         replies = [self._agent_request(requester, node_name(piece.node), "job.regroup",
-                                       job_id=job_id, group=list(want.group),
-                                       slot=want.group.index(job_id), iteration_time=want.tt)
+                                       job_id=job_id, group=list(want.group), slot=slot,
+                                       iteration_time=want.tt)
                    for piece in was.slices]
         with self._lock:
             if self.placed.get(job_id) is not was:
@@ -825,7 +826,7 @@ class SchedulerService:
             if all(r is not None and r.get("regrouped") for r in replies):
                 self.placed[job_id] = want  # same slices: the node index stays right
                 self.log.info("job_regrouped", job_id=job_id, group=list(want.group),
-                              slot=want.group.index(job_id), tt=want.tt, now=self.now(),
+                              slot=slot, tt=want.tt, now=self.now(),
                               nodes=[node_name(n) for n in want.nodes])
                 self._emit_running(job_id, want)
                 return

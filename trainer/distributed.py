@@ -40,9 +40,10 @@ def init(master_addr: str, master_port: int, world_size: int, rank: int,
 def shutdown(clean: bool = True) -> None:
     """Leave the process group; after a clean end, only once every rank has arrived.
 
-    Without the barrier, a rank that tears down its connections while a peer is still
-    finishing the last collective can abort that peer ("terminate called without an active
-    exception", SIGABRT). After an error the barrier is skipped: a peer may never arrive.
+    The barrier keeps a rank from tearing down its connections while a peer is still in the
+    last collective (CI once saw a rank abort around here, "terminate called without an
+    active exception"; the cause is not pinned down). After an error the barrier is skipped:
+    a peer may never arrive.
     """
     if not (dist.is_available() and dist.is_initialized()):
         return

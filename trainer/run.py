@@ -165,10 +165,7 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
 
     spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
                         stages=args.stages, time_scale=args.time_scale)
-    pace = PaceReader(args.pace_file)
-    latest = pace.changed()  # a regroup may have come between the launch and this start
-    if latest is not None:
-        spec = dataclasses.replace(spec, iteration_time=latest)
+    pace = PaceReader(args.pace_file)  # looked at every chunk, the first before any progress
     saved = checkpoint.read(args.checkpoint_dir, args.job_id)
     start = max(saved.iterations if saved else 0.0, args.start_iteration)
     emu = EmulatedRun(spec, start=start, t0=time.monotonic())

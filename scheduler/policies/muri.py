@@ -65,6 +65,8 @@ class Muri(Policy):
                 tt, order = interleave.best_order_indices(profiles)
             elif ordering == "worst":
                 tt, order = interleave.worst_order_indices(profiles)
+            elif ordering == "fixed":  # the order given (a running group's), gap layout allowed
+                tt, order = interleave.fixed_order_indices(profiles)
             else:
                 tt, order = interleave.identity_order_tt(profiles), tuple(range(len(jobs)))
             slowdown = self.preset.slowdown(len(jobs), ablation_nomatch=not self.matching)
@@ -229,8 +231,7 @@ class Muri(Policy):
             return members, tt, order
         by_id = {j.id: j for j in members}
         now = [by_id[i] for i in key]
-        kept_tt, kept_order = interleave.fixed_order_indices(tuple(j.profile for j in now))
-        kept_tt *= self.preset.slowdown(len(now), ablation_nomatch=not self.matching)
+        kept_tt, kept_order = self.group_timing(now, ordering="fixed")
         if kept_tt <= tt * (1.0 + self._keep_bonus(now)):
             return now, kept_tt, kept_order
         return members, tt, order
