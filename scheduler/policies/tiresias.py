@@ -13,9 +13,10 @@ _EPS = 1e-6  # GPU-seconds; float sums of wall times must not miss a limit by a 
 class Tiresias(Policy):
     """Jobs start in queue 0 and are demoted when their attained GPU-seconds pass a limit.
 
-    Admission counts free GPUs only (no node placement), as the published artifact does;
-    GPUs are then assigned by consolidated placement where they fit. After each pass the
-    jobs left waiting move to the back of their queue. Starvation promotion is optional.
+    Admission places jobs in queue order (consolidated); a job that does not fit waits while
+    smaller ones behind it may run. The paper preset admits by free-GPU count instead, as the
+    published artifact does (`admit_by_gpu_count`). After each pass the jobs left waiting
+    move to the back of their queue. Starvation promotion is optional.
     """
 
     name = "tiresias"
@@ -58,6 +59,27 @@ class Tiresias(Policy):
     def plan(self, ctx: RoundContext) -> Plan:
         if self.preset.tiresias_promote > 0:
             self._promote_starved(ctx.now)
+        if self.preset.admit_by_gpu_count:
+            chosen, admitted_at = self._admit_by_count(ctx), None
+        else:
+            chosen, admitted_at = self._admit_placed(ctx)
+        running = set(map(id, chosen))
+        for queue in self.queues:
+            queue[:] = ([j for j in queue if id(j) in running]
+                        + [j for j in queue if id(j) not in running])
+        order = sorted(range(len(chosen)), key=lambda i: -chosen[i].num_gpu)
+        chosen = [chosen[i] for i in order]
+        placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
+        if admitted_at is not None and any(s is None for s in placements):
+            # largest-first (or staying put) packed worse than admission did: the admission
+            # placements fit together, so every admitted job runs, on those GPUs
+            placements = [admitted_at[i] for i in order]
+        # () only under admit_by_gpu_count: the artifact's job that runs without GPUs
+        groups = [solo_group(job, s if s is not None else ()) for job, s in zip(chosen, placements)]
+        return Plan(tuple(groups), wakeup=self._next_demotion(chosen, ctx.now))
+
+    def _admit_by_count(self, ctx: RoundContext) -> list[Job]:
+        """The artifact's admission (paper preset): by free-GPU count, whatever the nodes."""
         free = ctx.cluster.spec.total_gpus
         chosen: list[Job] = []
         for queue in self.queues:
@@ -65,14 +87,21 @@ class Tiresias(Policy):
                 if free >= job.num_gpu:
                     chosen.append(job)
                     free -= job.num_gpu
-        running = set(map(id, chosen))
+        return chosen
+
+    def _admit_placed(self, ctx: RoundContext) -> tuple[list[Job], list[tuple]]:
+        """Admission by placement, in queue order: a job no node can take now waits, and the
+        smaller jobs behind it may still fit. Returns the jobs and where each was placed."""
+        cluster = ctx.cluster
+        cluster.reset()
+        chosen, where = [], []
         for queue in self.queues:
-            queue[:] = ([j for j in queue if id(j) in running]
-                        + [j for j in queue if id(j) not in running])
-        chosen.sort(key=lambda j: -j.num_gpu)
-        placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
-        groups = [solo_group(job, s if s is not None else ()) for job, s in zip(chosen, placements)]
-        return Plan(tuple(groups), wakeup=self._next_demotion(chosen, ctx.now))
+            for job in queue:
+                slices = cluster.place(job.num_gpu)
+                if slices is not None:
+                    chosen.append(job)
+                    where.append(slices)
+        return chosen, where
 
     def _next_demotion(self, chosen: list[Job], now: float) -> float | None:
         times = [math.ceil(self.limits[j.queue] / j.num_gpu) - j.queue_attained + now
