@@ -24,7 +24,7 @@ class Core:
         self.preset = preset
         self.cluster = ClusterState(spec, Demand(preset.cpu_per_gpu, preset.cpu_single_gpu))
         self.jobs: dict[int, Job] = {}
-        self.queue: list[Job] = []  # runnable jobs, in the order ties are broken by
+        self.queue: list[Job] = []  # runnable jobs in submission order (policies never sort it)
         self.plan_now = Plan(())
         self.now = 0.0
 
@@ -126,7 +126,9 @@ class Core:
         """Decide what runs now. Updates each job's status, group and counters."""
         previous = ({j: g.placement for g in self.plan_now.groups for j in g.jobs}
                     if self.preset.sticky_placement else {})
-        plan = self.policy.plan(RoundContext(now, self.queue, self.cluster, self.preset, previous))
+        # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
+        plan = self.policy.plan(RoundContext(now, tuple(self.queue), self.cluster, self.preset,
+                                             previous))
         running = plan.running()
         for job in self.queue:
             group = running.get(job.id)
@@ -159,6 +161,6 @@ class Core:
             raise SchedulingError(f"unknown job {job_id}") from None
 
     def running_jobs(self) -> list[Job]:
-        """Running jobs in queue order (the order policies see them in)."""
+        """Running jobs in submission order, whatever order a policy planned them in."""
         running = Status.RUNNING
         return [j for j in self.queue if j.status is running]

@@ -133,3 +133,23 @@ def test_paper_tiresias_keeps_the_artifacts_admission_by_gpu_count():
     core, plan = _fragmented(PAPER)
     assert core.jobs[2].status is Status.RUNNING
     assert plan.running()[2].placement == ()
+
+
+@pytest.mark.parametrize("policy", POLICIES + ["muri-l-worst", "muri-l-nomatch"])
+@pytest.mark.parametrize("preset", ["default", "paper"])
+def test_running_jobs_stay_in_submission_order_whatever_the_policy_sorts(policy, preset):
+    """Policies sort their own copies: the core's queue (and so running_jobs()) stays in
+    submission order. Later jobs are shorter and larger, so the keys that sort (remaining
+    time or GPU-time, fairness rank, size for placement) would put them first."""
+    preset = get_preset(preset)
+    core = Core(spec(nodes=1, gpus=8), make_policy(policy, preset), preset)
+    core.submit(job(0, num_gpu=1, iterations=5000, stages=(0.1, 0.2, 0.1)), 0.0)
+    core.submit(job(1, num_gpu=2, submit=1.0, iterations=500, stages=(0.2, 0.1, 0.1)), 1.0)
+    core.submit(job(2, num_gpu=4, submit=2.0, iterations=50, stages=(0.1, 0.1, 0.2)), 2.0)
+    for t in (2.0, 30.0, 60.0):
+        core.advance(t, {j.id: 1.0 for j in core.running_jobs()})
+        core.round(t)
+        assert [j.id for j in core.queue] == [0, 1, 2]
+        assert [j.id for j in core.running_jobs()] == \
+            [j for j in (0, 1, 2) if core.jobs[j].status is Status.RUNNING]
+    assert len(core.running_jobs()) == 3

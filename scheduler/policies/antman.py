@@ -189,7 +189,7 @@ class AntMan(Policy):
     def plan(self, ctx: RoundContext) -> Plan:
         if self.gpus is None:
             self._init(ctx)
-        queue = ctx.queue
+        queue = self.carried_order(ctx.queue)
         queue.sort(key=lambda j: (j.priority, j.submit_time))
         running = {j.id for j in queue if j.status is Status.RUNNING}
         for job in queue:

@@ -11,12 +11,11 @@ from scheduler.state import Group, Job, NodeSlice, Plan, Status
 
 @dataclass(slots=True)
 class RoundContext:
-    """One round's view. `queue` is the runnable jobs in the core's persistent order: a policy
-    may sort it in place, and ties in later rounds are broken by that order (as in the paper's
-    artifact, whose results depend on it)."""
+    """One round's view. `queue` is the runnable jobs in the core's order (submission order),
+    read-only: a policy that sorts works on its own list (see Policy.carried_order)."""
 
     now: float
-    queue: list[Job]
+    queue: Sequence[Job]
     cluster: ClusterState
     preset: Preset
     previous: dict[int, tuple[NodeSlice, ...]]  # where running jobs are now (if sticky)
@@ -33,6 +32,23 @@ class Policy:
 
     def __init__(self, preset: Preset):
         self.preset = preset
+        self._order: list[Job] = []  # the runnable jobs as this policy last sorted them
+
+    def carried_order(self, queue: Sequence[Job]) -> list[Job]:
+        """The runnable jobs in the order this policy left them last round (jobs new to it
+        appended in the core's order), to be sorted in place by the caller.
+
+        The published artifact sorts one job list in place at every event, so ties in a sort
+        fall in the order of the previous event's last sort, and its results (which the paper
+        preset reproduces) depend on that. The carried order is kept here, per policy, and
+        never in the core's queue, whose order drivers see in `Core.running_jobs()`.
+        """
+        live = {id(j) for j in queue}
+        order = [j for j in self._order if id(j) in live]
+        known = {id(j) for j in order}
+        order.extend(j for j in queue if id(j) not in known)
+        self._order = order
+        return order
 
     def on_submit(self, job: Job, now: float) -> None:
         """A job arrived: set policy bookkeeping (queues, first estimates)."""

@@ -101,9 +101,9 @@ class Muri(Policy):
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
-        queue = ctx.queue
+        queue = self.carried_order(ctx.queue)
         queue.sort(key=self.key)
-        admitted = self._admit(ctx)
+        admitted = self._admit(ctx, queue)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
         if self.matching:
@@ -112,13 +112,13 @@ class Muri(Policy):
             packings = self._consecutive(admitted, required, total)
         if self.preset.auto_unpack:
             packings = self._unpack(ctx, packings)
-        return Plan(tuple(self._place(ctx, packings)))
+        return Plan(tuple(self._place(ctx, packings, queue)))
 
-    def _admit(self, ctx: RoundContext) -> dict[int, list[Job]]:
+    def _admit(self, ctx: RoundContext, queue: list[Job]) -> dict[int, list[Job]]:
         """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
         of its #GPU class, since those may share its GPUs."""
         classes: dict[int, list[Job]] = {}
-        for job in ctx.queue:
+        for job in queue:
             classes.setdefault(job.num_gpu, []).append(job)
         chosen = dict.fromkeys(classes, 0)
         reserved: set[int] = set()
@@ -128,7 +128,7 @@ class Muri(Policy):
         # (more GPUs, no fewer CPUs each): skip those without searching the nodes again.
         monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
         smallest_failed = float("inf")
-        for job in ctx.queue:
+        for job in queue:
             if job.id in reserved or job.num_gpu >= smallest_failed:
                 continue
             if not cluster.can_place(job.num_gpu):
@@ -335,14 +335,16 @@ class Muri(Policy):
                 kept.setdefault(gpus, []).append(group)
         return kept
 
-    def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]]) -> list[Group]:
+    def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]],
+               queue: list[Job]) -> list[Group]:
         """Largest #GPUs first (stable in priority order); a group is placed where its first
-        member in that order lands; a group that does not fit waits."""
+        member in that order lands; a group that does not fit waits. Sorts `queue` (the
+        carried order) in place, as the artifact does."""
         home = {j.id: group for groups in packings.values() for group in groups for j in group}
-        ctx.queue.sort(key=lambda j: j.num_gpu, reverse=True)
+        queue.sort(key=lambda j: j.num_gpu, reverse=True)
         if ctx.previous:
             units, seen = [], set()
-            for job in ctx.queue:
+            for job in queue:
                 group = home.get(job.id)
                 if group is not None and id(group) not in seen:
                     seen.add(id(group))
@@ -353,7 +355,7 @@ class Muri(Policy):
         cluster.reset()
         placed: set[int] = set()
         groups = []
-        for job in ctx.queue:
+        for job in queue:
             group = home.get(job.id)
             if group is None or id(group) in placed:
                 continue

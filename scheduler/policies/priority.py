@@ -16,8 +16,9 @@ class PriorityPolicy(Policy):
         self.key = key
 
     def plan(self, ctx: RoundContext) -> Plan:
-        ctx.queue.sort(key=self.key)
-        return Plan(tuple(place_in_order(ctx, ctx.queue)))
+        order = self.carried_order(ctx.queue)
+        order.sort(key=self.key)
+        return Plan(tuple(place_in_order(ctx, order)))
 
 
 def fifo(preset) -> PriorityPolicy:

@@ -75,7 +75,7 @@ class Themis(Policy):
         job.policy_data.update(iso_time=0.0, should=0.0)
 
     def plan(self, ctx: RoundContext) -> Plan:
-        queue, now = ctx.queue, ctx.now
+        queue, now = self.carried_order(ctx.queue), ctx.now
         if not queue:
             self.last_round = now
             return Plan(())
