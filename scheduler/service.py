@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import structlog
 
 from node_agent import checkpoint
+from scheduler import plan_changes
 from scheduler.core import Core, SchedulingError
 from scheduler.journal import Journal, record_from_map
 from scheduler.policies import POLICIES, make_policy
@@ -140,8 +141,11 @@ class SchedulerService:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="scheduler-agents")
         self._pool_requesters: list[Any] = []
         spec = options.spec
-        self.core = Core(spec, make_policy(options.policy, get_preset(options.preset)),
-                         get_preset(options.preset))
+        # torch trainers cannot change group where they run: a regroup restarts them, and
+        # the preset (which the core and the plan comparison read) says so
+        preset = get_preset(options.preset, **(
+            {"regroup_in_place": False} if options.workload == "torch" else {}))
+        self.core = Core(spec, make_policy(options.policy, preset), preset)
         self.journal = Journal(options.journal_path)
         self.agents: dict[str, _Agent] = {}
         self.placed: dict[int, Placed] = {}  # what agents run, as far as we launched it
@@ -713,17 +717,17 @@ class SchedulerService:
             unplaced = [list(g.jobs) for g in plan.groups if not g.placement]
             if unplaced:  # a policy that plans GPUs without naming them: nothing to launch
                 self.log.warning("groups_without_placement", groups=unplaced)
-            stops = [(j, p) for j, p in self.placed.items()
-                     if j not in desired or desired[j].key != p.key]
-            # a job that keeps its GPUs and only changes group goes on where it is, at the
-            # group's new pace (emulated trainers; torch ones restart, see _regroup_job)
-            regroups = [(j, p, desired[j]) for j, p in stops
-                        if self.opt.workload == "emulated" and j in desired
-                        and desired[j].slices == p.slices]
-            in_place = {j for j, _, _ in regroups}
-            stops = [(j, p) for j, p in stops if j not in in_place]
-            launches = [(j, d) for j, d in desired.items() if j not in in_place
-                        and (j not in self.placed or self.placed[j].key != d.key)]
+            # one comparison of what agents run with the plan, shared with the simulator: a
+            # job that keeps its GPUs and only changes group goes on where it is, at the
+            # group's new pace, where the preset says so (see __init__ and _regroup_job)
+            changes = plan_changes.compare({j: p.key for j, p in self.placed.items()},
+                                           {j: d.key for j, d in desired.items()},
+                                           self.core.preset)
+            stopping, starting = set(changes.stopping), set(changes.starting)
+            in_place = set(changes.regrouped_in_place)
+            stops = [(j, p) for j, p in self.placed.items() if j in stopping]
+            regroups = [(j, p, desired[j]) for j, p in self.placed.items() if j in in_place]
+            launches = [(j, d) for j, d in desired.items() if j in starting]
             groups = [list(g.jobs) for g in plan.groups]
             if stops or launches or reasons != ["tick"] or self.rounds % 10 == 0:
                 self.journal.set_clock(now)  # a restart continues the trace clock from here

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from scheduler import plan_changes
 from scheduler.core import Core
 from scheduler.metrics import JobOutcome, Summary, summarize
 from scheduler.policies import make_policy
@@ -57,24 +58,27 @@ class Simulator:
         self._cost = {r.job_id: preset.overhead(r.model_name, r.num_gpu) for r in records}
 
     def _apply(self, plan: Plan, now: float) -> None:
-        """Turn a plan into per-job run parameters, charging overheads as the preset says."""
+        """Turn a plan into per-job run parameters, charging overheads as the preset says: at
+        every event (paper), or when plan_changes says the job (re)starts (a start, a move, a
+        regroup that is not in place); a job kept or regrouped in place pays what it still
+        owed."""
         preset, cost = self.preset, self._cost
-        every_event, group_sum = preset.overhead_every_event, preset.overhead_group_sum
-        runs: dict[int, _Run] = {}
+        group_sum = preset.overhead_group_sum
         previous = self.runs
+        starting = set(plan_changes.compare(
+            {j: (run.group, run.where) for j, run in previous.items()},
+            {j: (g.jobs, g.placement) for g in plan.groups for j in g.jobs}, preset).starting)
+        charge_all = preset.overhead_every_event
+        runs: dict[int, _Run] = {}
         for group in plan.groups:
             members = group.jobs
             costs = [cost[j] for j in members]
             total = sum(costs)
             for job_id, own in zip(members, costs):
-                charge = total if group_sum else own
-                before = previous.get(job_id)
-                if every_event or before is None or before.where != group.placement \
-                        or (before.group != members and not preset.regroup_in_place):
-                    overhead = charge  # every event (paper), or a start, restart, move, and
-                    # a regroup unless the job goes on in place
+                if charge_all or job_id in starting:
+                    overhead = total if group_sum else own
                 else:
-                    overhead = before.overhead
+                    overhead = previous[job_id].overhead
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement)
         self.runs = runs
 
