@@ -951,7 +951,9 @@ def _load_spec(text: str) -> ClusterSpec:
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ClusterSpec]:
     p = argparse.ArgumentParser(prog="python -m scheduler.service",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--spec", required=True, help="cluster spec: a CSV path or a packaged name")
+    from specs import available_specs
+    p.add_argument("--spec", required=True, help="cluster spec: a CSV path or a packaged name ("
+                   f"{', '.join(available_specs())})")
     p.add_argument("--policy", default="muri-s", choices=sorted(POLICIES))
     p.add_argument("--preset", default="default", help="model preset (default: default)")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
