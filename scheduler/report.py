@@ -289,7 +289,8 @@ def restart_overhead(run: Path, records: list[dict[str, Any]],
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=(
         "Metrics of a live run (JCT average/median/p99, makespan, queueing, GPU utilisation, "
-        "preemptions; trace seconds) from its scheduler.log, as interlace-sim reports them."))
+        "preemptions) from its scheduler.log, as interlace-sim reports them: the table in "
+        "hours of trace time, --json in trace seconds."))
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holds scheduler.log)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object (the keys of interlace-sim --json)")
