@@ -150,3 +150,26 @@ def test_help_and_readme_name_every_packaged_trace_and_spec(capsys):
         assert f"`{name}`" in readme, name
     # every option has a default: the usage line must not make one look required
     assert "[--trace" in usage and "[--spec" in usage and "[--policy" in usage
+
+
+def test_explain_puts_the_crossing_cdfs_in_numbers_job_by_job(tmp_path, capsys):
+    import csv
+
+    assert main(["--policy", "srsf,muri-s", "--explain", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    jct = {p: {row["job_id"]: float(row["jct"]) for row in
+               csv.DictReader(open(tmp_path / f"{p}-jobs.csv"))} for p in ("srsf", "muri-s")}
+    sooner = [j for j in jct["srsf"] if jct["srsf"][j] < jct["muri-s"][j]]
+    later = [j for j in jct["srsf"] if jct["srsf"][j] > jct["muri-s"][j]]
+    assert f"srsf finishes {len(sooner) / 40:.0%} of them sooner, muri-s {len(later) / 40:.0%}" \
+        in out
+    gain = sum(jct["srsf"][j] - jct["muri-s"][j] for j in later) / 3600
+    assert f"the jobs muri-s finishes sooner gain {gain:,.0f} job-hours" in out
+    assert "x its time alone under srsf" in out and "longest tenth" in out
+
+
+def test_explain_needs_two_policies_and_a_table(capsys):
+    for argv in (["--policy", "srsf", "--explain"], ["--policy", "srsf,fifo", "--explain",
+                                                     "--json"]):
+        assert main(argv) == 1
+        assert "--explain: needs two or more policies" in capsys.readouterr().err
