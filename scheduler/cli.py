@@ -32,7 +32,7 @@ class _Bar:
     def __init__(self, label: str, stream=None, delay: float = 2.0):
         self.label = label
         self.stream = sys.stderr if stream is None else stream  # today's, not import time's
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.delay = delay
         self.start = time.monotonic()
         self.shown = False
@@ -125,8 +125,7 @@ def _plot_formats() -> set[str]:
 
 def check_outputs(plot: str | None, out: str | None) -> list[str]:
     """One line per output that cannot be written, found before any simulation runs (so a
-    typo costs no minutes of simulating and no traceback at the end). `--out` is created
-    here, as it would be anyway."""
+    typo costs no minutes of simulating and no traceback at the end). Nothing is created."""
     problems = []
     if plot is not None:
         path = Path(plot)
@@ -144,14 +143,15 @@ def check_outputs(plot: str | None, out: str | None) -> list[str]:
         elif not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             problems.append(f"--plot {plot}: not writable")
     if out is not None:
-        try:
-            Path(out).mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            problems.append(f"--out {out}: cannot create the directory "
-                            f"({err.strerror or err})")
-        else:
-            if not os.access(out, os.W_OK | os.X_OK):
-                problems.append(f"--out {out}: not writable")
+        path = Path(out)
+        existing = path  # the directory itself, or the nearest ancestor mkdir would start from
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            what = "is not a directory" if existing == path else f"{existing} is not a directory"
+            problems.append(f"--out {out}: cannot create the directory ({what})")
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problems.append(f"--out {out}: {existing} is not writable")
     return problems
 
 

@@ -87,7 +87,8 @@ def no_simulation(monkeypatch):
 
 
 @pytest.mark.parametrize("option, value, says", [
-    ("--out", "/dev/null/x", "Not a directory"),
+    ("--out", "/dev/null/x", "/dev/null is not a directory"),
+    ("--out", "{tmp}/file.txt", "cannot create the directory (is not a directory)"),
     ("--plot", "{tmp}/no/such/dir/x.png", "no such directory"),
     ("--plot", "{tmp}/x.txt", "cannot draw a .txt file"),
     ("--plot", "{tmp}", "cannot draw a file without an extension"),
@@ -95,6 +96,7 @@ def no_simulation(monkeypatch):
 def test_unwritable_outputs_are_one_line_before_any_simulation(tmp_path, capsys, no_simulation,
                                                              option, value, says):
     value = value.format(tmp=tmp_path)
+    (tmp_path / "file.txt").write_text("")
     assert main(["--policy", "fifo,srsf", option, value]) == 1
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and out == ""
@@ -173,3 +175,21 @@ def test_explain_needs_two_policies_and_a_table(capsys):
                                                      "--json"]):
         assert main(argv) == 1
         assert "--explain: needs two or more policies" in capsys.readouterr().err
+
+
+def test_on_a_terminal_a_bar_and_no_lines():
+    import io
+
+    from scheduler.cli import _Bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    bar = _Bar("muri-s", stream=stream, delay=0.0)
+    bar.begin(10)
+    bar(5, 10)
+    bar.close()
+    assert "simulating" not in stream.getvalue() and "done in" not in stream.getvalue()
+    assert "5/10 jobs" in stream.getvalue() and stream.getvalue().endswith("\n")
