@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,24 +17,35 @@ from scheduler.metrics import dumps, summary_dict, write_jobs_csv
 from scheduler.policies import POLICIES
 from scheduler.presets import PRESETS, get_preset
 from scheduler.simulator import SimResult, simulate
-from specs import SpecError, load_spec, spec_path
-from traces import TraceError, default_trace_path, read_trace
+from specs import SpecError, available_specs, load_spec, spec_path
+from traces import TraceError, available_traces, default_trace_path, read_trace
+from traces.validate import no_jobs_problem
+
+PROG = "interlace-sim"
 
 
 class _Bar:
-    """A progress bar on stderr, shown only once a run has taken a couple of seconds, and
-    only on a terminal (a log file would collect every redraw)."""
+    """Progress on stderr. On a terminal, a bar once a run has taken a couple of seconds; off
+    one (a pipe, a log file, which would collect every redraw), one line when a policy starts
+    and one when it ends, so a long run is never silent."""
 
-    def __init__(self, label: str, stream=sys.stderr, delay: float = 2.0):
-        self.label, self.stream = label, stream
-        self.delay = delay if getattr(stream, "isatty", lambda: False)() else float("inf")
+    def __init__(self, label: str, stream=None, delay: float = 2.0):
+        self.label = label
+        self.stream = sys.stderr if stream is None else stream  # today's, not import time's
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.delay = delay
         self.start = time.monotonic()
         self.shown = False
         self.last = 0.0
 
+    def begin(self, jobs: int) -> None:
+        if not self.tty:
+            self.stream.write(f"{PROG}: {self.label}: simulating {jobs} jobs\n")
+            self.stream.flush()
+
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.start < self.delay or now - self.last < 0.2:
+        if not self.tty or now - self.start < self.delay or now - self.last < 0.2:
             return
         self.last, self.shown = now, True
         width = 30
@@ -42,10 +54,13 @@ class _Bar:
                           f"{done}/{total} jobs {now - self.start:5.1f}s")
         self.stream.flush()
 
-    def close(self) -> None:
+    def close(self, ok: bool = True) -> None:
         if self.shown:
             self.stream.write("\n")
-            self.stream.flush()
+        elif not self.tty and ok:
+            self.stream.write(f"{PROG}: {self.label}: done in "
+                              f"{time.monotonic() - self.start:.1f} s\n")
+        self.stream.flush()
 
 
 def _resolve(value: str, packaged, suffix: str) -> Path:
@@ -67,24 +82,91 @@ def _seconds(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="interlace-sim",
-        description="Simulate scheduling policies on a job trace and a cluster spec.")
-    p.add_argument("--trace", default="default",
-                   help="trace CSV (Muri schema), or a packaged trace name (default, philly_1k)")
-    p.add_argument("--spec", default="n2g8",
-                   help="cluster spec CSV, or a packaged spec name (n2g8, n4g4, n8g8, n64g8)")
-    p.add_argument("--policy", default="muri-s,srsf,tiresias",
-                   help=f"comma-separated policies: {', '.join(POLICIES)}")
+        prog=PROG,
+        description="Simulate scheduling policies on a job trace and a cluster spec. "
+                    "Every option has a default: with none, the packaged 'default' trace "
+                    "on n2g8 under muri-s, srsf and tiresias.")
+    p.add_argument("--trace", default="default", metavar="CSV|NAME",
+                   help="trace CSV (Muri schema), or a packaged trace name: "
+                        f"{', '.join(available_traces())} (default: default)")
+    p.add_argument("--spec", default="n2g8", metavar="CSV|NAME",
+                   help="cluster spec CSV, or a packaged spec name: "
+                        f"{', '.join(available_specs())} (default: n2g8)")
+    p.add_argument("--policy", default="muri-s,srsf,tiresias", metavar="NAME[,NAME...]",
+                   help=f"comma-separated policies: {', '.join(POLICIES)} "
+                        "(default: muri-s,srsf,tiresias)")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                   help="time accounting: 'paper' reproduces the artifact, 'default' is physical")
+                   help="time accounting: 'paper' reproduces the artifact, 'default' is physical "
+                        "(default: default)")
     p.add_argument("--restart-overhead", type=_seconds, metavar="SECONDS",
                    help="charge this many trace seconds per (re)start for every model, in place "
                         "of the preset's per-model table (e.g. what interlace-report --json "
                         "measured on a live run)")
     p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
-    p.add_argument("--plot", metavar="FILE.png", help="draw the JCT CDF of the policies")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the JCT CDF of the policies (any format matplotlib writes: "
+                        ".png, .pdf, .svg, ...)")
     p.add_argument("--out", metavar="DIR", help="write per-job CSV and a summary per policy here")
+    p.add_argument("--explain", action="store_true",
+                   help="after the table, compare the first policy with the last job by job: "
+                        "which finishes each job sooner, time spent waiting, and run time "
+                        "against the job's time alone (why the JCT CDFs cross)")
     return p
+
+
+def _plot_formats() -> set[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return set(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_outputs(plot: str | None, out: str | None) -> list[str]:
+    """One line per output that cannot be written, found before any simulation runs (so a
+    typo costs no minutes of simulating and no traceback at the end). Nothing is created."""
+    problems = []
+    if plot is not None:
+        path = Path(plot)
+        suffix = path.suffix.lower().lstrip(".")
+        formats = _plot_formats()
+        parent = path.parent
+        if suffix not in formats:
+            kind = f"a .{suffix} file" if suffix else "a file without an extension"
+            choices = ", ".join("." + f for f in sorted(formats))
+            problems.append(f"--plot {plot}: cannot draw {kind} (use one of {choices})")
+        elif path.is_dir():
+            problems.append(f"--plot {plot}: is a directory")
+        elif not parent.is_dir():
+            problems.append(f"--plot {plot}: no such directory {str(parent)!r}")
+        elif not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            problems.append(f"--plot {plot}: not writable")
+    if out is not None:
+        path = Path(out)
+        existing = path  # the directory itself, or the nearest ancestor mkdir would start from
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            what = "is not a directory" if existing == path else f"{existing} is not a directory"
+            problems.append(f"--out {out}: cannot create the directory ({what})")
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problems.append(f"--out {out}: {existing} is not writable")
+    return problems
+
+
+def plot_title(trace: str, spec: str, preset: str, restart_overhead: float | None = None) -> str:
+    """What a plot shows: the trace, the spec and the preset (and a replaced overhead)."""
+    title = f"trace {Path(trace).name}, spec {Path(spec).name}, preset {preset}"
+    if restart_overhead is not None:
+        title += f", restart {restart_overhead:g} s"
+    return title
+
+
+def _fail(lines) -> int:
+    for line in lines:
+        print(f"{PROG}: {line}", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,39 +181,51 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(_resolve(args.spec, spec_path, ".csv"))
     except SpecError as err:
         problems.extend(getattr(err, "problems", None) or [str(err)])
+    trace_path = None
     try:
-        records = read_trace(_resolve(args.trace, default_trace_path, ".csv"), spec=spec)
+        trace_path = _resolve(args.trace, default_trace_path, ".csv")
+        records = read_trace(trace_path, spec=spec)
     except TraceError as err:
         problems.extend(str(p) for p in err.problems)
+    else:
+        if not records:
+            problems.append(str(no_jobs_problem(trace_path)))
+    problems.extend(check_outputs(args.plot, args.out))
+    if args.explain and (args.json or len(policies) < 2):
+        problems.append("--explain: needs two or more policies, and a table (not --json)")
     if problems:
-        for line in problems:
-            print(f"interlace-sim: {line}", file=sys.stderr)
-        return 1
-    if not records:
-        print("interlace-sim: the trace has no jobs", file=sys.stderr)
-        return 1
+        return _fail(problems)
     preset = get_preset(args.preset) if args.restart_overhead is None else get_preset(
         args.preset, overhead_table={}, overhead_default=args.restart_overhead)
     results: list[SimResult] = []
     for name in policies:
         bar = _Bar(name)
+        bar.begin(len(records))
         try:
             result = simulate(records, spec, name, preset, progress=bar)
         except RuntimeError as err:
-            bar.close()
-            print(f"interlace-sim: {name}: {err}", file=sys.stderr)
-            return 1
+            bar.close(ok=False)
+            return _fail([f"{name}: {err}"])
         bar.close()
         results.append(result)
         if args.json:
             print(dumps(summary_dict(name, result.summary, round(result.wall_s, 4),
                                      preset=preset.name, rounds=result.rounds)), flush=True)
         if args.out:
-            _write_outputs(Path(args.out), result)
+            try:
+                _write_outputs(Path(args.out), result)
+            except OSError as err:
+                return _fail([f"--out {args.out}: cannot write ({err.strerror or err})"])
     if not args.json:
         print(format_table(results))
+    if args.explain:
+        print("\n".join(explain(results[0], results[-1], records)))
     if args.plot:
-        plot_cdf(results, Path(args.plot))
+        try:
+            plot_cdf(results, Path(args.plot),
+                     title=plot_title(args.trace, args.spec, preset.name, args.restart_overhead))
+        except (OSError, ValueError) as err:
+            return _fail([f"--plot {args.plot}: cannot write ({err})"])
     return 0
 
 
@@ -157,7 +251,58 @@ def format_table(results: list[SimResult]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows)
 
 
-def plot_cdf(results: list[SimResult], path: Path) -> None:
+def explain(a: SimResult, b: SimResult, records) -> list[str]:
+    """Why two JCT CDFs can cross, in numbers: per job, which policy finishes it sooner; how
+    long jobs wait (submit to first start); and how long they run against their time alone
+    (first start to end over the trace's duration; sharing GPUs stretches it, so does a
+    preemption). A policy can finish most jobs later and still win on the mean and the tail
+    when what it loses per job is small and what it saves the long waiters is large."""
+    from statistics import mean, median
+
+    alone = {r.job_id: r.duration for r in records}
+    done_a = {o.job_id: o for o in a.outcomes if o.end is not None}
+    done_b = {o.job_id: o for o in b.outcomes if o.end is not None}
+    common = sorted(done_a.keys() & done_b.keys())
+    if not common:
+        return [f"{a.policy} and {b.policy} have no finished job in common"]
+    sooner_a = [j for j in common if done_a[j].jct < done_b[j].jct]
+    sooner_b = [j for j in common if done_b[j].jct < done_a[j].jct]
+    longest = sorted(common, key=lambda j: alone.get(j, 0.0))[-max(len(common) // 10, 1):]
+
+    def stretch(done: dict) -> float:
+        return median((done[j].end - done[j].start) / alone[j] for j in common
+                      if alone.get(j, 0) > 0 and done[j].start is not None)
+
+    def waiting(done: dict, jobs: list[int]) -> float:
+        return mean(done[j].queueing for j in jobs if done[j].start is not None) / 3600
+
+    def pct(jobs: list[int]) -> str:
+        return f"{len(jobs) / len(common):.0%}"
+
+    na, nb = a.policy, b.policy
+    ties = len(common) - len(sooner_a) - len(sooner_b)
+    return [
+        f"{na} against {nb}, job by job ({len(common)} jobs):",
+        f"  {na} finishes {pct(sooner_a)} of them sooner, {nb} {pct(sooner_b)}"
+        + (f" ({ties} equal)" if ties else "")
+        + f"; median JCT {a.summary.p50_jct / 3600:.2f} h against {b.summary.p50_jct / 3600:.2f} h",
+        f"  running: a job runs a median {stretch(done_a):.2f}x its time alone under {na}, "
+        f"{stretch(done_b):.2f}x under {nb}",
+        f"  waiting: {waiting(done_a, common):.2f} h on average under {na}, "
+        f"{waiting(done_b, common):.2f} h under {nb}; the longest tenth of jobs "
+        f"{waiting(done_a, longest):.2f} h against {waiting(done_b, longest):.2f} h",
+        f"  the jobs {nb} finishes sooner gain "
+        f"{sum(done_a[j].jct - done_b[j].jct for j in sooner_b) / 3600:,.0f} job-hours, "
+        f"those it finishes later lose "
+        f"{sum(done_b[j].jct - done_a[j].jct for j in sooner_a) / 3600:,.0f}: "
+        f"mean JCT {a.summary.avg_jct / 3600:.2f} h against {b.summary.avg_jct / 3600:.2f} h, "
+        f"p99 {a.summary.p99_jct / 3600:.2f} h against {b.summary.p99_jct / 3600:.2f} h",
+    ]
+
+
+def plot_cdf(results: list[SimResult], path: Path, title: str | None = None) -> None:
+    """The JCT CDF of each result, log hours; `title` says what was run (trace, spec,
+    preset), so a figure that travels alone still says what it shows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,6 +316,8 @@ def plot_cdf(results: list[SimResult], path: Path) -> None:
     ax.set_xlabel("JCT (hours)")
     ax.set_ylabel("fraction of jobs")
     ax.legend()
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

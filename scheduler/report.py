@@ -6,8 +6,9 @@ so a live run can be scored exactly like a simulated one and the two compared si
 same `JobOutcome`s, same `summarize`, same table and the same JSON keys as `interlace-sim`.
 `wall_s` is the live run's wall duration: from the scheduler's start to the last finish.
 
-Unreadable lines are skipped (and counted on stderr); a missing run dir, a missing log or a
-run with no finished job is one line on stderr and exit status 1.
+Unreadable lines are skipped (and counted on stderr); a journal that cannot be read is a
+warning naming it (the log stands); a missing run dir, a missing log or a run with no
+finished job is one line on stderr and exit status 1.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import argparse
 import bisect
 import dataclasses
 import json
+import sqlite3
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -62,6 +64,7 @@ class LiveRun:
     skipped: int = 0  # unreadable lines
     unfinished: list[int] = field(default_factory=list)
     restart_overhead_s: float | None = None  # mean trace seconds from decision to progress
+    warnings: list[str] = field(default_factory=list)  # what was read around, for stderr
 
     def result(self) -> SimResult:
         """The run in the simulator's result type, so its table and plot apply unchanged."""
@@ -231,12 +234,16 @@ def _fill_from_journal(run: Path, live: LiveRun) -> None:
     missing = {o.job_id: i for i, o in enumerate(live.outcomes) if o.end is None}
     if not missing or not path.is_file():
         return
-    from scheduler.journal import Journal
+    from scheduler.journal import Journal, JournalError
 
     try:
         with Journal(path) as journal:
             done = [e for e in journal.finished() if e.record.job_id in missing]
-    except Exception:  # a report must not fail on a journal it cannot read; the log stands
+    except (OSError, sqlite3.Error, JournalError) as err:
+        # a journal gone, unreadable or not SQLite: the log stands, and the user is told;
+        # anything else is a bug and is not hidden
+        live.warnings.append(f"{path}: cannot read the journal ({err}); "
+                             f"finishes are taken from {LOG_NAME} only")
         return
     for entry in done:
         i = missing[entry.record.job_id]
@@ -282,7 +289,8 @@ def restart_overhead(run: Path, records: list[dict[str, Any]],
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=(
         "Metrics of a live run (JCT average/median/p99, makespan, queueing, GPU utilisation, "
-        "preemptions; trace seconds) from its scheduler.log, as interlace-sim reports them."))
+        "preemptions) from its scheduler.log, as interlace-sim reports them: the table in "
+        "hours of trace time, --json in trace seconds."))
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holds scheduler.log)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object (the keys of interlace-sim --json)")
@@ -301,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if live.skipped:
         print(f"{PROG}: skipped {live.skipped} unreadable lines in {LOG_NAME}", file=sys.stderr)
+    for warning in live.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     result = live.result()
     if args.json:
         print(dumps(summary_dict(live.policy, result.summary, round(live.wall_s, 4),
@@ -318,7 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{' ...' if len(live.unfinished) > 10 else ''})")
     if args.plot:
         try:
-            plot_cdf([result], Path(args.plot))
+            plot_cdf([result], Path(args.plot),
+                     title=f"live run {Path(args.run_dir).resolve().name}: {live.policy} on "
+                           f"{live.total_gpus} GPUs, preset {live.preset}")
         except (OSError, ValueError) as err:
             print(f"{PROG}: cannot write {args.plot}: {err}", file=sys.stderr)
             return 1

@@ -955,7 +955,9 @@ def _load_spec(text: str) -> ClusterSpec:
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ClusterSpec]:
     p = argparse.ArgumentParser(prog="python -m scheduler.service",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--spec", required=True, help="cluster spec: a CSV path or a packaged name")
+    from specs import available_specs
+    p.add_argument("--spec", required=True, help="cluster spec: a CSV path or a packaged name ("
+                   f"{', '.join(available_specs())})")
     p.add_argument("--policy", default="muri-s", choices=sorted(POLICIES))
     p.add_argument("--preset", default="default", help="model preset (default: default)")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
@@ -998,12 +1000,30 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status 0 after a clean stop; 1 with one line on stderr naming the file when the
+    run dir, the journal or the endpoints cannot be had; 2 for a usage error."""
     args, spec = parse_args(argv)
+    import sqlite3
+
     from broker.curve import component_endpoints
     from broker.logs import configure_logging
+    from scheduler.journal import JournalError
 
     run_dir = Path(args.run_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"{SERVICE}: {run_dir}: cannot create the run directory ({err.strerror or err})",
+              file=sys.stderr)
+        return 1
+    # opened once here, before anything waits for the broker, so an unwritable or corrupt
+    # journal is one line at once (not a traceback once the broker is up)
+    journal_path = Path(args.journal).resolve() if args.journal else run_dir / "journal.db"
+    try:
+        Journal(journal_path).close()
+    except (OSError, sqlite3.Error, JournalError) as err:
+        print(f"{SERVICE}: {journal_path}: cannot use the journal ({err})", file=sys.stderr)
+        return 1
     log = configure_logging(SERVICE, run_dir, level=args.log_level)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -1018,7 +1038,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       journal=Path(args.journal) if args.journal else None,
                       checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
                       workload=args.workload, torch_config=args.torch_config)
-    service = SchedulerService(endpoints, options, log=log)
+    try:
+        service = SchedulerService(endpoints, options, log=log)
+    except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above
+        log.error("journal_unusable", path=str(journal_path), error=str(err))
+        return 1
     try:
         return service.run(stop)
     finally:

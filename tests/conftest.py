@@ -6,3 +6,32 @@ from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+import logging  # noqa: E402
+
+import pytest  # noqa: E402
+import structlog  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _in_process_logs_to_pytest():
+    """Components run inside the test process (requesters, services, a broker or scheduler
+    on a thread) log through structlog, whose default prints to the sys.stdout of the moment
+    structlog was imported: with -s or --capture=tee-sys their lines, debug ones included,
+    landed among pytest's progress dots. Route them to stdlib logging instead: pytest captures
+    that per test and shows it only with a failure; between tests (a thread still winding
+    down) a NullHandler drops it rather than logging's last resort printing it to stderr.
+    Processes (broker, scheduler, agents) log to their run dirs; the tests redirect their
+    stderr to files there."""
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+        root.addHandler(logging.NullHandler())
+    structlog.configure(
+        processors=[structlog.stdlib.add_log_level, structlog.processors.format_exc_info,
+                    structlog.processors.JSONRenderer(default=repr)],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    yield

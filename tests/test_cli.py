@@ -76,3 +76,120 @@ def test_restart_overhead_replaces_the_per_model_table(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main(["--trace", str(trace), "--restart-overhead", bad])
         assert "--restart-overhead" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Fails the test if a policy is simulated: output problems must be found before."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("simulated before checking the outputs")
+    monkeypatch.setattr("scheduler.cli.simulate", refuse)
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--out", "/dev/null/x", "/dev/null is not a directory"),
+    ("--out", "{tmp}/file.txt", "cannot create the directory (is not a directory)"),
+    ("--plot", "{tmp}/no/such/dir/x.png", "no such directory"),
+    ("--plot", "{tmp}/x.txt", "cannot draw a .txt file"),
+    ("--plot", "{tmp}", "cannot draw a file without an extension"),
+])
+def test_unwritable_outputs_are_one_line_before_any_simulation(tmp_path, capsys, no_simulation,
+                                                             option, value, says):
+    value = value.format(tmp=tmp_path)
+    (tmp_path / "file.txt").write_text("")
+    assert main(["--policy", "fifo,srsf", option, value]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and out == ""
+    assert err.splitlines() == [err.strip()]
+    assert err.startswith(f"interlace-sim: {option} {value}: ") and says in err
+
+
+def test_a_header_only_trace_is_refused_naming_the_file(tmp_path, capsys, no_simulation):
+    trace = tmp_path / "empty.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,"
+                     "interval,iteration_time,resource_time_0,resource_time_1,resource_time_2,"
+                     "priority\n")
+    assert main(["--trace", str(trace)]) == 1
+    assert capsys.readouterr().err == f"interlace-sim: {trace}: no jobs (the file has a header " \
+                                      "and no rows)\n"
+
+
+def test_off_a_terminal_each_policy_says_when_it_starts_and_ends(capsys):
+    assert main(["--policy", "srsf,fifo", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 2  # stdout keeps its contract: the JSON lines only
+    lines = err.splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["srsf", "srsf", "fifo", "fifo"]
+    assert "simulating 40 jobs" in lines[0] and "done in" in lines[1]
+
+
+def test_the_plot_is_titled_with_its_trace_spec_and_preset(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig",
+                        lambda fig, *a, **k: titles.append(fig.axes[0].get_title()) or
+                        save(fig, *a, **k))
+    assert main(["--policy", "srsf", "--spec", "n4g4", "--preset", "paper",
+                 "--plot", str(tmp_path / "cdf.png")]) == 0
+    assert titles == ["trace default, spec n4g4, preset paper"]
+
+
+def test_help_and_readme_name_every_packaged_trace_and_spec(capsys):
+    from pathlib import Path
+
+    from specs import available_specs
+    from traces import available_traces
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    usage = next(line for line in readme.splitlines() if line.strip().startswith("interlace-sim"))
+    for name in (*available_specs(), *available_traces()):
+        assert name in helptext, name
+        assert f"`{name}`" in readme, name
+    # every option has a default: the usage line must not make one look required
+    assert "[--trace" in usage and "[--spec" in usage and "[--policy" in usage
+
+
+def test_explain_puts_the_crossing_cdfs_in_numbers_job_by_job(tmp_path, capsys):
+    import csv
+
+    assert main(["--policy", "srsf,muri-s", "--explain", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    jct = {p: {row["job_id"]: float(row["jct"]) for row in
+               csv.DictReader(open(tmp_path / f"{p}-jobs.csv"))} for p in ("srsf", "muri-s")}
+    sooner = [j for j in jct["srsf"] if jct["srsf"][j] < jct["muri-s"][j]]
+    later = [j for j in jct["srsf"] if jct["srsf"][j] > jct["muri-s"][j]]
+    assert f"srsf finishes {len(sooner) / 40:.0%} of them sooner, muri-s {len(later) / 40:.0%}" \
+        in out
+    gain = sum(jct["srsf"][j] - jct["muri-s"][j] for j in later) / 3600
+    assert f"the jobs muri-s finishes sooner gain {gain:,.0f} job-hours" in out
+    assert "x its time alone under srsf" in out and "longest tenth" in out
+
+
+def test_explain_needs_two_policies_and_a_table(capsys):
+    for argv in (["--policy", "srsf", "--explain"], ["--policy", "srsf,fifo", "--explain",
+                                                     "--json"]):
+        assert main(argv) == 1
+        assert "--explain: needs two or more policies" in capsys.readouterr().err
+
+
+def test_on_a_terminal_a_bar_and_no_lines():
+    import io
+
+    from scheduler.cli import _Bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    bar = _Bar("muri-s", stream=stream, delay=0.0)
+    bar.begin(10)
+    bar(5, 10)
+    bar.close()
+    assert "simulating" not in stream.getvalue() and "done in" not in stream.getvalue()
+    assert "5/10 jobs" in stream.getvalue() and stream.getvalue().endswith("\n")

@@ -228,3 +228,29 @@ def test_a_regroup_is_no_preemption(tmp_path):
     (tmp_path / "scheduler.log").write_text("\n".join(lines) + "\n")
     outcomes = {o.job_id: o for o in report.load_run(tmp_path).outcomes}
     assert outcomes[0].preemptions == 2 and outcomes[0].starts == 5
+
+
+def test_an_unreadable_journal_is_a_warning_naming_it(tmp_path, capsys):
+    """Job 3 is unfinished in the log; the journal that could say more is not SQLite."""
+    run = write_run(tmp_path / "run")
+    (run / "journal.db").write_text("not a database\n" * 100)
+    got, err = _json(capsys, str(run))
+    assert got["unfinished"] == 1  # the log stands
+    assert err.splitlines() == [f"interlace-report: warning: {run / 'journal.db'}: cannot read "
+                                f"the journal (file is not a database); finishes are taken "
+                                f"from scheduler.log only"]
+
+
+def test_a_bug_while_reading_the_journal_is_not_hidden(tmp_path, monkeypatch):
+    from scheduler.journal import Journal
+    from tests.helpers import job
+
+    run = write_run(tmp_path / "run")
+    with Journal(run / "journal.db") as journal:
+        journal.submit(job(3, submit=380.0), 380.0)
+
+    def broken(self):
+        raise TypeError("a bug in the journal reader")
+    monkeypatch.setattr(Journal, "finished", broken)
+    with pytest.raises(TypeError, match="a bug in the journal reader"):
+        report.load_run(run)

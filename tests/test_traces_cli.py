@@ -125,3 +125,23 @@ def test_unwritable_output_is_exit_1(tmp_path, capsys):
 def test_help_is_exit_0(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0 and "generate" in out
+
+
+def test_a_header_only_trace_is_refused_as_interlace_sim_refuses_it(tmp_path, capsys):
+    from scheduler import cli
+
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + "\n")
+    code, out, err = run(capsys, "validate", str(path))
+    assert code == 1 and out == ""
+    assert err == f"{path}: no jobs (the file has a header and no rows)\n"
+    assert cli.main(["--trace", str(path)]) == 1
+    assert capsys.readouterr().err == f"interlace-sim: {err}"
+
+
+def test_validate_help_names_the_packaged_specs(capsys):
+    from specs import available_specs
+
+    code, out, _ = run(capsys, "validate", "--help")
+    assert code == 0
+    assert all(name in " ".join(out.split()) for name in available_specs())

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from specs import available_specs
 from traces.errors import TraceError
 from traces.generate import generate
 from traces.muri_csv import write_trace
@@ -83,7 +84,8 @@ def _parser() -> _Parser:
 
     val = sub.add_parser("validate", help="check a trace; one line per problem on stderr")
     val.add_argument("path", help="trace CSV file")
-    val.add_argument("--spec", help="cluster spec file or packaged spec name (e.g. n8g8)")
+    val.add_argument("--spec", help="cluster spec file or packaged spec name: "
+                     f"{', '.join(available_specs())}")
     return parser
 
 

@@ -23,11 +23,15 @@ def validate(
 ) -> list[Problem]:
     """Every problem found (empty when clean); never raises for bad input.
 
-    A path is checked exactly as read_trace would check it. `spec` (anything with
+    A path is checked exactly as read_trace would check it, and a file without a job is a
+    problem (nothing to schedule; interlace-sim refuses it too). `spec` (anything with
     `total_gpus`) adds the fits-the-cluster check; `known_models` defaults to MODELS.
     """
     if isinstance(records_or_path, (str, os.PathLike)):
-        return parse_trace(records_or_path, spec=spec, known_models=known_models)[1]
+        records, problems = parse_trace(records_or_path, spec=spec, known_models=known_models)
+        if not records and not problems:
+            problems.append(no_jobs_problem(records_or_path))
+        return problems
     known = MODELS if known_models is None else known_models
     total_gpus = None if spec is None else int(getattr(spec, "total_gpus"))
     problems: list[Problem] = []
@@ -47,6 +51,12 @@ def validate(
                 )
             )
     return problems
+
+
+def no_jobs_problem(path: str | os.PathLike[str]) -> Problem:
+    """A trace file with a header and no job: nothing to schedule, so every tool (validate,
+    interlace-sim) refuses it with this same line rather than one passing what another refuses."""
+    return Problem(os.fspath(path), None, None, "no jobs (the file has a header and no rows)")
 
 
 def _check_record(
