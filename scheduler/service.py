@@ -409,6 +409,7 @@ class SchedulerService:
             if node_name(other) != node:
                 self.strays.append((job_id, node_name(other)))
         self.progress.pop(job_id, None)
+        self.profiles.forget(job_id)  # a requeue keeps it: the job runs again, same model
         entry = self.journal.get(job_id)
         submit, start = entry.submit_trace, entry.first_start_trace
         self.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
