@@ -270,8 +270,8 @@ def _validate(raw: Mapping[str, Any]) -> None:
     for name, check in BOUNDS.get(raw["type"], {}).items():
         problem = check(raw[name]) if name in raw else None
         if problem:
-            raise MessageError("bad_value", f"{raw['type']}: {name!r}{'' if problem[0] == '[' else ' '}"
-                                            f"{problem}", msg_id)
+            gap = "" if problem.startswith("[") else " "  # 'stages'['gpu'] must be ...
+            raise MessageError("bad_value", f"{raw['type']}: {name!r}{gap}{problem}", msg_id)
 
 
 def _is(value: Any, types: tuple[type, ...]) -> bool:
