@@ -4,6 +4,7 @@ stays up, keeps planning, and a running job still finishes. CI sends 1,500 messa
 `python bench/fuzz_service.py --messages 10000` runs the full count against real processes."""
 from __future__ import annotations
 
+import math
 import os
 
 from tests.fuzz_service import Fuzzer
@@ -35,6 +36,12 @@ def test_the_scheduler_survives_hostile_messages_and_counts_the_refusals(logged)
     # every refused event counted once, by kind (and the service never stopped)
     wait_for(lambda: all(h.status()["refused"].get(k, 0) == n for k, n in expected.items()))
     assert h._thread.is_alive()
+    # what reached the planner is finite (on 2d48c7c, stage times of inf and 1e17 got in)
+    with svc._lock:
+        jobs = list(svc.core.jobs.values())
+        assert all(math.isfinite(x) for j in jobs for x in (*j.profile, j.solo_time,
+                                                             j.restart_overhead, j.remaining))
+    assert h.log.of("profile_updated")  # and valid measurements did reach it
     status = h.status()
     assert status["rounds"] > rounds
     answers = summary["answers"]
