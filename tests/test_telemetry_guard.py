@@ -32,6 +32,7 @@ from tests.helpers import job, spec
 from tests.test_service import harness, wait_for  # noqa: F401  (the fixture)
 
 INF, NAN = float("inf"), float("nan")
+DEADLINE_S = 20.0  # for one answer on a loaded 2-core machine
 
 
 class RecordingLog:
@@ -368,3 +369,37 @@ def test_a_finished_job_leaves_no_profile_estimate_a_requeued_one_keeps_it(harne
     assert h.job(1)["state"] == "finished"
     assert 1 not in svc.profiles.estimates
     assert 2 in svc.profiles.estimates
+
+
+# -- a request with a bad number is answered, never acted on -------------------------------------
+def _raw_request(endpoints: Any, type_: str, **fields: Any) -> Message:
+    """Send a request unchecked (Requester would refuse to build it) and return the answer."""
+    from broker.wire import EMPTY, REP, REQ, REQUEST_HWM
+
+    sock = _open(endpoints, zmq.DEALER, endpoints.requests, sndhwm=REQUEST_HWM,
+                 rcvhwm=REQUEST_HWM)
+    try:
+        msg = Message(type=type_, id=f"raw-{type_}", sender="agent.n1", ts=time.time(),
+                      fields=fields)
+        sock.send_multipart([EMPTY, REQ, b"scheduler", encode(msg)])
+        assert sock.poll(int(DEADLINE_S * 1000)), "no answer"
+        empty, rep, payload = sock.recv_multipart()
+        assert (empty, rep) == (EMPTY, REP)
+        return decode(payload)
+    finally:
+        sock.close(0)
+
+
+@pytest.mark.parametrize("fields", [
+    {"node": "n1", "gpus": [0, 1, 2, 3], "cpus": 8, "mem": NAN},
+    {"node": "n1", "gpus": [0, 1, 2, 3], "cpus": 8, "mem": 64.0,
+     "running": [{"job_id": 1, "iterations": INF}]},
+])
+def test_a_registration_with_a_non_finite_number_is_answered_bad_value(harness, fields):  # noqa: F811
+    h = harness(spec=spec(nodes=2, gpus=4))
+    h.start_scheduler()
+    answer = _raw_request(h.endpoints, "agent.register", **fields)
+    assert answer.type == "error" and answer["code"] == "bad_value"
+    assert answer["re"] == "raw-agent.register"
+    status = h.status()  # nothing registered, and the scheduler still answers
+    assert "n1" not in status["agents"]
