@@ -36,12 +36,12 @@ from typing import Sequence
 import structlog
 import zmq
 
+from broker.client import RefusalLog, refusal_kind
 from broker.curve import (InsecureBind, check_bind, is_loopback, load_authorized,
                           server_options, start_authenticator)
 from broker.endpoints import Endpoints
 from broker.keys import KeyFileError, ServerKeys, load_server
 from broker.logs import configure_logging
-from broker.client import RefusalLog, refusal_kind
 from broker.messages import MAX_MESSAGE_BYTES, IdSource, MessageError, decode
 from broker.ratelimit import TokenBuckets
 from broker.wire import (EMPTY, EVENT_HWM, HARD_LIMIT_FACTOR, HB, MAX_SUBSCRIPTION_BYTES, REP,
