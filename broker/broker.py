@@ -36,6 +36,7 @@ from typing import Sequence
 import structlog
 import zmq
 
+from broker.client import RefusalLog, refusal_kind
 from broker.curve import (InsecureBind, check_bind, is_loopback, load_authorized,
                           server_options, start_authenticator)
 from broker.endpoints import Endpoints
@@ -92,6 +93,8 @@ class Broker:
         self._keys = keys
         self._buckets = TokenBuckets(rate_limit, rate_burst) if rate_limit > 0 else None
         self.rate_limited = 0  # requests answered `rate_limited`
+        # malformed requests, answered `error` here: counted by kind, logged once per sender
+        self.refusals = RefusalLog(self._log)
         self._limited: set[bytes] = set()  # senders limited since the last sweep (logged once)
         self._timeout = float(service_timeout)
         self._grace = self._timeout if startup_grace is None else float(startup_grace)
@@ -242,7 +245,8 @@ class Broker:
         try:
             msg = decode(payload)
         except MessageError as err:
-            return self._refuse(client, err.code, err.reason, err.msg_id)
+            return self._refuse(client, err.code, err.reason, err.msg_id, err.msg_type,
+                                err.sender)
         if not is_request_type(msg.type):
             return self._refuse(client, "not_request",
                                 f"{msg.type!r} is not a request type", msg.id)
@@ -388,9 +392,10 @@ class Broker:
         self._log.info("broker.keys_reloaded", authorized=count)
         return count
 
-    def _refuse(self, ident: bytes, code: str, reason: str, msg_id: str | None = None) -> None:
-        self._log.warning("broker.malformed", code=code, reason=reason, re=msg_id,
-                          peer=ident.hex())
+    def _refuse(self, ident: bytes, code: str, reason: str, msg_id: str | None = None,
+                msg_type: str | None = None, sender: str | None = None) -> None:
+        self.refusals.refuse(refusal_kind(msg_type, code), sender or f"peer:{ident.hex()}",
+                             reason, re=msg_id, peer=ident.hex())
         self._send([ident, EMPTY, REP, error_payload(SENDER, self._ids, code, reason, msg_id)])
 
     def _send(self, frames: list[bytes]) -> int | None:

@@ -14,15 +14,16 @@ polls for at most the time asked, `Subscriber.recv` takes a timeout, publishing 
 from __future__ import annotations
 
 import collections
+import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import structlog
 import zmq
 
 from broker.curve import client_options
 from broker.endpoints import Endpoints
-from broker.messages import IdSource, Message, MessageError, decode, encode, make
+from broker.messages import SCHEMA, IdSource, Message, MessageError, decode, encode, make
 from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, REQUEST_HWM, SUBSCRIPTION_HWM, connect,
                          error_payload, is_request_type, service_name)
 
@@ -58,6 +59,59 @@ class HandlerError(Exception):
 
 def _ms(seconds: float) -> int:
     return max(0, int(seconds * 1000 + 0.999))
+
+
+def refusal_kind(msg_type: str | None, code: str) -> str:
+    """`type:code`, e.g. `event.timing:bad_value`; a type not in the schema is `unknown`, so
+    a sender cannot grow the table with made-up names (codes are this program's own)."""
+    return f"{msg_type if msg_type in SCHEMA else 'unknown'}:{code}"
+
+
+class RefusalLog:
+    """Refused input, counted by kind and logged once per (sender, kind).
+
+    Why: a sender that repeats a bad message (a trainer whose clock broke, a fuzzer) must be
+    seen, but must not flood the log, one line per message. The first refusal of a kind from
+    a sender is logged with its reason; later ones are only counted (`counts`, which the
+    scheduler's status reply shows). The memory of who was logged is bounded: past
+    `max_logged` pairs, new ones are counted only, and that is said once. Thread-safe: a
+    scheduler's service thread and main thread share one.
+    """
+
+    def __init__(self, log: Any, max_logged: int = 1024):
+        self.log = log
+        self.max_logged = int(max_logged)
+        self._lock = threading.Lock()
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._logged: set[tuple[str, str]] = set()
+        self._full_said = False
+
+    def refuse(self, kind: str, sender: str | None, reason: str, **detail: Any) -> None:
+        sender = (sender if isinstance(sender, str) else "?")[:128]
+        key = (sender, kind)
+        with self._lock:
+            self._counts[kind] += 1
+            count = self._counts[kind]
+            first = key not in self._logged and len(self._logged) < self.max_logged
+            if first:
+                self._logged.add(key)
+            say_full = not first and key not in self._logged and not self._full_said
+            self._full_said = self._full_said or say_full
+        if first:
+            self.log.warning("input_refused", kind=kind, sender=sender, reason=str(reason)[:500],
+                             count=count, later="counted, not logged", **detail)
+        elif say_full:
+            self.log.warning("input_refused_unlogged", senders=self.max_logged,
+                             detail="too many senders refused: new ones are counted only")
+
+    def counts(self) -> dict[str, int]:
+        """Refusals so far, by kind."""
+        with self._lock:
+            return dict(sorted(self._counts.items()))
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
 
 
 class Requester:
@@ -161,7 +215,8 @@ class Service:
     """
 
     def __init__(self, endpoints: Endpoints, name: str, handler: Callable[[Message], dict | None],
-                 *, heartbeat: float = 0.5, dedup: int = 10_000):
+                 *, heartbeat: float = 0.5, dedup: int = 10_000,
+                 refusals: RefusalLog | None = None):
         if service_name(name.encode("utf-8")) is None:
             raise ValueError(f"bad service name {name!r} (letters, digits, _.:- up to 128)")
         if heartbeat <= 0 or dedup < 0:
@@ -175,6 +230,8 @@ class Service:
         self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._liveness = max(5 * self.heartbeat, 1.0)  # silent this long: broker gone
         self._log = structlog.get_logger("broker.service").bind(service=name)
+        # malformed requests and handler refusals: counted, logged once per sender and kind
+        self.refusals = refusals if refusals is not None else RefusalLog(self._log)
         self._sock: zmq.Socket | None = None
         self._broker_lost = False
         self._connect()
@@ -252,10 +309,12 @@ class Service:
         try:
             req = decode(payload)
         except MessageError as err:
-            self._log.warning("service.malformed", code=err.code, reason=err.reason, re=err.msg_id)
+            self.refusals.refuse(refusal_kind(err.msg_type, err.code), err.sender, err.reason,
+                                 re=err.msg_id)
             return error_payload(self.name, self._ids, err.code, err.reason, err.msg_id)
         if not is_request_type(req.type):
-            self._log.warning("service.malformed", code="not_request", type=req.type, re=req.id)
+            self.refusals.refuse(refusal_kind(req.type, "not_request"), req.sender,
+                                 f"{req.type!r} is not a request type", re=req.id)
             return error_payload(self.name, self._ids, "not_request",
                                  f"{req.type!r} is not a request type", req.id)
         cached = self._cache.get(req.id)
@@ -283,8 +342,8 @@ class Service:
             decode(out)  # what the requester cannot read must not leave as a success
             return out
         except HandlerError as err:
-            self._log.info("service.handler_error", type=req.type, re=req.id, code=err.code,
-                           reason=err.reason)
+            self.refusals.refuse(refusal_kind(req.type, str(err.code)), req.sender,
+                                 str(err.reason), re=req.id)
             try:
                 return error_payload(self.name, self._ids, str(err.code), str(err.reason), req.id)
             except MessageError:
@@ -364,13 +423,16 @@ class Subscriber:
     restarted; counting starts again from there.
     """
 
-    def __init__(self, endpoints: Endpoints, prefixes: Sequence[str] = ("event.",)):
+    def __init__(self, endpoints: Endpoints, prefixes: Sequence[str] = ("event.",), *,
+                 refusals: RefusalLog | None = None):
         if isinstance(prefixes, str):
             prefixes = (prefixes,)
         self.gaps: dict[str, int] = {}
         self.invalid = 0  # events skipped as malformed
         self._last: dict[str, int] = {}
         self._log = structlog.get_logger("broker.subscriber")
+        # malformed events: counted, logged once per sender and kind (no flood)
+        self.refusals = refusals if refusals is not None else RefusalLog(self._log)
         self._sock: zmq.Socket | None = _open(endpoints, zmq.SUB, endpoints.events_out,
                                               sndhwm=SUBSCRIPTION_HWM, rcvhwm=EVENT_HWM)
         for prefix in prefixes:
@@ -400,16 +462,18 @@ class Subscriber:
         try:
             msg = decode(frames[1])
         except MessageError as err:
-            return self._skip(err.code, err.reason)
+            return self._skip(err.code, err.reason, err.msg_type, err.sender)
         if not msg.is_event:
-            return self._skip("not_event", f"{msg.type!r} on the event bus")
+            return self._skip("not_event", f"{msg.type!r} on the event bus", msg.type, msg.sender)
         if frames[0] != msg.type.encode("utf-8"):
-            return self._skip("bad_topic", f"topic {frames[0][:64]!r} != type {msg.type!r}")
+            return self._skip("bad_topic", f"topic {frames[0][:64]!r} != type {msg.type!r}",
+                              msg.type, msg.sender)
         return msg
 
-    def _skip(self, code: str, reason: str) -> None:
+    def _skip(self, code: str, reason: str, msg_type: str | None = None,
+              sender: str | None = None) -> None:
         self.invalid += 1
-        self._log.warning("subscriber.malformed", code=code, reason=reason)
+        self.refusals.refuse(refusal_kind(msg_type, code), sender, reason)
         return None
 
     def _track(self, msg: Message) -> None:

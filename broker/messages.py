@@ -7,10 +7,11 @@ is wrong; nothing malformed gets past it, so handlers can trust what they receiv
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import msgpack
 
@@ -68,12 +69,98 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "event.round": {"groups": (_LIST, True), "latency_ms": (_NUM, True)},
     "event.log": {"record": (_MAP, True)},
 }
+
+# -- value bounds ---------------------------------------------------------------------------
+# Types are not enough: msgpack carries inf, nan and 1e300 as floats, and one of them in a
+# measurement reaches the planner's arithmetic (a weight of inf stops every later round).
+# So every number that senders measure or count is checked here, where it enters, against
+# bounds no honest sender comes near. A violation is a MessageError("bad_value").
+MAX_SECONDS = 1e6  # a stage, iteration or restart time (trace s): ~11.6 days is a broken clock
+MAX_ITERATIONS = 1e15  # iterations done or reported; any real job is many orders below
+MAX_CPUS = 1_000_000  # cores an agent may announce
+MAX_MEM = 1e9  # memory an agent may announce (GB)
+MAX_GPU_ID = 65_535  # a device index an agent may announce
+MAX_ID = 2**53  # job ids and counters: exact as a float, as in JSON and the journal
+MAX_STAGES = 16  # stage names in one timing map (real trainers send 3 or 4)
+
+_Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None
+
+
+def _number(lo: float, hi: float) -> _Check:
+    """A finite number within [lo, hi]; other types are the type check's (or handler's)."""
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be finite, got {value!r}"
+        if not lo <= value <= hi:
+            return f"must be in [{lo:g}, {hi:g}], got {value!r}"
+        return None
+    return check
+
+
+def _items(check: _Check) -> _Check:
+    """Every element of a list."""
+    def each(value: Any) -> str | None:
+        for i, item in enumerate(value if isinstance(value, (list, tuple)) else ()):
+            problem = check(item)
+            if problem:
+                return f"[{i}] {problem}"
+        return None
+    return each
+
+
+def _entries(key: str, check: _Check) -> _Check:
+    """Field `key` of every map in a list (e.g. `running`: {job_id, iterations} each)."""
+    def each(value: Any) -> str | None:
+        for i, item in enumerate(value if isinstance(value, (list, tuple)) else ()):
+            problem = check(item.get(key)) if isinstance(item, dict) else None
+            if problem:
+                return f"[{i}][{key!r}] {problem}"
+        return None
+    return each
+
+
+def _stage_map(value: Any) -> str | None:
+    """A timing's stages: at most MAX_STAGES names, each a number of seconds."""
+    if len(value) > MAX_STAGES:
+        return f"has {len(value)} stages, at most {MAX_STAGES}"
+    seconds = _number(0.0, MAX_SECONDS)
+    for name, time_ in value.items():
+        if not isinstance(name, str) or isinstance(time_, bool) \
+                or not isinstance(time_, (int, float)):
+            return f"must map stage names to numbers, got {name!r}: {time_!r}"
+        problem = seconds(time_)
+        if problem:
+            return f"[{name!r}] {problem}"
+    return None
+
+
+_SECONDS, _ITERATIONS = _number(0.0, MAX_SECONDS), _number(0.0, MAX_ITERATIONS)
+_JOB_ID, _COUNT = _number(0, MAX_ID), _number(0, MAX_ID)
+_RUNNING = _entries("iterations", _ITERATIONS)
+# type -> {field: check}, applied once the field's type is right
+BOUNDS: dict[str, dict[str, _Check]] = {
+    "agent.register": {"gpus": _items(_number(0, MAX_GPU_ID)), "cpus": _number(0, MAX_CPUS),
+                       "mem": _number(0.0, MAX_MEM), "running": _RUNNING, "launches": _COUNT},
+    "agent.heartbeat": {"running": _RUNNING, "launches": _COUNT},
+    "job.finished": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
+    "job.stopped": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
+    "event.timing": {"job_id": _JOB_ID, "stages": _stage_map, "iteration_time": _SECONDS,
+                     "iterations": _ITERATIONS, "restart_overhead": _SECONDS},
+    "event.progress": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
+}
+
 ENVELOPE = {"type": _STR, "v": _INT, "id": _STR, "sender": _STR, "ts": _NUM}
 EVENT_EXTRA = {"seq": _INT}  # per-sender sequence number, so subscribers can see gaps
 
 
 class MessageError(ValueError):
-    """A frame that is not a valid message. `code` is machine-readable, the text is for people."""
+    """A frame that is not a valid message. `code` is machine-readable, the text is for people.
+    `msg_type` and `sender` say whose message it was, where the frame said (for counting)."""
+
+    msg_type: str | None = None
+    sender: str | None = None
 
     def __init__(self, code: str, reason: str, msg_id: str | None = None):
         super().__init__(f"{code}: {reason}")
@@ -145,7 +232,12 @@ def decode(data: bytes) -> Message:
         raise MessageError("bad_encoding", f"not msgpack: {type(err).__name__}") from None
     if not isinstance(raw, dict):
         raise MessageError("bad_frame", "message is not a map")
-    _validate(raw)
+    try:
+        _validate(raw)
+    except MessageError as err:  # say whose it was, so refusals can be counted per sender
+        err.msg_type = raw["type"] if isinstance(raw.get("type"), str) else None
+        err.sender = raw["sender"] if isinstance(raw.get("sender"), str) else None
+        raise
     fields = {k: v for k, v in raw.items() if k not in ENVELOPE and k not in EVENT_EXTRA}
     return Message(type=raw["type"], id=raw["id"], sender=raw["sender"], ts=float(raw["ts"]),
                    fields=fields, v=raw["v"], seq=raw.get("seq"))
@@ -175,6 +267,11 @@ def _validate(raw: Mapping[str, Any]) -> None:
     extra = set(raw) - set(spec) - set(ENVELOPE) - set(EVENT_EXTRA)
     if extra:
         raise MessageError("unknown_field", f"{raw['type']}: unknown fields {sorted(extra)}", msg_id)
+    for name, check in BOUNDS.get(raw["type"], {}).items():
+        problem = check(raw[name]) if name in raw else None
+        if problem:
+            gap = "" if problem.startswith("[") else " "  # 'stages'['gpu'] must be ...
+            raise MessageError("bad_value", f"{raw['type']}: {name!r}{gap}{problem}", msg_id)
 
 
 def _is(value: Any, types: tuple[type, ...]) -> bool:

@@ -3,6 +3,7 @@ carries the time the driver says it is, so the simulator and the live service dr
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable, Mapping
 
 from scheduler.placement import ClusterState, Demand
@@ -15,6 +16,15 @@ from traces.record import JobRecord
 
 class SchedulingError(Exception):
     """An event the core cannot accept (unknown job, a job twice, a job too large)."""
+
+
+def _finite(value: object) -> float | None:
+    """`value` as a finite float, or None when it is not one."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 class Core:
@@ -69,20 +79,46 @@ class Core:
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,
                        solo_time: float | None = None) -> None:
-        """A measured profile replaces the trace's; the next round plans with it."""
+        """A measured profile replaces the trace's; the next round plans with it.
+
+        The core is the last line before the planner's arithmetic: a stage time that is not
+        a finite number >= 0, a profile of the wrong length or all zero, or a solo time that
+        is not finite and > 0 is refused (SchedulingError) and nothing changes."""
         job = self._job(job_id)
+        new_profile = None
         if profile is not None:
-            job.profile = tuple(float(x) for x in profile)
-        if solo_time is not None:
-            job.solo_time = float(solo_time)
+            try:
+                new_profile = tuple(float(x) for x in profile)
+            except (TypeError, ValueError):
+                raise SchedulingError(f"job {job_id}: profile {profile!r} is not numbers") from None
+            if len(new_profile) != len(job.profile):
+                raise SchedulingError(f"job {job_id}: profile has {len(new_profile)} stages, "
+                                      f"the job has {len(job.profile)}")
+            total = sum(new_profile)
+            if not all(math.isfinite(t) and t >= 0 for t in new_profile) \
+                    or not (math.isfinite(total) and total > 0):
+                raise SchedulingError(f"job {job_id}: stage times must be finite, >= 0 and "
+                                      f"not all zero, got {new_profile}")
+        solo = None if solo_time is None else _finite(solo_time)
+        if solo_time is not None and not (solo is not None and solo > 0):
+            raise SchedulingError(f"job {job_id}: solo time must be finite and > 0, "
+                                  f"got {solo_time!r}")
+        if new_profile is not None:
+            job.profile = new_profile
+        if solo is not None:
+            job.solo_time = solo
             job.remaining_estimate = job.remaining * job.solo_time
         self.policy.on_profile(job)
 
     def set_restart_overhead(self, job_id: int, seconds: float) -> None:
-        """What a restart of this job was measured to cost (live trainers report it)."""
-        if not seconds >= 0:
-            raise SchedulingError(f"restart overhead must be >= 0, got {seconds}")
-        self._job(job_id).restart_overhead = float(seconds)
+        """What a restart of this job was measured to cost (live trainers report it); a
+        value that is not a finite number >= 0 is refused (it weighs every later regroup)."""
+        job = self._job(job_id)
+        value = _finite(seconds)
+        if value is None or value < 0:
+            raise SchedulingError(f"job {job_id}: restart overhead must be a finite number "
+                                  f">= 0, got {seconds!r}")
+        job.restart_overhead = value
 
     def set_node_online(self, node: int, online: bool) -> None:
         """The live driver says whether a node's agent is there; offline nodes get no work."""

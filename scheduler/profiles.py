@@ -7,8 +7,11 @@ regroup jobs (checkpoint, restart) for nothing.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
+
+from broker.messages import MAX_SECONDS  # the wire's ceiling on a stage time, kept here too
 
 #: Stage names per profile layout (DESIGN.md: a trace may merge io+cpu into data).
 LAYOUTS = {3: ("data", "gpu", "net"), 4: ("io", "cpu", "gpu", "net")}
@@ -16,7 +19,9 @@ LAYOUTS = {3: ("data", "gpu", "net"), 4: ("io", "cpu", "gpu", "net")}
 
 def as_layout(stages: Mapping[str, float], length: int) -> tuple[float, ...] | None:
     """Measured per-stage seconds in the layout of a `length`-stage profile; None when the
-    measurement cannot fill it (unknown layout, missing or negative stages)."""
+    measurement cannot fill it (unknown layout, missing stages) or is not a time (negative,
+    non-finite, over MAX_SECONDS, all zero): the messages are checked already, but a profile
+    the planner weighs must never hold inf or nan, whoever calls this."""
     try:
         if length == 3:
             data = stages["data"] if "data" in stages else stages["io"] + stages["cpu"]
@@ -28,7 +33,7 @@ def as_layout(stages: Mapping[str, float], length: int) -> tuple[float, ...] | N
         values = tuple(float(v) for v in values)
     except (KeyError, TypeError, ValueError):
         return None
-    if not all(v >= 0.0 for v in values) or not any(values):
+    if not all(math.isfinite(v) and 0.0 <= v <= MAX_SECONDS for v in values) or not any(values):
         return None
     return values
 

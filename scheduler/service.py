@@ -157,6 +157,12 @@ class SchedulerService:
         self.stopping: set[int] = set()  # jobs a round is stopping right now
         self.progress: dict[int, float] = {}  # iterations done, per telemetry
         self.profiles = ProfileEstimator(threshold=options.profile_threshold)
+        # input refused anywhere (schema, handlers, core): counted by kind, logged once per
+        # sender and kind; shared by the service thread's Service and the main thread
+        from broker.client import RefusalLog
+        self.refusals = RefusalLog(self.log)
+        self._refusals_said = (0, -math.inf)  # (total, wall) when the counts were last logged
+        self.round_failures = 0  # rounds that raised (logged `round_failed`; the loop goes on)
         self.strays: list[tuple[int, str]] = []  # (job, node) to stop outside a plan
         self.outbox: list[tuple[str, dict[str, Any]]] = []  # events for the main thread to publish
         self.wake_reasons: set[str] = set()
@@ -407,6 +413,7 @@ class SchedulerService:
             if node_name(other) != node:
                 self.strays.append((job_id, node_name(other)))
         self.progress.pop(job_id, None)
+        self.profiles.forget(job_id)  # a requeue keeps it: the job runs again, same model
         entry = self.journal.get(job_id)
         submit, start = entry.submit_trace, entry.first_start_trace
         self.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
@@ -521,6 +528,7 @@ class SchedulerService:
                                   "last_heartbeat_s": wall - a.last_seen}
                            for name, a in sorted(self.agents.items())},
                 "offline": [node_name(n) for n in sorted(self.core.cluster.offline)],
+                "refused": self.refusals.counts(), "round_failures": self.round_failures,
                 **({"jobs": listed, "jobs_truncated": total > len(listed)}
                    if jobs else {}),
             }
@@ -538,7 +546,8 @@ class SchedulerService:
         requester = Requester(self.endpoints, SERVICE, timeout=self.opt.agent_request_timeout,
                               retries=self.opt.agent_request_retries)
         publisher = Publisher(self.endpoints, SERVICE)
-        subscriber = Subscriber(self.endpoints, ["event.progress", "event.timing"])
+        subscriber = Subscriber(self.endpoints, ["event.progress", "event.timing"],
+                                refusals=self.refusals)
         self.log.info("scheduler_start", policy=self.opt.policy, preset=self.opt.preset,
                       nodes=self.opt.spec.num_nodes, gpus=self.opt.spec.total_gpus,
                       time_scale=self.opt.time_scale, round_s=self.opt.round_s,
@@ -565,7 +574,8 @@ class SchedulerService:
                 except Exception:  # closing is best effort on the way out
                     pass
             self.journal.set_clock(self.now())
-            self.log.info("scheduler_exit", rounds=self.rounds, clock=self.now())
+            self.log.info("scheduler_exit", rounds=self.rounds, clock=self.now(),
+                          round_failures=self.round_failures, refused=self.refusals.counts())
 
     def _serve(self, stop: threading.Event, ready: threading.Event,
                error: list[BaseException]) -> None:
@@ -574,9 +584,7 @@ class SchedulerService:
         def handler(msg: Any) -> dict[str, Any]:
             try:
                 return self.handle(msg)
-            except Refusal as err:
-                self.log.warning("request_refused", type=msg.type, sender=msg.sender,
-                                 code=err.code, reason=err.reason)
+            except Refusal as err:  # counted and logged (once per sender) by the Service
                 raise HandlerError(err.code, err.reason) from None
             except HandlerError:
                 raise
@@ -585,7 +593,8 @@ class SchedulerService:
                 raise HandlerError("internal", f"{type(err).__name__}: {err}") from None
 
         try:
-            service = Service(self.endpoints, SERVICE, handler, heartbeat=0.5)
+            service = Service(self.endpoints, SERVICE, handler, heartbeat=0.5,
+                              refusals=self.refusals)
         except BaseException as err:
             error.append(err)
             raise
@@ -603,13 +612,17 @@ class SchedulerService:
         msg = subscriber.recv(wait)
         count = 0
         while msg is not None and count < 10_000:
-            if msg.type == "event.progress":
-                with self._lock:
-                    if msg["job_id"] in self.placed:
-                        self._note_progress(msg["job_id"], float(msg["iterations"]))
-            elif msg.type == "event.timing":
-                with self._lock:
-                    self._note_timing(msg)
+            try:
+                if msg.type == "event.progress":
+                    with self._lock:
+                        if msg["job_id"] in self.placed:
+                            self._note_progress(msg["job_id"], float(msg["iterations"]))
+                elif msg.type == "event.timing":
+                    with self._lock:
+                        self._note_timing(msg)
+            except Exception as err:  # telemetry is advice: a bad event costs itself only
+                self.refusals.refuse(f"{msg.type}:internal", msg.sender,
+                                     f"{type(err).__name__}: {err}", job_id=msg.get("job_id"))
             count += 1
             msg = subscriber.recv(0)
 
@@ -635,7 +648,32 @@ class SchedulerService:
             due = bool(self.wake_reasons) or wall - self._last_round >= self.opt.round_s \
                 or (self.next_wakeup is not None and self.now() >= self.next_wakeup)
         if due:
-            self.round(requester)
+            try:
+                self.round(requester)
+            except Exception as err:  # a round's bug must not end the scheduler
+                self._round_failed(err)
+        self._say_refusals(wall)
+
+    def _round_failed(self, err: Exception) -> None:
+        """Log the failed round with the jobs it touched; the next one is due a full round_s
+        later (or at the next event), never at once, so a round that always fails is no hot
+        loop. The running jobs stay where they are meanwhile."""
+        with self._lock:
+            self.round_failures += 1
+            self._last_round = self.clock()
+            self.next_wakeup = None  # a stale wake-up in the past would be due at once
+            running = [j.id for j in self.core.running_jobs()]
+            queued = [j.id for j in self.core.queue if j.status is Status.PENDING]
+            self.log.error("round_failed", error=f"{type(err).__name__}: {err}",
+                           running=running, queued=queued, failures=self.round_failures,
+                           exc_info=err)
+
+    def _say_refusals(self, wall: float, every: float = 30.0) -> None:
+        """The refusal counts in the log, when they changed, at most every `every` s."""
+        total, said = self.refusals.total(), self._refusals_said
+        if total != said[0] and wall - said[1] >= every:
+            self._refusals_said = (total, wall)
+            self.log.info("refusals", total=total, refused=self.refusals.counts())
 
     def _stop_strays(self, requester: Any) -> None:
         with self._lock:
@@ -926,12 +964,18 @@ class SchedulerService:
         if job is None or job.status is not Status.RUNNING:
             return
         overhead = msg.get("restart_overhead")
-        if overhead is not None and overhead >= 0 and overhead != job.restart_overhead:
-            self.core.set_restart_overhead(job.id, float(overhead))  # weighs future regroups
-        profile = self.profiles.fold(job.id, job.profile, msg["stages"])
-        if profile is None:
+        try:
+            if overhead is not None and overhead != job.restart_overhead:
+                self.core.set_restart_overhead(job.id, overhead)  # weighs future regroups
+            profile = self.profiles.fold(job.id, job.profile, msg["stages"])
+            if profile is None:
+                return
+            self.core.update_profile(job.id, profile, solo_time=sum(profile))
+        except SchedulingError as err:  # the core is the last line: refused, nothing changed
+            self.profiles.forget(job.id)  # the estimate it refused must not seed the next
+            self.refusals.refuse("event.timing:refused_by_core", msg.sender, str(err),
+                                 job_id=job.id)
             return
-        self.core.update_profile(job.id, profile, solo_time=sum(profile))
         self.wake_reasons.add("profile")
         self.log.info("profile_updated", job_id=job.id, profile=[round(t, 6) for t in profile],
                       measured=dict(msg["stages"]))
