@@ -58,3 +58,30 @@ def test_the_agent_answers_other_requests_while_a_stop_is_in_progress(slow_clust
     assert all({r["job_id"] for r in b["running"]} == {42, 43} for b in beats)
     assert len(c.sched.of("job.stopped", 41)) == 1  # one stop, one report
     assert not gone(other) and not c.sched.of("job.stopped", 42)
+
+
+def test_a_two_rank_torch_job_is_stopped_off_the_service_thread(slow_cluster):
+    """Both ranks of a real torch job on this node get the stop; the report comes once both
+    have checkpointed (the knob only slows emulated trainers)."""
+    pytest.importorskip("torch", reason="the torch trainers need the train extra")
+    c = slow_cluster
+    config = {"seq_len": 16, "d_model": 32, "layers": 1, "heads": 2, "ff": 64}
+    body = c.to_agent("job.launch", job_id=51, gpus=[0, 1], group=[51], slot=0,
+                      start_iteration=0, rank=0, world_size=2,
+                      workload={"kind": "torch", "iterations": 10**6, "model": "bert",
+                                "config": config})["body"]
+    assert body["launched"] is True
+    c.wait_running(51)
+    pids = [r["pids"] for r in _agent_records(c, "job_launched") if r["job"] == 51][0]
+    assert len(pids) == 2
+    assert c.to_agent("job.stop", job_id=51)["body"]["stopping"] is True
+    report = c.sched.wait(lambda: c.sched.of("job.stopped", 51), "job 51's stop report")[0]
+    assert report["requested"] is True and report["exit_code"] == 3
+    assert report["iterations"] == checkpoint.iterations(c.run_dir / "checkpoints", 51) > 0
+    assert all(gone(pid) for pid in pids)
+
+
+def _agent_records(c, event: str) -> list[dict]:
+    from tests.live import log_records
+
+    return log_records(c.run_dir, event, "agent")
