@@ -49,3 +49,39 @@ def test_a_launch_that_times_out_leaves_the_agent_online_and_is_stopped_as_a_str
     with Journal(h.run_dir / "journal.db") as log:
         kinds = {event[1] for event in log.events()}  # (ts, kind, job, node, detail)
     assert "agent_registered" in kinds and "agent_dead" not in kinds
+
+
+class NeverReportsStop(FakeAgent):
+    """Answers job.stop `stopping` like the node agent, but its report never comes."""
+
+    def _handle(self, msg):
+        if msg.type == "job.stop":
+            with self._lock:
+                self.stops.put(msg["job_id"])
+                return {"stopping": True, "was_running": msg["job_id"] in self.running,
+                        "iterations": self.running.get(msg["job_id"], 0.0), "finished": False}
+        return super()._handle(msg)
+
+
+def test_a_round_waiting_for_a_stop_ends_when_the_agent_stops_heartbeating(harness):
+    h = harness(spec=spec(nodes=2, gpus=4), agent_timeout=2.0)
+    h.start_scheduler()
+    n0 = NeverReportsStop(h.endpoints, "n0")
+    h.agents.append(n0)
+    h.wait_online("n0")
+    h.submit(job(1, num_gpu=4, iterations=100_000))
+    assert n0.next_launch()["job_id"] == 1
+    h.submit(job(2, num_gpu=4, iterations=10))  # shorter: SRSF preempts job 1 for it
+    assert n0.stops.get(timeout=DEADLINE) == 1
+    # the round waits for job 1's stop to be reported: its GPUs are not free yet
+    h.status()
+    assert n0.launches.empty() and h.job(2)["state"] == "pending"
+    n0.pause()  # no more heartbeats: after agent_timeout, n0 is dead and the wait ends
+    wait_for(lambda: "n0" in h.status()["offline"])
+    assert h.job(1)["state"] == "pending" and h.job(2)["state"] == "pending"
+    n1 = h.agent("n1")
+    assert n1.next_launch()["job_id"] == 2  # the round went on: job 2 runs on n1
+    assert n0.launches.empty()  # nothing ever launched on GPUs not known to be free
+    with Journal(h.run_dir / "journal.db") as log:
+        dead = [e for e in log.events() if e[1] == "agent_dead"]
+    assert len(dead) == 1 and dead[0][4]["requeued"] == [1]
