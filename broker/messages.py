@@ -44,7 +44,12 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
                         "incarnation": (_STR, False), "launches": (_INT, False)},
     "job.finished": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
                      "ok": (_BOOL, True), "detail": (_STR, False)},
-    "job.stopped": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True)},
+    # `requested`: the end of a job.stop the scheduler sent (answered `stopping` at once):
+    # whether the trainer completed instead (`finished`) and its exit status; without it,
+    # the agent stopped the trainer on its own (shutdown)
+    "job.stopped": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
+                    "requested": (_BOOL, False), "finished": (_BOOL, False),
+                    "exit_code": (_INT, False)},
     # -- scheduler -> agent --------------------------------------------------------------
     "job.launch": {"job_id": (_INT, True), "gpus": (_LIST, True), "group": (_LIST, True),
                    "slot": (_INT, True), "workload": (_MAP, True), "start_iteration": (_NUM, True),

@@ -6,8 +6,10 @@ rank per GPU for a torch job), runs a stage gate for every group that shares its
 tells the scheduler how each trainer ended. State changes travel request/reply and are retried until acknowledged
 (`job.finished`, `job.stopped`); only telemetry goes over the lossy bus (from the trainers).
 
-Threads: the service thread answers requests (launch/stop touch the job table under a lock);
-the main thread registers, heartbeats, reaps exited trainers and delivers the outbox. Each
+Threads: the service thread answers requests (launch/stop touch the job table under a lock)
+and never waits on a trainer: a stop is answered at once (`stopping`) and carried out by a
+thread of its own, which reports its end as `job.stopped` (`requested`) through the outbox.
+The main thread registers, heartbeats, reaps exited trainers and delivers the outbox. Each
 zmq socket is used by the one thread that created it.
 """
 from __future__ import annotations
@@ -148,6 +150,7 @@ class Agent:
         self._lock = threading.Lock()
         self._jobs: dict[int, _Job] = {}
         self._gates: dict[tuple, Any] = {}  # group (job ids in slot order) -> StageGate
+        self._stoppers: dict[int, threading.Thread] = {}  # job -> the thread stopping it
         self.outbox: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         # Heartbeats carry (incarnation, launches) taken with the job table, and each launch
         # reply its own number: the scheduler can then tell a job this agent no longer runs
@@ -362,24 +365,52 @@ class Agent:
                                     start_new_session=True, close_fds=True)
 
     def _stop(self, job_id: int) -> dict[str, Any]:
+        """Answered at once: a running job is SIGTERMed and reported `stopping`; the wait for
+        its checkpoint runs on a thread of its own (`_finish_stop`), so this service thread
+        answers other requests meanwhile and the scheduler's request never waits on a trainer.
+        A repeated stop answers `stopping` again; a job not running here, its checkpoint."""
         with self._lock:
             self._collect_locked()
             job = self._jobs.get(job_id)
-            if job is not None:
+            again = job is not None and job.stopping
+            if job is not None and not again:
                 job.stopping = True
+                _sigterm(job)  # before the reply: the stop is under way once answered
+                stopper = threading.Thread(target=self._finish_stop, args=(job,),
+                                           name=f"agent-stop-{job_id}", daemon=True)
+                self._stoppers[job_id] = stopper
+                stopper.start()  # under the lock: stop_all never finds it unstarted
         if job is None:
             return {"iterations": checkpoint.iterations(self.cfg.checkpoint_dir, job_id),
                     "was_running": False, "finished": False, "exit_code": None}
-        rc = self._terminate(job)
         its = self.iterations(job_id, job.start)
-        finished = rc == EXIT_FINISHED
-        with self._lock:  # gone from the table and its report queued as one step
-            self._jobs.pop(job_id, None)
-            if finished:  # it completed as the stop arrived: report it reliably as well
-                self.outbox.append(("job.finished", {"job_id": job_id, "node": self.cfg.node,
-                                                     "iterations": its, "ok": True}))
-        self.log.info("job_stopped", job=job_id, iterations=its, exit=rc, finished=finished)
-        return {"iterations": its, "was_running": True, "finished": finished, "exit_code": rc}
+        if not again:
+            self.log.info("job_stopping", job=job_id, pids=[p.pid for p in job.procs],
+                          iterations=its)
+        return {"stopping": True, "iterations": its, "was_running": True, "finished": False,
+                "exit_code": None}
+
+    def _finish_stop(self, job: _Job) -> None:
+        """A stop thread: wait for the trainer's checkpoint (SIGKILL after the stop timeout),
+        then drop the job and queue its `job.stopped` report as one step, so a heartbeat never
+        shows the job gone before the report of how it ended."""
+        rc = None
+        try:
+            rc = self._terminate(job)
+        except Exception:  # never leave the job stuck in `stopping`
+            self.log.exception("stop_failed", job=job.job_id)
+        its = self.iterations(job.job_id, job.start)
+        finished = rc == EXIT_FINISHED  # it completed as the stop arrived
+        report = {"job_id": job.job_id, "node": self.cfg.node, "iterations": its,
+                  "requested": True, "finished": finished}
+        if rc is not None:
+            report["exit_code"] = rc
+        with self._lock:
+            if self._jobs.get(job.job_id) is job:
+                del self._jobs[job.job_id]
+            self._stoppers.pop(job.job_id, None)
+            self.outbox.append(("job.stopped", report))
+        self.log.info("job_stopped", job=job.job_id, iterations=its, exit=rc, finished=finished)
 
     def _terminate(self, job: _Job) -> int:
         """SIGTERM every rank, wait (bounded), SIGKILL; returns the lead's exit status."""
@@ -452,17 +483,22 @@ class Agent:
         return max(checkpoint.iterations(self.cfg.checkpoint_dir, job_id), floor)
 
     def stop_all(self) -> list[tuple[_Job, int]]:
-        """Stop every trainer (SIGTERM all first, then wait each); returns (job, exit status)."""
+        """Stop every trainer (SIGTERM all first, then wait each); returns (job, exit status)
+        of those not already being stopped on request, whose threads queue their own reports
+        and are waited for here."""
         with self._lock:
-            jobs = list(self._jobs.values())
+            jobs = [job for job in self._jobs.values() if not job.stopping]
             for job in jobs:
                 job.stopping = True
+            stoppers = list(self._stoppers.values())
         for job in jobs:
             _sigterm(job)
         out = [(job, self._terminate(job)) for job in jobs]
         with self._lock:
             for job in jobs:
                 self._jobs.pop(job.job_id, None)
+        for stopper in stoppers:
+            stopper.join(self.cfg.stop_timeout + 5.0)
         return out
 
 
@@ -619,8 +655,8 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
                 return 1
             stop.wait(tick)
     finally:
-        svc_stop.set()  # no launches from here on; a stop in progress may finish first
-        svc.join(timeout=cfg.stop_timeout + 5.0)
+        svc_stop.set()  # no launches from here on
+        svc.join(timeout=5.0)
         for job, rc in agent.stop_all():
             its = agent.iterations(job.job_id, job.start)
             kind = "job.finished" if rc == EXIT_FINISHED else "job.stopped"

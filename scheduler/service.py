@@ -49,6 +49,8 @@ SERVICE = "scheduler"
 # a status reply lists at most this many jobs (~120 bytes each; frames are capped at 256 KiB)
 STATUS_JOBS_LIMIT = 1500
 _STATE_ORDER = {"running": 0, "pending": 1, "finished": 2}  # what a cut status list keeps first
+STOP_RETRY_S = 0.5  # a job.stop that timed out is sent again after this (or on its report)
+STOP_RECHECK_S = 5.0  # a stop not reported this long is asked about again (stops are idempotent)
 
 
 class Refusal(Exception):
@@ -84,6 +86,15 @@ class _Agent:
     mem: float
     last_seen: float  # monotonic wall seconds
     incarnation: str | None = None  # the agent process that registered (None: not told)
+
+
+@dataclass
+class _StopWait:
+    """One stop in progress on one agent, awaited by a round: `done` is set by the agent's
+    `job.stopped` report (`result`: its fields) or by the agent's death (`result` None)."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    result: dict[str, Any] | None = None
 
 
 @dataclass
@@ -164,6 +175,7 @@ class SchedulerService:
         self._refusals_said = (0, -math.inf)  # (total, wall) when the counts were last logged
         self.round_failures = 0  # rounds that raised (logged `round_failed`; the loop goes on)
         self.strays: list[tuple[int, str]] = []  # (job, node) to stop outside a plan
+        self._stop_waits: dict[tuple[int, str], list[_StopWait]] = {}  # (job, node) -> waiters
         self.outbox: list[tuple[str, dict[str, Any]]] = []  # events for the main thread to publish
         self.wake_reasons: set[str] = set()
         self.rounds = 0
@@ -366,7 +378,9 @@ class SchedulerService:
         return {"finished": False, "requeued": True}
 
     def _on_stopped(self, msg: Any) -> dict[str, Any]:
-        """A trainer stopped without our asking (its agent shut down): requeue the job."""
+        """A trainer stopped. The end of a stop a round waits for wakes that round (which
+        settles the job); one nobody waits for any more (`requested`, e.g. from before a
+        scheduler restart) settles it here; any other (its agent shut down) requeues it."""
         job_id, name = msg["job_id"], msg["node"]
         index = self._node_index(name)
         job = self.core.jobs.get(job_id)
@@ -374,12 +388,42 @@ class SchedulerService:
             return {"ignored": True}
         if job is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
+        waits = self._stop_waits.get((job_id, name))
+        if waits:
+            for wait in waits:
+                if not wait.done.is_set():
+                    wait.result = dict(msg.fields)
+                    wait.done.set()
+            return {"awaited": True}
+        if msg.get("requested"):
+            return self._settle_unawaited_stop(job, name, msg)
         where = self.placed.get(job_id) or self.launching.get(job_id)
         if job.status is Status.DONE or where is None or index not in where.nodes:
             return {"ignored": True}
         self._requeue(job_id, self.now(), f"stopped by {name}", skip=name,
                       iterations=float(msg["iterations"]))
         return {"requeued": True}
+
+    def _settle_unawaited_stop(self, job: Any, name: str, msg: Any) -> dict[str, Any]:
+        """The end of a stop that no round waits for: a job that completed is finished; one
+        that runs again (placed or launching) is left alone, never run twice; a waiting one
+        resumes from the stop's checkpoint when that is ahead of what is known."""
+        job_id, its = job.id, float(msg["iterations"])
+        if job.status is Status.DONE:
+            return {"ignored": True}
+        if msg.get("finished"):
+            self._finish(job_id, self.now(), its, name)
+            return {"finished": True}
+        if job_id in self.placed or job_id in self.launching:
+            self.log.info("stale_stop_report", job_id=job_id, node=name, iterations=its)
+            return {"ignored": True}
+        if its > self._resume_point(job_id):
+            now = self.now()
+            self.journal.mark_stopped(job_id, its, now, node=name, preempted=False,
+                                      detail={"reason": "stop reported after its round"})
+            self.core.set_remaining(job_id, job.record.iterations - its)
+        self.log.info("late_stop_settled", job_id=job_id, node=name, iterations=its)
+        return {"settled": True}
 
     def _on_status(self, msg: Any) -> dict[str, Any]:
         what = msg.get("what") or "all"
@@ -466,7 +510,8 @@ class SchedulerService:
                                            "group": list(where.group), "tt": where.tt})
 
     def declare_dead(self, name: str, reason: str) -> None:
-        """An agent is gone: its node takes no work and its jobs are requeued."""
+        """An agent is gone: its node takes no work, its jobs are requeued, and rounds
+        waiting for its stops to end stop waiting."""
         with self._lock:
             if self.agents.pop(name, None) is None:
                 return
@@ -476,6 +521,9 @@ class SchedulerService:
             requeued = list(self.on_node.get(index, ()))
             for job_id in requeued:
                 self._requeue(job_id, now, f"agent {name} lost: {reason}", skip=name)
+            for (_, node), waits in self._stop_waits.items():
+                for wait in waits if node == name else ():
+                    wait.done.set()  # no report will come: result stays None
             self.log.warning("agent_dead", node=name, reason=reason, requeued=requeued)
             self.journal.log_event("agent_dead", now, node=name,
                                    detail={"reason": reason, "requeued": requeued})
@@ -676,6 +724,8 @@ class SchedulerService:
             self.log.info("refusals", total=total, refused=self.refusals.counts())
 
     def _stop_strays(self, requester: Any) -> None:
+        """Stop trainers that run outside any plan, concurrently, each awaited to its end
+        (so a launch that follows finds its GPUs free)."""
         with self._lock:
             strays, self.strays = self.strays, []
             # a stray found when its agent registered may have been placed on that very node
@@ -684,23 +734,26 @@ class SchedulerService:
             strays = [(j, n) for j, n in strays if not self._runs_on(j, n)]
         for job_id, name in adopted:
             self.log.info("stray_adopted", job_id=job_id, node=name)
-        for job_id, name in strays:
-            reply = self._agent_request(requester, name, "job.stop", job_id=job_id)
-            if reply is None:
-                continue
-            with self._lock:
-                job = self.core.jobs.get(job_id)
-                its = reply.get("iterations")
-                if job is not None and job.status is not Status.DONE \
-                        and job_id not in self.placed and job_id not in self.launching \
-                        and isinstance(its, (int, float)):
-                    # a job the scheduler had lost track of (pending, or planned but not
-                    # launched yet): its stop checkpoint is the truth
-                    done = max(float(its), self._resume_point(job_id))
-                    self.core.set_remaining(job_id, job.record.iterations - done)
-                if job is not None and reply.get("finished") and job.status is not Status.DONE:
-                    self._finish(job_id, self.now(), float(its or job.record.iterations), name)
-            self.log.info("stray_stopped", job_id=job_id, node=name, iterations=its)
+        self._concurrently(requester, [(self._stop_stray, job_id, name)
+                                       for job_id, name in dict.fromkeys(strays)])
+
+    def _stop_stray(self, requester: Any, job_id: int, name: str) -> None:
+        reply = self._stop_everywhere(requester, job_id, [name], lambda: True)[0]
+        if reply is None:
+            return
+        with self._lock:
+            job = self.core.jobs.get(job_id)
+            its = reply.get("iterations")
+            if job is not None and job.status is not Status.DONE \
+                    and job_id not in self.placed and job_id not in self.launching \
+                    and isinstance(its, (int, float)):
+                # a job the scheduler had lost track of (pending, or planned but not
+                # launched yet): its stop checkpoint is the truth
+                done = max(float(its), self._resume_point(job_id))
+                self.core.set_remaining(job_id, job.record.iterations - done)
+            if job is not None and reply.get("finished") and job.status is not Status.DONE:
+                self._finish(job_id, self.now(), float(its or job.record.iterations), name)
+        self.log.info("stray_stopped", job_id=job_id, node=name, iterations=its)
 
     def _runs_on(self, job_id: int, name: str) -> bool:
         where = self.placed.get(job_id) or self.launching.get(job_id)
@@ -708,28 +761,39 @@ class SchedulerService:
 
     def _agent_request(self, requester: Any, name: str, type_: str,
                        **fields: Any) -> dict[str, Any] | None:
-        """A request to an agent; None when it failed (a timeout also declares the agent dead)."""
+        """A request to an agent; None when it failed."""
+        return self._agent_call(requester, name, type_, **fields)[0]
+
+    def _agent_call(self, requester: Any, name: str, type_: str,
+                    **fields: Any) -> tuple[dict[str, Any] | None, bool]:
+        """(reply body or None, whether it timed out). Heartbeats alone decide an agent is
+        dead: a timeout only means this answer did not come (the caller asks again, or a
+        launch that may have happened unheard is stopped as a stray). The broker's
+        `no_service` still declares the agent dead: the broker lost the agent's service
+        heartbeats, and the agent's service thread, never held up by a stop, sends them."""
         from broker.client import RequestFailed, RequestTimeout
 
         with self._lock:
             if name not in self.agents:  # dead or never came: its re-registration sorts it out
                 self.log.info("agent_request_skipped", node=name, type=type_,
                               job_id=fields.get("job_id"))
-                return None
+                return None, False
         try:
             reply = requester.request(f"agent.{name}", type_, **fields)
         except RequestTimeout:
             self.log.warning("agent_request_timeout", node=name, type=type_,
                              job_id=fields.get("job_id"))
-            self.declare_dead(name, f"{type_} timed out")
-            return None
+            if type_ == "job.launch":
+                with self._lock:
+                    self.strays.append((fields["job_id"], name))
+            return None, True
         except RequestFailed as err:
             self.log.warning("agent_request_refused", node=name, type=type_,
                              job_id=fields.get("job_id"), code=err.code, reason=err.reason)
             if err.code == "no_service":  # the broker no longer knows the agent
                 self.declare_dead(name, f"{type_}: {err.reason}")
-            return None
-        return dict(reply.get("body") or {})
+            return None, False
+        return dict(reply.get("body") or {}), False
 
     # -- rounds ----------------------------------------------------------------------------
     def round(self, requester: Any) -> None:
@@ -824,14 +888,13 @@ class SchedulerService:
 
     def _stop_job(self, requester: Any, job_id: int, was: Placed,
                   now_placed: Placed | None) -> None:
+        """Stop the job everywhere it runs and wait until each agent reports its trainer
+        gone (or dies) before its GPUs count as free; then settle it from the checkpoint."""
         reason = "preempted" if now_placed is None else (
             "moved" if now_placed.slices != was.slices else "regrouped")
-        replies: list[dict[str, Any]] = []
-        for piece in was.slices:
-            reply = self._agent_request(requester, node_name(piece.node), "job.stop",
-                                        job_id=job_id)
-            if reply is not None:
-                replies.append(reply)
+        replies = [r for r in self._stop_everywhere(
+            requester, job_id, [node_name(piece.node) for piece in was.slices],
+            lambda: self.placed.get(job_id) is was) if r is not None]
         with self._lock:
             job = self.core.jobs[job_id]
             if self.placed.get(job_id) is not was:
@@ -852,6 +915,85 @@ class SchedulerService:
             self.log.info("job_stopped", job_id=job_id, reason=reason, iterations=its, now=now,
                           nodes=[node_name(n) for n in was.nodes])
             self._emit_job(job_id, "stopped", {"reason": reason, "iterations": its})
+
+    def _stop_everywhere(self, requester: Any, job_id: int, names: list[str],
+                         current: Callable[[], bool]) -> list[dict[str, Any] | None]:
+        """job.stop to each of `names` (all asked before any is awaited, so their trainers
+        checkpoint together), then each stop's outcome: the agent's `job.stopped` report, or
+        its reply when it had nothing to stop (or stopped before answering); None where the
+        agent died, refused, or `current()` (under the lock) says the stop no longer matters."""
+        waits = [self._watch_stop(job_id, name) for name in names]
+        try:
+            asked = [self._ask_stop(requester, job_id, name, wait, current)
+                     for name, wait in zip(names, waits)]
+            return [self._await_stop(requester, job_id, name, wait, reply, current)
+                    for name, wait, reply in zip(names, waits, asked)]
+        finally:
+            with self._lock:
+                for name, wait in zip(names, waits):
+                    left = [w for w in self._stop_waits.get((job_id, name), ()) if w is not wait]
+                    if left:
+                        self._stop_waits[(job_id, name)] = left
+                    else:
+                        self._stop_waits.pop((job_id, name), None)
+
+    def _watch_stop(self, job_id: int, name: str) -> _StopWait:
+        """Registered before the request goes out: the report may beat the reply."""
+        wait = _StopWait()
+        with self._lock:
+            self._stop_waits.setdefault((job_id, name), []).append(wait)
+        return wait
+
+    def _stop_matters(self, name: str, current: Callable[[], bool]) -> float | None:
+        """Seconds until `name`'s heartbeats are overdue, while the stop still matters; None
+        when it does not: the job was settled meanwhile (`current()` false), or the agent is
+        dead, declared so here when its heartbeats are overdue (the main loop, which would
+        declare it, is waiting on this round)."""
+        with self._lock:
+            agent = self.agents.get(name)
+            if agent is None or not current():
+                return None
+            left = agent.last_seen + self.opt.agent_timeout - self.clock()
+            if left >= 0:
+                return left
+        self.declare_dead(name, f"no heartbeat for {self.opt.agent_timeout:g}s")
+        return None
+
+    def _ask_stop(self, requester: Any, job_id: int, name: str, wait: _StopWait,
+                  current: Callable[[], bool]) -> dict[str, Any] | None:
+        """The agent's answer to job.stop, asked again after a timeout for as long as the
+        agent lives (heartbeats decide that) and the stop matters; a stop is idempotent."""
+        while True:
+            reply, timed_out = self._agent_call(requester, name, "job.stop", job_id=job_id)
+            if reply is not None or not timed_out:
+                return reply
+            if wait.done.wait(STOP_RETRY_S):  # reported (or the agent died) meanwhile
+                return {"stopping": True}
+            if self._stop_matters(name, current) is None:
+                return None
+
+    def _await_stop(self, requester: Any, job_id: int, name: str, wait: _StopWait,
+                    reply: dict[str, Any] | None,
+                    current: Callable[[], bool]) -> dict[str, Any] | None:
+        """The outcome of a stop the agent answered: its report when the answer was
+        `stopping`, awaited until it comes or the agent's heartbeats are overdue. Unreported
+        after STOP_RECHECK_S, the agent is asked again: "stopping" still, or (the trainer
+        gone and its report lost, e.g. with an agent restart) the checkpoint."""
+        recheck = self.clock() + STOP_RECHECK_S
+        while reply is not None and reply.get("stopping"):
+            if wait.done.is_set():
+                return wait.result
+            left = self._stop_matters(name, current)
+            if left is None:
+                return wait.result if wait.done.is_set() else None
+            if wait.done.wait(max(0.0, min(left, recheck - self.clock()))):
+                return wait.result
+            if self.clock() >= recheck:
+                self.log.info("stop_unreported", job_id=job_id, node=name,
+                              after_s=STOP_RECHECK_S)
+                reply = self._ask_stop(requester, job_id, name, wait, current)
+                recheck = self.clock() + STOP_RECHECK_S
+        return reply
 
     def _regroup_job(self, requester: Any, job_id: int, was: Placed, want: Placed) -> None:
         """Tell the job's agents its new group and pace; it keeps running where it is. Where

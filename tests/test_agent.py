@@ -259,8 +259,11 @@ def test_heartbeats_say_which_launches_their_snapshot_has_seen(cluster):
 def test_stop_replies_with_iterations_and_relaunch_resumes(cluster):
     pid = cluster.launch(12, total=10**6)["body"]["pid"]
     cluster.wait_running(12)
-    body = cluster.to_agent("job.stop", job_id=12)["body"]
-    assert body["was_running"] is True and body["finished"] is False and body["exit_code"] == 3
+    reply = cluster.to_agent("job.stop", job_id=12)["body"]
+    assert reply["stopping"] is True and reply["was_running"] is True
+    # the stop's end comes as a report, retried until the scheduler acknowledges it
+    body = cluster.sched.wait(lambda: cluster.sched.of("job.stopped", 12), "job.stopped")[0]
+    assert body["requested"] is True and body["finished"] is False and body["exit_code"] == 3
     assert 0 < body["iterations"] < 10**6
     assert body["iterations"] == checkpoint.iterations(cluster.run_dir / "checkpoints", 12)
     assert gone(pid)
@@ -273,7 +276,7 @@ def test_stop_replies_with_iterations_and_relaunch_resumes(cluster):
     cluster.launch(12, total=total, start=body["iterations"])
     done = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 12), "job.finished")[0]
     assert done["ok"] is True and done["iterations"] == total
-    assert not cluster.sched.of("job.stopped", 12)
+    assert len(cluster.sched.of("job.stopped", 12)) == 1  # the requested stop's, only
 
 
 BAD_LAUNCHES = [
@@ -400,7 +403,8 @@ def test_a_regroup_gives_the_running_trainer_its_new_pace(cluster):
     its = [r["iterations"] for b in beats for r in b["running"] if r["job_id"] == 31]
     assert len(its) == 4 and its[-1] - its[1] < 0.01  # the first may predate the new pace
     assert not gone(body["pid"]) and beats[-1]["launches"] == reg["launches"] + 1
-    stop = cluster.to_agent("job.stop", job_id=31)["body"]
+    assert cluster.to_agent("job.stop", job_id=31)["body"]["stopping"] is True
+    stop = cluster.sched.wait(lambda: cluster.sched.of("job.stopped", 31), "job.stopped")[0]
     assert stop["exit_code"] == 3 and stop["iterations"] >= its[-1]
 
 

@@ -33,6 +33,9 @@ EXIT_FINISHED = 0
 EXIT_STOPPED = 3
 EXIT_USAGE = 2  # argparse's own code for bad arguments
 CHUNK_WALL_S = 0.02  # how often the loop looks at signals and its parent
+# Test knob, never set in production: wall seconds an emulated trainer takes to write its
+# checkpoint after a stop signal, standing in for a model slow to checkpoint.
+TEST_SLOW_STOP_ENV = "INTERLACE_TEST_SLOW_STOP_S"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -196,6 +199,7 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
                 log.info("trainer_finished", iterations=its)
                 return EXIT_FINISHED
             if stop.is_set() or os.getppid() != parent:
+                _slow_stop_for_tests()
                 its = save(done=False)
                 log.info("trainer_stopped", iterations=its, orphaned=not stop.is_set())
                 return EXIT_STOPPED
@@ -205,6 +209,16 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
             stop.wait(max(0.0, min(CHUNK_WALL_S, emu.wall_left(now), next_report - now)))
     finally:
         telemetry.close()
+
+
+def _slow_stop_for_tests() -> None:
+    """The TEST_SLOW_STOP_ENV knob: hold the stop checkpoint that long (0 or unset: none)."""
+    try:
+        delay = float(os.environ.get(TEST_SLOW_STOP_ENV) or 0.0)
+    except ValueError:
+        delay = 0.0
+    if delay > 0:
+        time.sleep(delay)  # the simulated checkpoint write itself, not a synchronisation
 
 
 def main(argv: Sequence[str] | None = None) -> int:
