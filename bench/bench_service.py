@@ -15,9 +15,11 @@ It also reports heartbeats the scheduler wrongly declared missed and the service
 the start, once the backlog is in, halfway through the arrivals and at the end (flat from the
 backlog on, since the arrivals only replace what the rounds keep).
 
-Run from the repository root:
+Run from the repository root (the README's figures: 200 arrivals, so that p99 is not the max):
     python bench/bench_service.py [--agents 64] [--jobs 1000] [--arrivals 30]
-    python bench/bench_service.py --agents 256 --jobs 5000 --target-ms 1000 --target-p99-ms 1000
+    python bench/bench_service.py --agents 256 --jobs 5000 --arrivals 200 --target-ms 1000 \
+        --target-p99-ms 1000
+The targets (--target-ms, --target-p99-ms) are for the planning time.
 """
 from __future__ import annotations
 
