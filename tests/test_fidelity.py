@@ -110,7 +110,7 @@ def test_themis_tail_is_reported_honestly(run):
     artifact: the artifact's own run gives 4.27e6 s. Ours is +3.7% from the artifact's own
     run (pinned, and bounded by 10%), +49.3% from the published figure."""
     got = run("trace3", "themis").summary
-    # The artifact's own p99: its simulator/ folder (Rivendile/Muri, commit 4e69a78), the
+    # The artifact's own p99: its simulator/ folder (Rivendile/Muri, commit 4e69a78ce75f), the
     # Themis command of its sim_fig10.sh on trace3, run from simulator/ (Python 3.11, numpy
     # 2.4.6, cvxpy 1.9.3, ecos 2.0.14; 5.5 min on this 2-core machine):
     #   python run_sim.py --cluster_spec=cluster_spec/n8g8.csv --print --scheme=yarn \
