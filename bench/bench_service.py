@@ -2,8 +2,8 @@
 
 Real processes and sockets: a broker and the scheduler service (`muri-s`, default preset) as
 subprocesses; N lightweight agents in this process (one broker service each, registering and
-heartbeating like node_agent, answering launch/stop at once and running nothing: a stand-in
-for nodes, since hundreds of trainers do not fit on this machine); a backlog of jobs submitted
+heartbeating like node_agent, answering launch/stop/regroup at once and running nothing: a
+stand-in for nodes, since hundreds of trainers do not fit on this machine); a backlog of jobs submitted
 at t=0, then single arrivals one by one, each starting a round. Two latencies per arrival:
 the planning time the service logs for the round (`round` events, `latency_ms`: `core.round()`
 alone), and the whole round, from the arrival (the submit request's send time) to the last
@@ -51,7 +51,8 @@ GPUS_PER_NODE = 8
 
 
 class LightAgent:
-    """One node as the scheduler sees it: registers, heartbeats, accepts launches and stops."""
+    """One node as the scheduler sees it: registers, heartbeats, accepts launches, stops and
+    regroups, and timestamps each reply."""
 
     def __init__(self, endpoints: Endpoints, node: str, heartbeat: float,
                  acks: list[tuple[float, str, int]]):
