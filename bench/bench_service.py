@@ -3,8 +3,8 @@
 Real processes and sockets: a broker and the scheduler service (`muri-s`, default preset) as
 subprocesses; N lightweight agents in this process (one broker service each, registering and
 heartbeating like node_agent, answering launch/stop/regroup at once and running nothing: a
-stand-in for nodes, since hundreds of trainers do not fit on this machine); a backlog of jobs submitted
-at t=0, then single arrivals one by one, each starting a round. Two latencies per arrival:
+stand-in for nodes, since hundreds of trainers do not fit on this machine); a backlog of jobs
+submitted at t=0, then single arrivals one by one, each starting a round. Two latencies per arrival:
 the planning time the service logs for the round (`round` events, `latency_ms`: `core.round()`
 alone), and the whole round, from the arrival (the submit request's send time) to the last
 launch, stop or regroup the agents acknowledged in the round it triggered (each LightAgent
