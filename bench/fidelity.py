@@ -37,8 +37,8 @@ def main() -> int:
     with open(published_file) as fh:
         published = {(r["trace"], r["policy"]): r for r in csv.DictReader(fh)}
     spec = load_spec(REFERENCE / "n8g8.csv")
-    print(f"{'trace':10} {'policy':9} {'avg JCT s':>12} {'err':>8} {'p99 JCT s':>12} {'err':>8} "
-          f"{'makespan s':>12} {'err':>8} {'wall s':>7}")
+    print(f"{'trace':10} {'policy':9} {'avg JCT s':>12} {'err':>10} {'p99 JCT s':>12} {'err':>10} "
+          f"{'makespan s':>12} {'err':>10} {'wall s':>7}")
     for trace in args.traces.split(","):
         records = read_trace(REFERENCE / f"{trace}.csv")
         for policy in args.policies.split(","):
@@ -46,7 +46,7 @@ def main() -> int:
             s, ref = result.summary, published.get((trace, policy))
 
             def err(ours: float, key: str) -> str:
-                return f"{100 * (ours / float(ref[key]) - 1):+7.2f}%" if ref else "    n/a"
+                return f"{100 * (ours / float(ref[key]) - 1):+9.4f}%" if ref else "       n/a"
 
             print(f"{trace:10} {policy:9} {s.avg_jct:12.0f} {err(s.avg_jct, 'avg_jct_s')} "
                   f"{s.p99_jct:12.0f} {err(s.p99_jct, 'p99_jct_s')} {s.makespan:12.0f} "

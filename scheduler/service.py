@@ -858,6 +858,10 @@ class SchedulerService:
         self._stop_strays(requester)
         self._concurrently(requester, [
             (self._launch_job, job_id, want) for job_id, want in launches])
+        # The round is applied (every stop, regroup and launch it sent is answered or failed):
+        # its end, for whole-round latency; apply_ms is the time since planning ended.
+        self.log.info("round_done", round=self.rounds,
+                      apply_ms=(self.clock() - self._last_round) * 1000.0)
 
     def _concurrently(self, requester: Any, calls: list[tuple]) -> None:
         if len(calls) <= 1:

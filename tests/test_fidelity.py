@@ -2,6 +2,10 @@
 
 Reads the artifact's traces from ../shared/reference/ (never committed here); skips with a
 reason where that folder is absent, as on a user's fresh clone.
+
+Where the replay is exact every figure must match to a relative 1e-6 (the README's
+"0.0001%"). Each exception is pinned at the gap measured with `python bench/fidelity.py`,
+so a change that moves it either way fails here and the README's figure is updated with it.
 """
 from __future__ import annotations
 
@@ -21,6 +25,24 @@ pytestmark = pytest.mark.skipif(
     not (REFERENCE / "published_results.csv").is_file(),
     reason=f"reference data not found at {REFERENCE} (the artifact's traces are not shipped)")
 
+EXACT = ["srtf", "srsf", "tiresias", "antman", "muri-s", "muri-l"]
+TRACES = ["trace3", "trace3_pr"]
+METRICS = {"avg_jct": "avg_jct_s", "makespan": "makespan_s", "p99_jct": "p99_jct_s"}
+EXACT_TOLERANCE = 1e-6  # relative: the README's "0.0001%"
+# A measured gap is pinned to within 0.01 percentage point of the figure the README states.
+GAP_TOLERANCE = 1e-4
+# (trace, policy, metric) -> relative error against the published figure, measured with
+# `python bench/fidelity.py` (paper preset, n8g8). Everything of EXACT not listed here is exact.
+MEASURED_GAPS = {
+    ("trace3", "muri-l", "avg_jct"): +0.003814,   # +0.38%; p99 and makespan exact
+    ("trace3", "themis", "avg_jct"): +0.030985,   # +3.10%
+    ("trace3", "themis", "makespan"): +0.000249,  # +0.025%
+    ("trace3", "themis", "p99_jct"): +0.493250,   # +49.3%: see test_themis_tail_*
+    ("trace3_pr", "themis", "avg_jct"): +1.531527,  # +153%: see the backlog tests
+    ("trace3_pr", "themis", "makespan"): +0.012788,  # +1.28%
+    ("trace3_pr", "themis", "p99_jct"): +0.013089,   # +1.31%
+}
+
 
 def _published() -> dict[tuple[str, str], dict[str, float]]:
     if not (REFERENCE / "published_results.csv").is_file():
@@ -32,64 +54,107 @@ def _published() -> dict[tuple[str, str], dict[str, float]]:
 
 
 PUBLISHED = _published()
-EXACT = ["srtf", "srsf", "tiresias", "antman", "muri-s", "muri-l"]
-TRACES = ["trace3", "trace3_pr"]
-_cache: dict[str, list] = {}
 
 
-def _run(trace: str, policy: str):
-    if trace not in _cache:
-        _cache[trace] = read_trace(REFERENCE / f"{trace}.csv")
+@pytest.fixture(scope="module")
+def run():
+    """Simulate (trace, policy) once per module: several tests read the same run."""
     spec = load_spec(REFERENCE / "n8g8.csv")
-    return simulate(_cache[trace], spec, policy, get_preset("paper")).summary
+    traces: dict[str, list] = {}
+    results: dict[tuple[str, str], object] = {}
+
+    def _run(trace: str, policy: str):
+        if (trace, policy) not in results:
+            if trace not in traces:
+                traces[trace] = read_trace(REFERENCE / f"{trace}.csv")
+            results[trace, policy] = simulate(traces[trace], spec, policy, get_preset("paper"))
+        return results[trace, policy]
+    return _run
 
 
-def _errors(trace: str, policy: str) -> dict[str, float]:
-    got = _run(trace, policy)
+def _errors(result, trace: str, policy: str) -> dict[str, float]:
     want = PUBLISHED[(trace, policy)]
-    return {
-        "avg_jct": got.avg_jct / want["avg_jct_s"] - 1,
-        "makespan": got.makespan / want["makespan_s"] - 1,
-        "p99_jct": got.p99_jct / want["p99_jct_s"] - 1,
-    }
+    return {m: getattr(result.summary, m) / want[col] - 1 for m, col in METRICS.items()}
+
+
+def _assert_pinned(errors: dict[str, float], trace: str, policy: str) -> None:
+    for metric, err in errors.items():
+        gap = MEASURED_GAPS.get((trace, policy, metric))
+        if gap is None:
+            assert abs(err) <= EXACT_TOLERANCE, (metric, errors)
+        else:
+            assert abs(err - gap) <= GAP_TOLERANCE, (metric, err, "measured", gap)
+
+
+def _assert_complete(result, trace: str) -> None:
+    """Every job of the trace ends exactly once, after its submission."""
+    ids = [o.job_id for o in result.outcomes if o.end is not None]
+    assert sorted(ids) == sorted(r.job_id for r in read_trace(REFERENCE / f"{trace}.csv"))
+    assert all(o.end >= o.submit for o in result.outcomes)
 
 
 @pytest.mark.parametrize("trace", TRACES)
 @pytest.mark.parametrize("policy", EXACT)
-def test_within_one_percent_of_published(trace, policy):
-    errors = _errors(trace, policy)
-    assert all(abs(e) <= 0.01 for e in errors.values()), errors
+def test_matches_published_to_one_in_a_million(run, trace, policy):
+    _assert_pinned(_errors(run(trace, policy), trace, policy), trace, policy)
+
+
+def test_themis_on_trace3_is_at_its_measured_gap(run):
+    """Themis is not an exact replay (the artifact's ECOS solves are inexact; ours are
+    exact): avg JCT +3.10%, makespan +0.025% from the published figures."""
+    _assert_pinned(_errors(run("trace3", "themis"), "trace3", "themis"), "trace3", "themis")
+
+
+def test_themis_tail_is_reported_honestly(run):
+    """The published Themis tail (p99 2.97e6 s on trace3) is not reproducible from the
+    artifact: the artifact's own run gives 4.27e6 s. Ours is +3.7% from the artifact's own
+    run (pinned, and bounded by 10%), +49.3% from the published figure."""
+    got = run("trace3", "themis").summary
+    # The artifact's own p99: its simulator/ folder (Rivendile/Muri, commit 4e69a78ce75f), the
+    # Themis command of its sim_fig10.sh on trace3, run from simulator/ (Python 3.11, numpy
+    # 2.4.6, cvxpy 1.9.3, ecos 2.0.14; 5.5 min on this 2-core machine):
+    #   python run_sim.py --cluster_spec=cluster_spec/n8g8.csv --print --scheme=yarn \
+    #       --trace_file=trace-data/trace3.csv --schedule=themis \
+    #       --log_path=results/n8g8jtrace3/themis-yarn --multi_resource 4
+    #   python calc.py results/n8g8jtrace3/themis-yarn
+    # which printed:
+    #   Total jobs: 992, avg JCT: 411777.344018, makespan: 8174135.280030,
+    #   99th JCT: 4272231.252262
+    # (its avg is +3.7% from the published 397058.8; ours is -0.59% from the artifact's).
+    artifact_own_p99 = 4272231.25
+    assert abs(got.p99_jct / artifact_own_p99 - 1) <= 0.10
+    assert abs(got.p99_jct / artifact_own_p99 - 1 - 0.037156) <= GAP_TOLERANCE
 
 
 THEMIS_BACKLOG_GAP = (
     "On the trace3_pr backlog Themis re-solves a 990-job program at each event and starts "
     "never-run jobs in order of near-tied allocations; the artifact's ECOS solves are "
     "inexact there (allocations ~6% off the optimum this solver finds exactly), and the "
-    "outcome is chaotic in that order: the artifact itself gives avg JCT 1.81e6 s, 21% "
-    "above the published 1.50e6 s. Not reproducible without replaying ECOS round-off.")
+    "outcome is chaotic in that order. Measured: avg JCT 3.80e6 s, +153% from the published "
+    "1.50e6 s (makespan +1.28%, p99 +1.31%). Not reproducible without replaying ECOS "
+    "round-off.")
 
 
-@pytest.mark.parametrize("trace", [
-    "trace3", pytest.param("trace3_pr", marks=pytest.mark.xfail(reason=THEMIS_BACKLOG_GAP))])
-def test_themis_within_ten_percent_of_published(trace):
-    errors = _errors(trace, "themis")
+def test_themis_backlog_completes_at_its_measured_gap(run):
+    """The backlog run ends every job, and its gap stays the one the README states."""
+    result = run("trace3_pr", "themis")
+    _assert_complete(result, "trace3_pr")
+    _assert_pinned(_errors(result, "trace3_pr", "themis"), "trace3_pr", "themis")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=THEMIS_BACKLOG_GAP)
+def test_themis_backlog_within_ten_percent_of_published(run):
+    """Known gap, kept visible: a crash or an unfinished run fails this test (it is not an
+    AssertionError); only the distance from the published figures is expected to fail."""
+    result = run("trace3_pr", "themis")
+    ended = {o.job_id for o in result.outcomes if o.end is not None}
+    jobs = {r.job_id for r in read_trace(REFERENCE / "trace3_pr.csv")}
+    if ended != jobs:
+        pytest.fail(f"the run did not complete: {len(ended & jobs)} of {len(jobs)} jobs ended")
+    errors = _errors(result, "trace3_pr", "themis")
     assert abs(errors["avg_jct"]) <= 0.10, errors
     assert abs(errors["makespan"]) <= 0.10, errors
 
 
-def test_themis_tail_is_reported_honestly():
-    """The artifact's own Themis run gives p99 4.27e6 s on trace3 (published 2.97e6): the
-    published tail is not reproducible from the artifact; ours stays within 10% of the
-    artifact's own run rather than of the paper."""
-    got = _run("trace3", "themis")
-    artifact_own_p99 = 4272231.25
-    assert abs(got.p99_jct / artifact_own_p99 - 1) <= 0.10
-
-
-def test_every_job_completes_exactly_once():
-    records = read_trace(REFERENCE / "trace3.csv")
-    spec = load_spec(REFERENCE / "n8g8.csv")
-    result = simulate(records, spec, "muri-l", get_preset("paper"))
-    ids = [o.job_id for o in result.outcomes if o.end is not None]
-    assert sorted(ids) == sorted(r.job_id for r in records)
-    assert all(o.end >= o.submit for o in result.outcomes)
+def test_every_job_completes_exactly_once(run):
+    _assert_complete(run("trace3", "muri-l"), "trace3")
