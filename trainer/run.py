@@ -25,6 +25,7 @@ import time
 from typing import Any, Sequence
 
 from node_agent import checkpoint
+from trainer.ledger import Ledger, how_from_exit
 from trainer.pace import PaceReader
 from workloads import registry
 from workloads.emulated import EmulatedRun, EmulatedSpec
@@ -156,11 +157,26 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     """The trainer's main loop; returns the exit status (see the module docstring).
 
     `stop` is set by SIGTERM/SIGINT; `parent` is the pid whose disappearance means orphaned.
+    Both workloads keep this process's ledger (trainer/ledger.py); its end record is written
+    here, for either, once the exit status (or the exception) is known.
     """
-    if args.workload != "emulated":
-        from trainer import torch_run  # torch only for real workloads
+    book = Ledger.for_trainer(args)
+    try:
+        if args.workload != "emulated":
+            from trainer import torch_run  # torch only for real workloads
 
-        return torch_run.run(args, stop, parent)
+            rc = torch_run.run(args, stop, parent, book)
+        else:
+            rc = _run_emulated(args, stop, parent, book)
+    except BaseException as err:
+        book.end("crashed", error=repr(err)[:200])
+        raise
+    book.end(how_from_exit(rc))
+    return rc
+
+
+def _run_emulated(args: argparse.Namespace, stop: threading.Event, parent: int,
+                  book: Ledger) -> int:
     log = logger(args)
 
     spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
@@ -169,12 +185,14 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     saved = checkpoint.read(args.checkpoint_dir, args.job_id)
     start = max(saved.iterations if saved else 0.0, args.start_iteration)
     emu = EmulatedRun(spec, start=start, t0=time.monotonic())
+    book.start(start, spec.total)
     telemetry = Telemetry(args.endpoints, args.job_id, log, client_key=args.client_key)
     log.info("trainer_start", start=emu.start, total=spec.total, from_checkpoint=bool(saved),
              wall_per_iteration=spec.wall_per_iteration, pid=os.getpid())
 
     def save(done: bool) -> float:
         its = emu.spec.total if done else emu.iterations(time.monotonic())
+        book.checkpoint(its)  # before the checkpoint is durable (trainer/ledger.py)
         checkpoint.write(args.checkpoint_dir, checkpoint.Checkpoint(
             job_id=args.job_id, iterations=its, total=emu.spec.total, node=args.node, done=done))
         telemetry.report(its, emu.spec)
