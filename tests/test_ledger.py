@@ -284,3 +284,40 @@ def test_a_crashing_trainer_ends_its_ledger_as_crashed(tmp_path):
     assert finish(proc) == 1
     records, _ = read_ledgers(run_dir)
     assert [(r["kind"], r.get("how")) for r in records] == [("end", "crashed")]
+
+
+def test_torch_trainers_one_and_two_ranks_leave_a_passing_ledger(tmp_path):
+    """The torch path keeps the same ledger: a stopped and resumed single-rank job, then a
+    2-rank launch whose two processes are one run (rank 0 alone records checkpoints)."""
+    import pytest
+
+    pytest.importorskip("torch", reason="the train extra (torch) is not installed")
+    from tests.test_torch_trainer import finish as torch_finish
+    from tests.test_torch_trainer import start as torch_start
+    from tests.test_torch_trainer import trainer_cmd as torch_cmd
+    from tests.test_torch_trainer import wait_for as torch_wait
+    from trainer import torch_checkpoint
+    from trainer.distributed import free_port
+
+    data, ck, total = tmp_path / "data", tmp_path / "ck", 60
+    run_dir = ck / "logs"  # where the torch tests' command puts --run-dir
+    proc = torch_start(torch_cmd(ck, data, total, extra=("--checkpoint-every", "20")),
+                       tmp_path / "a.out")
+    torch_wait(lambda: torch_checkpoint.latest(ck, 1), "the first periodic checkpoint", [proc])
+    proc.send_signal(signal.SIGTERM)
+    assert torch_finish(proc, tmp_path / "a.out") == EXIT_STOPPED
+    proc = torch_start(torch_cmd(ck, data, total), tmp_path / "b.out")
+    assert torch_finish(proc, tmp_path / "b.out") == EXIT_FINISHED
+
+    port = free_port()
+    ranks = [torch_start(torch_cmd(ck, data, 10, job_id=2, extra=(
+        "--rank", str(r), "--world-size", "2", "--master-port", str(port))),
+        tmp_path / f"r{r}.out") for r in (0, 1)]
+    assert [torch_finish(p, tmp_path / f"r{r}.out") for r, p in enumerate(ranks)] == [0, 0]
+
+    records, bad = read_ledgers(run_dir)
+    assert not bad
+    v = verdict(records, {1: total, 2: 10})
+    assert v.ok, v.problems
+    assert v.runs == {1: 2, 2: 1} and v.processes == 4 and v.finishes == {1: 1, 2: 1}
+    assert not [r for r in records if r["kind"] == "checkpoint" and r["rank"] != 0]

@@ -225,12 +225,36 @@ def _run_emulated(args: argparse.Namespace, stop: threading.Event, parent: int,
         telemetry.close()
 
 
+ORPHANED = -1  # a parent pid no process has: the trainer is orphaned from its start
+
+
+def launcher() -> int:
+    """The pid whose disappearance means orphaned: our parent, unless it is already gone.
+
+    A launcher (the agent) that dies before this first look leaves us adopted by init, and
+    a parent that never changes again would hide the orphaning for good: the trainer would
+    train on, unowned, while its job is relaunched elsewhere. So init as the parent means
+    orphaned, unless init is itself a node agent (an agent as a container's entrypoint).
+    A subreaper other than init (systemd --user, tini -s) still hides it: not detected.
+    """
+    parent = os.getppid()
+    if parent != 1:
+        return parent
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            if b"node_agent.agent" in fh.read():
+                return parent
+    except OSError:
+        pass
+    return ORPHANED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # handlers first: a stop that arrives while we start still ends in a checkpoint
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    parent = os.getppid()
+    parent = launcher()
     args = parse_args(argv)
     try:
         return run(args, stop, parent)
