@@ -49,6 +49,7 @@ import json
 import math
 import os
 import secrets
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,13 +93,17 @@ class Ledger:
             return
         line = json.dumps({"kind": kind, **self.base, **fields, "t": time.time()},
                           separators=(",", ":")) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line.encode("utf-8"))  # one write: appends never interleave
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode("utf-8"))  # one write: appends never interleave
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            # evidence lost must not stop training; the verdict then sees the hole and fails
+            print(f"trainer: ledger {self.path}: {err}", file=sys.stderr, flush=True)
 
     def start(self, resumed: float, total: float) -> None:
         self.last = float(resumed)
