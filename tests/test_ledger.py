@@ -333,3 +333,26 @@ def test_a_ledger_that_cannot_be_written_does_not_stop_the_trainer(tmp_path, cap
     book.end("finished")
     assert "trainer: ledger" in capsys.readouterr().err
     assert verdict([], {3: 10.0}).problems == ["job 3: no trainer ever ran it"]
+
+
+def test_the_orphan_the_ledger_caught_in_the_live_test_is_flagged():
+    """The records (start, last checkpoint, end) of the run where an agent was SIGKILLed in
+    its trainer's first 0.1 s: the orphan on n1 trained on to the finish while the requeued
+    job ran on n0 from 3475 (fixed in trainer/run.py, `launcher`). The scheduler logged one
+    job_finished; the ledger shows the truth."""
+    n1 = {"job": 1, "node": "n1", "pid": 14827, "incarnation": "cf48", "rank": 0}
+    n0 = {"job": 1, "node": "n0", "pid": 14975, "incarnation": "cbaf", "rank": 0}
+    records = [
+        {"kind": "start", **n1, "resumed": 0.0, "total": 5804.0, "t_begin": 890.599,
+         "t": 890.699},
+        {"kind": "checkpoint", **n1, "iteration": 0.0, "t": 890.70},
+        {"kind": "start", **n0, "resumed": 3475.1439387646433, "total": 5804.0,
+         "t_begin": 903.632, "t": 903.7},
+        {"kind": "checkpoint", **n0, "iteration": 3475.1439387646433, "t": 903.71},
+        {"kind": "checkpoint", **n1, "iteration": 5804.0, "t": 912.51},
+        {"kind": "end", **n1, "how": "finished", "last": 5804.0, "t": 912.520},
+        {"kind": "checkpoint", **n0, "iteration": 5804.0, "t": 912.69},
+        {"kind": "end", **n0, "how": "finished", "last": 5804.0, "t": 912.699},
+    ]
+    v = verdict(records, {1: 5804.0})
+    assert v.overlaps == 1 and v.finishes == {1: 2} and v.double_counts == 1
