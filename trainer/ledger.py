@@ -220,6 +220,7 @@ class LedgerVerdict:
         return {"processes": self.processes, "jobs": len(self.runs), "runs": sum(runs),
                 "max_runs_per_job": max(runs, default=0),
                 "jobs_with_several_runs": sum(1 for r in runs if r > 1),
+                "runs_per_job": {n: runs.count(n) for n in sorted(set(runs))},  # runs: jobs
                 "overlaps": self.overlaps, "gaps": self.gaps,
                 "double_counts": self.double_counts,
                 "finishes": sum(self.finishes.values()), "killed": self.killed,
