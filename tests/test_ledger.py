@@ -65,8 +65,8 @@ def test_a_clean_ledger_passes_with_its_totals():
     v = judged(clean(), deaths={7: 3.2})
     assert v.ok, v.problems
     assert v.totals() == {"processes": 3, "jobs": 1, "runs": 3, "max_runs_per_job": 3,
-                          "jobs_with_several_runs": 1, "runs_per_job": {3: 1}, "overlaps": 0, "gaps": 0,
-                          "double_counts": 0, "finishes": 1, "killed": 1, "unbounded": 0,
+                          "jobs_with_several_runs": 1, "runs_per_job": {3: 1}, "overlaps": 0,
+                          "gaps": 0, "double_counts": 0, "finishes": 1, "killed": 1, "unbounded": 0,
                           "problems": 0}
 
 
