@@ -2,8 +2,10 @@
 
 Starts broker, scheduler (muri-s), 3 agents and the feeder on loopback, SIGKILLs agents,
 trainers, the scheduler and the broker by a schedule drawn from the seed (restarting each),
-then checks that every job finished exactly once (scheduler.log and journal) and that the
-report is produced. Prints the seed first: the same seed replays the same kill schedule.
+then checks that every job finished exactly once (scheduler.log and journal; and, apart from
+the scheduler, the trainers' own ledgers: no overlapping runs, no gaps, nothing counted twice)
+and that the report is produced. Prints the seed first: the same seed replays the same kill
+schedule; prints the kills by kind (planned/executed) and the ledger totals last.
 Exit status 0 when the run held up, 1 when it did not (RUN_DIR/chaos.json says why).
 """
 from __future__ import annotations

@@ -2,6 +2,12 @@
 broker at random times during a LiveCluster run, restart them, then check that every job
 completed exactly once and that the report is still produced.
 
+Exactly-once is judged twice: from the scheduler's own records (scheduler.log, journal.db) and,
+independently, from the trainers' ledgers (trainer/ledger.py: who ran which job when, from
+where to where). A trainer this harness SIGKILLs writes no end record, so the harness watches
+its pid die and records the wall time it saw it gone (`deaths`): the sound upper bound of that
+process's run interval that the ledger verdict needs.
+
 Why a seed: a failing run must be reproducible. The seed alone fixes the kill schedule (when,
 which kind of process, which one of its kind, how long a killed agent stays down); the run
 prints it and writes it to RUN_DIR/chaos.json, and the same seed replays the same schedule.
@@ -30,6 +36,7 @@ from scheduler.report import read_records
 from tests.live import ROOT, LiveCluster, log_records
 from traces import write_trace
 from traces.generate import generate
+from trainer.ledger import judge_run_dir
 
 KINDS = ("agent", "trainer", "scheduler", "broker")
 
@@ -91,12 +98,38 @@ def trainer_pids(run_dir: Path) -> dict[int, int]:
     return found
 
 
+def _gone(pid: int) -> bool:
+    """The process has exited: no /proc entry, or a zombie (it runs no code any more)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def kill_and_watch(pid: int, timeout: float = 10.0) -> float | None:
+    """SIGKILL `pid` and wait until it is gone; returns the wall time (time.time()) at which
+    it was seen gone, an upper bound of its life; None if it was gone before the kill or did
+    not die within `timeout` (no sound bound then)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.005)  # polling a pid we cannot wait() on (not our child)
+    return time.time()
+
+
 class Chaos:
     """Carries out a kill plan against a LiveCluster, on the caller's thread."""
 
     def __init__(self, live: LiveCluster, plan: list[Kill], say: Callable[[str], None] = print):
         self.live, self.plan, self.say = live, plan, say
         self.done: list[dict] = []
+        self.deaths: dict[int, float] = {}  # trainer pid -> wall time it was seen dead
         self.stop = threading.Event()
 
     def execute(self, t0: float) -> list[dict]:
@@ -118,10 +151,10 @@ class Chaos:
             if not pids:
                 return "none running"
             job_id = sorted(pids)[kill.pick % len(pids)]
-            try:
-                os.kill(pids[job_id], signal.SIGKILL)
-            except ProcessLookupError:
+            died = kill_and_watch(pids[job_id])
+            if died is None:
                 return f"job {job_id} trainer (pid {pids[job_id]}) already gone"
+            self.deaths[pids[job_id]] = died
             return f"job {job_id} trainer pid {pids[job_id]}"
         if kill.target == "agent":
             index = kill.pick % live.nodes
@@ -151,6 +184,7 @@ class Verdict:
     jobs: int
     finished_logged: dict[int, int] = field(default_factory=dict)  # job -> job_finished lines
     finished_journal: dict[int, int] = field(default_factory=dict)  # job -> 'finished' events
+    ledger: dict = field(default_factory=dict)  # the trainers' ledger verdict's totals
     journal_states: dict[str, int] = field(default_factory=dict)
     integrity: str = ""
     report: dict | None = None
@@ -177,9 +211,17 @@ def _exactly_once(what: str, counts: dict[int, int], ids: list[int]) -> list[str
     return out
 
 
-def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None) -> Verdict:
-    """Read the run back (scheduler.log, journal.db, the report CLI) after every process ended."""
+def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None,
+          totals: dict[int, float] | None = None,
+          deaths: dict[int, float] | None = None) -> Verdict:
+    """Read the run back (scheduler.log, journal.db, the report CLI) after every process ended.
+    With `totals` ({job: iterations}), the trainers' ledgers are judged too (`deaths`: the
+    trainers this harness killed, {pid: wall time seen dead})."""
     verdict = Verdict(jobs=len(job_ids), feeder_rc=feeder_rc)
+    if totals is not None:
+        ledger = judge_run_dir(run_dir, totals, deaths)
+        verdict.ledger = ledger.totals()
+        verdict.problems += [f"ledger: {p}" for p in ledger.problems]
     if feeder_rc != 0:
         verdict.problems.append(f"feeder exited with {feeder_rc}")
     logged = collections.Counter(rec.get("job_id")
@@ -248,12 +290,13 @@ class ChaosConfig:
     gpus_per_node: int = 4
 
 
-def chaos_trace(cfg: ChaosConfig, path: Path) -> list[int]:
-    """The run's trace, from the seed too: jobs of 1-4 GPUs, minutes to hours long."""
+def chaos_trace(cfg: ChaosConfig, path: Path) -> dict[int, float]:
+    """The run's trace, from the seed too: jobs of 1-4 GPUs, minutes to hours long.
+    Returns {job: total iterations}."""
     records = generate(cfg.jobs, cfg.seed, max_gpus=cfg.gpus_per_node, mean_interarrival=400,
                        median_duration=1200, min_duration=300, max_duration=4 * 3600)
     write_trace(path, records)
-    return [r.job_id for r in records]
+    return {r.job_id: float(r.iterations) for r in records}
 
 
 def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = print) -> dict:
@@ -265,7 +308,8 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
     say(f"chaos: seed={cfg.seed} jobs={cfg.jobs} kills={cfg.kills} run_dir={run_dir} "
         f"(rerun with the same seed for the same schedule)")
     say("chaos: plan " + ", ".join(f"{k.at:.1f}s {k.target}" for k in plan))
-    job_ids = chaos_trace(cfg, run_dir / "trace.csv")
+    totals = chaos_trace(cfg, run_dir / "trace.csv")
+    job_ids = sorted(totals)
     live = LiveCluster(run_dir, spec=cfg.spec, nodes=cfg.nodes,
                        gpus_per_node=cfg.gpus_per_node, time_scale=cfg.time_scale)
     chaos = Chaos(live, plan, say)
@@ -286,19 +330,24 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
             feeder_rc = None
     finally:
         live.stop_all()
-        _reap_trainers(run_dir)
+        strays = _reap_trainers(run_dir)
+        chaos.deaths.update(strays)
     wall = time.monotonic() - wall0
-    verdict = judge(run_dir, job_ids, feeder_rc)
+    verdict = judge(run_dir, job_ids, feeder_rc, totals, chaos.deaths)
+    if strays:
+        verdict.problems.append(f"trainers still running after the run: pids {sorted(strays)}")
     if waited:
         verdict.problems.insert(0, waited)
     summary = {
         "seed": cfg.seed, "config": asdict(cfg), "ok": verdict.ok, "wall_s": round(wall, 1),
         "plan": [asdict(k) for k in plan], "kills": chaos.done,
-        "kills_done": sum(1 for k in chaos.done if k["hit"] != "none running"),
+        "kills_by_kind": kills_by_kind(plan, chaos.done),
+        "ledger": verdict.ledger,
         "verdict": {**asdict(verdict),
                     "finished_logged": len(verdict.finished_logged),
                     "finished_journal": len(verdict.finished_journal)},
     }
+    summary["kills_done"] = sum(v["executed"] for v in summary["kills_by_kind"].values())
     unfinished = sorted(set(job_ids) - set(verdict.finished_journal))
     summary["stories"] = {j: job_story(run_dir, j) for j in unfinished}
     (run_dir / "chaos.json").write_text(json.dumps(summary, indent=2))
@@ -306,17 +355,35 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
         say(f"chaos: the story of unfinished job {job_id} ({len(story)} log lines):")
         for line in story[-80:]:
             say("  " + line)
+    say("chaos: kills by kind (planned/executed): " + ", ".join(
+        f"{k} {v['planned']}/{v['executed']}" for k, v in summary["kills_by_kind"].items()))
+    say("chaos: ledger: " + ", ".join(f"{k} {v}" for k, v in verdict.ledger.items()))
     say(f"chaos: seed={cfg.seed} {'OK' if verdict.ok else 'FAILED'} in {wall:.0f}s; "
         f"{summary['kills_done']} kills; " + ("; ".join(verdict.problems) or
                                             f"all {cfg.jobs} jobs finished exactly once"))
     return summary
 
 
-def _reap_trainers(run_dir: Path) -> None:
+def kills_by_kind(plan: list[Kill], done: list[dict]) -> dict[str, dict[str, int]]:
+    """{kind: {planned, executed}}: a trainer kill with no trainer running (or one gone by
+    the time it was hit) is planned but not executed."""
+    out = {k: {"planned": 0, "executed": 0} for k in KINDS}
+    for kill in plan:
+        out[kill.target]["planned"] += 1
+    for rec in done:
+        hit = rec["hit"]
+        if hit != "none running" and "already gone" not in hit:
+            out[rec["target"]]["executed"] += 1
+    return out
+
+
+def _reap_trainers(run_dir: Path) -> dict[int, float]:
     """Trainers outlive a SIGKILLed agent only until they notice (they stop when orphaned);
-    any still there at the end are this run's, found by their --run-dir, and are killed."""
+    any still there at the end are this run's, found by their --run-dir, and are killed.
+    Returns {pid: wall time seen dead} of those (each one a problem: a stray trainer)."""
+    deaths = {}
     for pid in trainer_pids(run_dir).values():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        died = kill_and_watch(pid)
+        if died is not None:
+            deaths[pid] = died
+    return deaths

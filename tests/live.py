@@ -14,6 +14,7 @@ from broker.client import RequestFailed, Requester, RequestTimeout
 from broker.endpoints import Endpoints
 from broker.testing import wait_until
 from scheduler.report import read_records
+from trainer.ledger import LedgerVerdict, judge_run_dir, read_ledgers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,6 +143,15 @@ class LiveCluster:
 
     def finished_events(self) -> list[dict]:
         return log_records(self.run_dir, "job_finished")
+
+    def ledger_records(self) -> list[dict]:
+        """The trainers' ledger records so far (trainer/ledger.py); unreadable lines skipped."""
+        return read_ledgers(self.run_dir)[0]
+
+    def ledger_verdict(self, totals: dict[int, float],
+                       deaths: dict[int, float] | None = None) -> LedgerVerdict:
+        """Exactly-once as the trainers saw it, judged from their ledgers alone."""
+        return judge_run_dir(self.run_dir, totals, deaths)
 
 
 def log_records(run_dir: Path, event: str, component: str = "scheduler") -> list[dict]:

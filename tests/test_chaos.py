@@ -1,6 +1,8 @@
 """Chaos on the live system: agents, trainers, the scheduler and the broker SIGKILLed at
 seeded random times during a replay; every job must still finish exactly once and the
-report must still be produced. CHAOS_SEED=N reruns a failing seed (same kill schedule).
+report must still be produced, and the trainers' own ledgers (trainer/ledger.py) must show
+no overlapping runs, no gaps and nothing counted twice. CHAOS_SEED=N reruns a failing seed
+(same kill schedule).
 """
 from __future__ import annotations
 
@@ -37,6 +39,11 @@ def test_chaos_every_job_finishes_exactly_once(tmp_path):
     assert summary["kills_done"] >= 4, summary["kills"]
     assert summary["ok"], summary["verdict"]["problems"]
     assert summary["verdict"]["report"]["jobs"] == 20
+    ledger = summary["ledger"]
+    assert ledger["jobs"] == 20 and ledger["finishes"] == 20 and ledger["processes"] >= 20
+    assert ledger["overlaps"] == ledger["gaps"] == ledger["double_counts"] == 0, ledger
+    executed = summary["kills_by_kind"]["trainer"]["executed"]
+    assert ledger["killed"] >= executed  # every trainer it SIGKILLed shows, unended
 
 
 def test_the_verdict_sees_a_lost_and_a_doubled_job(tmp_path):
@@ -63,3 +70,56 @@ def test_the_verdict_sees_a_lost_and_a_doubled_job(tmp_path):
     assert "scheduler.log: jobs finished more than once: {0: 2}" in text
     assert "journal: 1 jobs never finished: [2]" in text
     assert verdict.integrity == "ok"
+
+
+def test_the_verdict_reads_the_trainers_ledgers(tmp_path):
+    """judge() with totals adds the ledger verdict: a job the ledger shows finishing twice
+    fails the run even though the scheduler's records are clean."""
+    import json
+
+    from scheduler.journal import Journal
+    from tests.chaos import judge
+    from tests.helpers import job
+
+    with Journal(tmp_path / "journal.db") as journal:
+        journal.submit(job(0), 0.0)
+        journal.mark_finished(0, 5.0)
+    (tmp_path / "scheduler.log").write_text(json.dumps({"event": "job_finished", "job_id": 0})
+                                            + "\n")
+    (tmp_path / "ledger").mkdir()
+    records = []
+    for pid, t in ((11, 0.0), (12, 2.0)):  # two launches, each from 0 to the finish
+        base = {"job": 0, "node": "n0", "pid": pid, "incarnation": str(pid), "rank": 0}
+        records += [{"kind": "start", **base, "resumed": 0.0, "total": 10.0, "t_begin": t,
+                     "t": t},
+                    {"kind": "checkpoint", **base, "iteration": 10.0, "t": t + 0.5},
+                    {"kind": "end", **base, "how": "finished", "last": 10.0, "t": t + 1}]
+    (tmp_path / "ledger" / "n0.jsonl").write_text("".join(json.dumps(r) + "\n"
+                                                         for r in records))
+    clean = judge(tmp_path, [0], feeder_rc=0)  # the scheduler's view alone: no complaint
+    assert not [p for p in clean.problems if p.startswith("ledger")]
+    verdict = judge(tmp_path, [0], feeder_rc=0, totals={0: 10.0})
+    text = "\n".join(verdict.problems)
+    assert "ledger: job 0: finished 2 times" in text
+    assert "ledger: job 0: double count" in text
+    assert verdict.ledger["finishes"] == 2 and verdict.ledger["processes"] == 2
+
+
+def test_a_killed_process_is_watched_until_it_is_gone():
+    import subprocess
+    import sys
+    import time
+
+    from tests.chaos import _gone, kill_and_watch
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not _gone(proc.pid)
+        before = time.time()
+        died = kill_and_watch(proc.pid)
+        assert died is not None and before <= died <= time.time()
+        assert _gone(proc.pid)  # a zombie until reaped: it runs no code
+    finally:
+        proc.kill()
+        proc.wait()
+    assert kill_and_watch(proc.pid) is None  # already gone: no bound to give

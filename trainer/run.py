@@ -25,6 +25,7 @@ import time
 from typing import Any, Sequence
 
 from node_agent import checkpoint
+from trainer.ledger import Ledger, how_from_exit
 from trainer.pace import PaceReader
 from workloads import registry
 from workloads.emulated import EmulatedRun, EmulatedSpec
@@ -159,11 +160,26 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     """The trainer's main loop; returns the exit status (see the module docstring).
 
     `stop` is set by SIGTERM/SIGINT; `parent` is the pid whose disappearance means orphaned.
+    Both workloads keep this process's ledger (trainer/ledger.py); its end record is written
+    here, for either, once the exit status (or the exception) is known.
     """
-    if args.workload != "emulated":
-        from trainer import torch_run  # torch only for real workloads
+    book = Ledger.for_trainer(args)
+    try:
+        if args.workload != "emulated":
+            from trainer import torch_run  # torch only for real workloads
 
-        return torch_run.run(args, stop, parent)
+            rc = torch_run.run(args, stop, parent, book)
+        else:
+            rc = _run_emulated(args, stop, parent, book)
+    except BaseException as err:
+        book.end("crashed", error=repr(err)[:200])
+        raise
+    book.end(how_from_exit(rc))
+    return rc
+
+
+def _run_emulated(args: argparse.Namespace, stop: threading.Event, parent: int,
+                  book: Ledger) -> int:
     log = logger(args)
 
     spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
@@ -172,12 +188,14 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     saved = checkpoint.read(args.checkpoint_dir, args.job_id)
     start = max(saved.iterations if saved else 0.0, args.start_iteration)
     emu = EmulatedRun(spec, start=start, t0=time.monotonic())
+    book.start(start, spec.total)
     telemetry = Telemetry(args.endpoints, args.job_id, log, client_key=args.client_key)
     log.info("trainer_start", start=emu.start, total=spec.total, from_checkpoint=bool(saved),
              wall_per_iteration=spec.wall_per_iteration, pid=os.getpid())
 
     def save(done: bool) -> float:
         its = emu.spec.total if done else emu.iterations(time.monotonic())
+        book.checkpoint(its)  # before the checkpoint is durable (trainer/ledger.py)
         checkpoint.write(args.checkpoint_dir, checkpoint.Checkpoint(
             job_id=args.job_id, iterations=its, total=emu.spec.total, node=args.node, done=done))
         telemetry.report(its, emu.spec)
@@ -221,12 +239,36 @@ def _slow_stop_for_tests() -> None:
         time.sleep(delay)  # the simulated checkpoint write itself, not a synchronisation
 
 
+ORPHANED = -1  # a parent pid no process has: the trainer is orphaned from its start
+
+
+def launcher() -> int:
+    """The pid whose disappearance means orphaned: our parent, unless it is already gone.
+
+    A launcher (the agent) that dies before this first look leaves us adopted by init, and
+    a parent that never changes again would hide the orphaning for good: the trainer would
+    train on, unowned, while its job is relaunched elsewhere. So init as the parent means
+    orphaned, unless init is itself a node agent (an agent as a container's entrypoint).
+    A subreaper other than init (systemd --user, tini -s) still hides it: not detected.
+    """
+    parent = os.getppid()
+    if parent != 1:
+        return parent
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            if b"node_agent.agent" in fh.read():
+                return parent
+    except OSError:
+        pass
+    return ORPHANED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # handlers first: a stop that arrives while we start still ends in a checkpoint
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    parent = os.getppid()
+    parent = launcher()
     args = parse_args(argv)
     try:
         return run(args, stop, parent)

@@ -66,8 +66,14 @@ def make_gate(endpoint: str | None, job_id: int) -> Any:
     return GateClient(endpoint, job_id)
 
 
-def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
-    """Train `args.workload` to `args.iterations`; returns the exit status."""
+def run(args: argparse.Namespace, stop: threading.Event, parent: int,
+        book: Any = None) -> int:
+    """Train `args.workload` to `args.iterations`; returns the exit status. `book`: this
+    process's ledger (trainer/ledger.py; the caller writes its end record)."""
+    if book is None:
+        from trainer.ledger import Ledger
+
+        book = Ledger(None, args.job_id, args.node)
     started = process_started()
     log = logger(args).bind(workload=args.workload, rank=args.rank)
     import torch
@@ -83,6 +89,7 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     writer = rank == 0
     saved = checkpoint.read(args.checkpoint_dir, args.job_id)
     if saved is not None and saved.done and saved.iterations >= total:
+        book.start(saved.iterations, args.iterations)
         log.info("trainer_finished", iterations=saved.iterations, already=True)
         return EXIT_FINISHED
 
@@ -104,12 +111,14 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
         if start < args.start_iteration:
             log.warning("start_iteration_ignored", start_iteration=args.start_iteration,
                         checkpoint=start, reason="training state exists only up to the checkpoint")
+        book.start(start, args.iterations)
         log.info("trainer_start", start=start, total=total, device=str(device), world_size=world,
                  from_checkpoint=start > 0, pid=os.getpid())
 
         def save(step: int, done: bool) -> None:
             if not writer:
                 return
+            book.checkpoint(step)  # before the checkpoint is durable (trainer/ledger.py)
             torch_checkpoint.save(args.checkpoint_dir, args.job_id, step, workload,
                                   meta={"node": args.node, "restart_overheads": overheads})
             checkpoint.write(args.checkpoint_dir, checkpoint.Checkpoint(
