@@ -380,9 +380,11 @@ class Agent:
                                            name=f"agent-stop-{job_id}", daemon=True)
                 self._stoppers[job_id] = stopper
                 stopper.start()  # under the lock: stop_all never finds it unstarted
-        if job is None:
-            return {"iterations": checkpoint.iterations(self.cfg.checkpoint_dir, job_id),
-                    "was_running": False, "finished": False, "exit_code": None}
+        if job is None:  # a trainer that exited before the stop came may have finished
+            ckpt = checkpoint.read(self.cfg.checkpoint_dir, job_id)
+            return {"iterations": ckpt.iterations if ckpt is not None else 0.0,
+                    "was_running": False, "finished": bool(ckpt is not None and ckpt.done),
+                    "exit_code": None}
         its = self.iterations(job_id, job.start)
         if not again:
             self.log.info("job_stopping", job=job_id, pids=[p.pid for p in job.procs],

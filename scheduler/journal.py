@@ -227,6 +227,22 @@ class Journal:
                            "ORDER BY submit_trace, job_id")
         return [self._entry(r) for r in rows]
 
+    def running_nodes(self) -> set[str]:
+        """The nodes of the last start of every job the journal shows running: where trainers
+        may still run after the scheduler died."""
+        rows = self._query(
+            "SELECT e.node, e.detail FROM events e JOIN jobs j ON j.job_id = e.job_id "
+            "WHERE j.state = 'running' AND e.kind = 'started' AND e.seq = "
+            "(SELECT MAX(seq) FROM events WHERE job_id = e.job_id AND kind = 'started')")
+        nodes: set[str] = set()
+        for node, detail in rows:
+            if node:
+                nodes.add(node)
+            extra = json.loads(detail).get("nodes") if detail else None
+            if isinstance(extra, list):
+                nodes.update(n for n in extra if isinstance(n, str))
+        return nodes
+
     def finished(self) -> list[Entry]:
         rows = self._query(f"SELECT {self._COLUMNS} FROM jobs WHERE state = 'finished' "
                            "ORDER BY finish_trace, job_id")

@@ -199,6 +199,10 @@ class SchedulerService:
         now = self.now()
         # jobs finished before this start: only status replies still mention them
         self.finished_before = {e.record.job_id: e for e in self.journal.finished()}
+        # Trainers may still run where the journal last started its running jobs; until those
+        # nodes' agents re-register (and their trainers are found as strays and stopped), a
+        # round could start a second copy of such a job elsewhere. See _recovery_pending.
+        self.awaiting = self.journal.running_nodes()
         entries = self.journal.unfinished()
         for entry in entries:
             record = entry.record
@@ -214,6 +218,7 @@ class SchedulerService:
                                           detail={"reason": "scheduler restart"})
         if entries or self._offset:
             self.log.info("recovered", jobs=len(entries), clock=now,
+                          awaiting=sorted(self.awaiting),
                           finished=len(self.journal.finished_ids()))
         self.wake_reasons.add("start")
 
@@ -281,6 +286,7 @@ class SchedulerService:
             self.log.warning("agent_short_of_gpus", node=name, gpus=list(gpus),
                              spec_gpus=self.opt.spec.gpus_per_node)
         was = name in self.agents
+        self.awaiting.discard(name)
         self.agents[name] = _Agent(tuple(gpus), msg["cpus"], msg["mem"], self.clock(),
                                    msg.get("incarnation"))
         self.core.set_node_online(index, True)
@@ -695,12 +701,25 @@ class SchedulerService:
         with self._lock:
             due = bool(self.wake_reasons) or wall - self._last_round >= self.opt.round_s \
                 or (self.next_wakeup is not None and self.now() >= self.next_wakeup)
+            due = due and not self._recovery_pending(wall)
         if due:
             try:
                 self.round(requester)
             except Exception as err:  # a round's bug must not end the scheduler
                 self._round_failed(err)
         self._say_refusals(wall)
+
+    def _recovery_pending(self, wall: float) -> bool:
+        """After a restart, no round until every node that ran a journaled job has
+        re-registered, or an agent timeout has passed (an agent that stays silent that long
+        is dead, and its jobs are free to run elsewhere). Called with _lock held."""
+        if not self.awaiting:
+            return False
+        if wall - self._wall0 <= self.opt.agent_timeout:
+            return True
+        self.log.warning("recovery_gave_up_waiting", nodes=sorted(self.awaiting))
+        self.awaiting.clear()
+        return False
 
     def _round_failed(self, err: Exception) -> None:
         """Log the failed round with the jobs it touched; the next one is due a full round_s
@@ -751,6 +770,8 @@ class SchedulerService:
                 # launched yet): its stop checkpoint is the truth
                 done = max(float(its), self._resume_point(job_id))
                 self.core.set_remaining(job_id, job.record.iterations - done)
+                if done >= job.record.iterations and job.status is not Status.DONE:
+                    self._finish(job_id, self.now(), done, name)  # never launch it again
             if job is not None and reply.get("finished") and job.status is not Status.DONE:
                 self._finish(job_id, self.now(), float(its or job.record.iterations), name)
         self.log.info("stray_stopped", job_id=job_id, node=name, iterations=its)
@@ -908,7 +929,9 @@ class SchedulerService:
             numbers = [float(r["iterations"]) for r in replies
                        if isinstance(r.get("iterations"), (int, float))]
             its = numbers[0] if numbers else self._resume_point(job_id)
-            if any(r.get("finished") for r in replies):
+            # a trainer that ended on its own just before the stop reached it: done is done,
+            # whatever the reply's flag says (a relaunch at its total would run it twice)
+            if any(r.get("finished") for r in replies) or its >= job.record.iterations:
                 self._finish(job_id, now, its, node_name(was.slices[0].node))
                 return
             self.core.set_remaining(job_id, job.record.iterations - its)

@@ -419,3 +419,14 @@ def test_bad_regroups_get_errors(cluster, fields, code):
         cluster.to_agent("job.regroup", **fields)
     assert err.value.code == code
     assert cluster.to_agent("status.query")["body"]["running"]  # still serving, job 32 on
+
+
+def test_a_stop_for_a_job_that_just_finished_says_finished(cluster):
+    """Chaos seed 101 (trainers' ledger): a move's stop reached the agent just after the
+    trainer finished; the reply said not finished at the job's total, and the scheduler
+    relaunched the job, which then ran a second time."""
+    cluster.launch(7, total=5.0)
+    cluster.sched.wait(lambda: cluster.sched.of("job.finished", 7), "job 7 to finish")
+    body = cluster.to_agent("job.stop", job_id=7)["body"]
+    assert body["was_running"] is False
+    assert (body["finished"], body["iterations"]) == (True, 5.0)
