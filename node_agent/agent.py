@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from broker.messages import MessageError
 from node_agent import checkpoint
-from trainer import pace
+from trainer import ledger, pace
 from trainer.run import EXIT_FINISHED, EXIT_STOPPED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so trainers import this very checkout
@@ -427,6 +427,7 @@ class Agent:
                                  after_s=self.cfg.stop_timeout)
                 proc.kill()
                 codes.append(proc.wait())
+                ledger.note_reaped(self.cfg.run_dir, self.cfg.node, job.job_id, proc.pid)
         with self._lock:
             self._release_gate(job)
         return codes[0]

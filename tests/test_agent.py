@@ -430,3 +430,28 @@ def test_a_stop_for_a_job_that_just_finished_says_finished(cluster):
     body = cluster.to_agent("job.stop", job_id=7)["body"]
     assert body["was_running"] is False
     assert (body["finished"], body["iterations"]) == (True, 5.0)
+
+
+def test_a_trainer_that_outlives_its_stop_timeout_is_killed_and_its_reap_recorded(
+        tmp_path, monkeypatch):
+    """The trainers' ledger must stay judgeable when the agent has to SIGKILL a trainer:
+    the agent records the reap, an observed bound on the process's death."""
+    from trainer.ledger import read_ledgers, verdict
+
+    monkeypatch.setenv("INTERLACE_TEST_SLOW_STOP_S", "60")  # far beyond --stop-timeout 5
+    c = Cluster(tmp_path)
+    try:
+        c.sched.wait(lambda: c.sched.of("agent.register"), "the agent to register")
+        pid = c.launch(4, total=1e6)["body"]["pid"]
+        c.wait_running(4)
+        c.to_agent("job.stop", job_id=4)
+        report = c.sched.wait(lambda: c.sched.of("job.stopped", 4), "job 4's stop report")[0]
+        assert report["exit_code"] == -signal.SIGKILL and gone(pid)
+        records, bad = read_ledgers(c.run_dir)
+        assert not bad
+        reaped = [r for r in records if r["kind"] == "reaped"]
+        assert [(r["job"], r["pid"]) for r in reaped] == [(4, pid)]
+        assert not [r for r in records if r["kind"] == "end"]  # it never wrote one
+        assert verdict(records, {4: 1e6}).unbounded == 0
+    finally:
+        c.close()

@@ -93,6 +93,24 @@ def test_a_killed_process_is_bounded_by_its_observed_death_only():
     assert reused.unbounded == 1
 
 
+def test_a_trainer_its_launcher_reaped_is_bounded_by_the_reap():
+    """The agent SIGKILLs a trainer that outlives its stop timeout and records the reap:
+    that bounds the run (found in a full-suite e2e run: a trainer hung 10 s on SIGTERM, was
+    SIGKILLed and reaped, and the verdict called its run unbounded)."""
+    b = Book()
+    b.run(1, 0.0, 0.0, [0.0, 50.0], 1.0, None, pid=7)
+    b.run(1, 2.0, 50.0, [50.0, 100.0], 3.0, "finished")
+    reap = {"kind": "reaped", "job": 1, "node": "n0", "pid": 7}
+    assert not judged(b).ok
+    b.records.append({**reap, "t": 1.5})
+    assert judged(b).ok
+    b.records[-1] = {**reap, "t": 2.5}  # reaped after the next run began: they overlapped
+    assert judged(b).overlaps == 1
+    b.records[-1] = {**reap, "t": -1.0}  # a reap of an earlier process with the same pid
+    assert judged(b).unbounded == 1
+    assert judged(b, deaths={7: 1.5}).ok  # a later observation still counts
+
+
 def test_a_gap_is_flagged():
     b = Book()
     b.run(1, 0.0, 0.0, [0.0, 50.0], 1.0, "stopped")
@@ -331,7 +349,7 @@ def test_a_ledger_that_cannot_be_written_does_not_stop_the_trainer(tmp_path, cap
     book = Ledger(tmp_path / "ledger" / "n0.jsonl", job_id=3, node="n0")
     book.start(0.0, 10.0)
     book.end("finished")
-    assert "trainer: ledger" in capsys.readouterr().err
+    assert "ledger " in capsys.readouterr().err
     assert verdict([], {3: 10.0}).problems == ["job 3: no trainer ever ran it"]
 
 

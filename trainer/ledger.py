@@ -89,21 +89,8 @@ class Ledger:
                    launch=launch)
 
     def _append(self, kind: str, **fields: Any) -> None:
-        if self.path is None:
-            return
-        line = json.dumps({"kind": kind, **self.base, **fields, "t": time.time()},
-                          separators=(",", ":")) + "\n"
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode("utf-8"))  # one write: appends never interleave
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as err:
-            # evidence lost must not stop training; the verdict then sees the hole and fails
-            print(f"trainer: ledger {self.path}: {err}", file=sys.stderr, flush=True)
+        if self.path is not None:
+            append_record(self.path, {"kind": kind, **self.base, **fields, "t": time.time()})
 
     def start(self, resumed: float, total: float) -> None:
         self.last = float(resumed)
@@ -121,6 +108,31 @@ class Ledger:
             return
         self.ended = True
         self._append("end", how=how, last=self.last, t_begin=self.t_begin, **extra)
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    """One fsynced line; a failure is said on stderr and does not stop the caller (evidence
+    lost must not stop training; the verdict then sees the hole and fails)."""
+    line = json.dumps(dict(record), separators=(",", ":")) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))  # one write: appends never interleave
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        print(f"ledger {path}: {err}", file=sys.stderr, flush=True)
+
+
+def note_reaped(run_dir: str | os.PathLike, node: str, job_id: int, pid: int) -> None:
+    """The launcher (node agent) SIGKILLed a trainer that outlived its stop timeout and has
+    reaped it: a `reaped` record, written after the reap, is an observed upper bound on that
+    process's death, so its run stays bounded although it wrote no end record."""
+    append_record(ledger_path(run_dir, node), {"kind": "reaped", "job": int(job_id),
+                                               "node": str(node), "pid": int(pid),
+                                               "t": time.time()})
 
 
 def how_from_exit(rc: int) -> str:
@@ -141,7 +153,7 @@ def read_ledgers(run_dir: str | os.PathLike) -> tuple[list[dict], list[str]]:
                 try:
                     rec = json.loads(line)
                     if not isinstance(rec, dict) or rec.get("kind") not in (
-                            "start", "checkpoint", "end"):
+                            "start", "checkpoint", "end", "reaped"):
                         raise ValueError("not a ledger record")
                     records.append(rec)
                 except ValueError:
@@ -298,16 +310,23 @@ def verdict(records: Iterable[Mapping], totals: Mapping[int, float],
             unreadable: Iterable[str] = ()) -> LedgerVerdict:
     """Judge the ledgers (see the module docstring). `totals`: {job: total iterations} of
     every job that should have run; `deaths`: {pid: wall time its death was observed}."""
-    deaths = deaths or {}
+    records = list(records)
+    seen: dict[int, list[float]] = {}  # pid -> times its death was observed
+    for pid, t in (deaths or {}).items():
+        seen.setdefault(pid, []).append(float(t))
+    for rec in records:  # deaths a launcher observed when it reaped a SIGKILLed trainer
+        if rec.get("kind") == "reaped" and isinstance(rec.get("pid"), int):
+            seen.setdefault(rec["pid"], []).append(float(rec["t"]))
     out = LedgerVerdict()
     out.problems += [f"unreadable ledger line {b}" for b in unreadable]
-    procs = _processes(records, out.problems)
+    procs = _processes([r for r in records if r.get("kind") != "reaped"], out.problems)
     out.processes = len(procs)
     for p in procs:
         if p.how is None:
             out.killed += 1
-            died = deaths.get(p.pid)
-            if died is not None and died >= p.t_start:
+            # the first observation after it began (pids are reused)
+            died = min((t for t in seen.get(p.pid, ()) if t >= p.t_start), default=None)
+            if died is not None:
                 p.t_end = max(died, p.last_t)
             else:
                 out.unbounded += 1
