@@ -21,7 +21,6 @@ from scheduler.state import Plan
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
-EVENT_TOLERANCE = 1e-4  # seconds: events closer than this are one event (as the artifact)
 
 
 @dataclass(slots=True)
@@ -95,22 +94,24 @@ class Simulator:
         wakeup: float | None = None
         ends: list[tuple[float, int]] = []
         last = 0.0
+        # seconds within which an event is one with an arrival (the preset's, by policy)
+        tolerance = self.preset.tolerance(self.policy_name)
         while i < n or self.runs or core.queue:
             next_arrival = records[i].submit_time if i < n else math.inf
             next_end = ends[0][0] if ends else math.inf
             t = min(next_arrival, next_end, wakeup if wakeup is not None else math.inf)
             if t == math.inf:
                 raise RuntimeError(f"{len(core.queue)} jobs can never run on this cluster")
-            if abs(next_arrival - t) <= EVENT_TOLERANCE:
+            if abs(next_arrival - t) <= tolerance:
                 t = next_arrival
             ended = []
-            while ends and ends[0][0] <= t + EVENT_TOLERANCE:
+            while ends and ends[0][0] <= t + tolerance:
                 ended.append(heapq.heappop(ends)[1])
             for job_id in ended:
                 core.finish(job_id, t)
                 del self.runs[job_id]
                 finished += 1
-            while i < n and records[i].submit_time <= t + EVENT_TOLERANCE:
+            while i < n and records[i].submit_time <= t + tolerance:
                 core.submit(records[i], records[i].submit_time)
                 i += 1
             done = {}

@@ -7,9 +7,6 @@ from scheduler.policies.base import Policy, RoundContext, place_units, solo_grou
 from scheduler.state import Job, Plan, Status
 
 
-_EPS = 1e-6  # GPU-seconds; float sums of wall times must not miss a limit by a hair
-
-
 class Tiresias(Policy):
     """Jobs start in queue 0 and are demoted when their attained GPU-seconds pass a limit.
 
@@ -35,7 +32,14 @@ class Tiresias(Policy):
 
     def on_advance(self, job: Job, now: float) -> None:
         q = job.queue
-        if q < len(self.limits) and job.queue_attained * job.num_gpu >= self.limits[q] - _EPS:
+        if q >= len(self.limits):
+            return
+        limit = self.limits[q]
+        # The second test: a job whose next demotion time (see _next_demotion) is no later
+        # than now misses its limit by less than the clock can resolve; waiting for it would
+        # repeat this event forever, so it is demoted now.
+        if (job.queue_attained * job.num_gpu >= limit - self.preset.tiresias_demotion_slack
+                or self._demotion_time(job, q, now) <= now):
             self.queues[q].remove(job)
             job.queue = q + 1
             self.queues[q + 1].append(job)
@@ -103,7 +107,12 @@ class Tiresias(Policy):
                     where.append(slices)
         return chosen, where
 
+    def _demotion_time(self, job: Job, q: int, now: float) -> float:
+        """When a job running from now on reaches queue q's limit (the artifact's arithmetic:
+        whole seconds per GPU share, minus the service attained in this queue)."""
+        return math.ceil(self.limits[q] / job.num_gpu) - job.queue_attained + now
+
     def _next_demotion(self, chosen: list[Job], now: float) -> float | None:
-        times = [math.ceil(self.limits[j.queue] / j.num_gpu) - j.queue_attained + now
+        times = [self._demotion_time(j, j.queue, now)
                  for j in chosen if j.queue < len(self.limits)]
         return min(times) if times else None
