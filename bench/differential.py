@@ -166,7 +166,10 @@ def artifact(trace_file: str, policy: str, artifact_dir: str, python: str,
         cmd = [python, str(Path(artifact_dir) / "run_sim.py"), f"--cluster_spec={SPEC_FILE}",
                "--print", "--scheme=yarn", f"--trace_file={trace_file}",
                f"--schedule={ARTIFACT_SCHEDULE[policy]}", f"--log_path={log}",
-               "--multi_resource", "4"]
+               "--multi_resource", "4",
+               # its flag's default unpacks slow groups (Muri loops only); the published
+               # figures, and so the paper preset, have auto-unpack off
+               "--autopack=False"]
         try:
             proc = subprocess.run(cmd, cwd=tmp, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, timeout=limit, text=True)
