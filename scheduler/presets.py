@@ -97,6 +97,12 @@ class Preset:
     # folds only in its Muri and AntMan loops; its other loops compare event times exactly.
     event_tolerance: float = 1e-4
     event_tolerance_by_policy: Mapping[str, float] = field(default_factory=dict)
+    # Relative closeness (math.isclose) within which times are one event, the artifact's event
+    # lists: an arrival joins the first earlier arrival event this close (and arrives at its
+    # time); a running job's end joins the first end, in plan order, this close (and ends at
+    # its time), by policy (its Tiresias loop takes only exactly equal ends). 0: off.
+    arrival_grouping_rel: float = 0.0
+    end_grouping_rel: Mapping[str, float] = field(default_factory=dict)
 
     def overhead(self, model: str, num_gpu: int) -> float:
         return self.overhead_table.get((model, num_gpu), self.overhead_default)
@@ -144,6 +150,10 @@ PAPER = Preset(
     times_from_ms=True,
     event_tolerance_by_policy=MappingProxyType(
         {"srtf": 0.0, "srsf": 0.0, "tiresias": 0.0, "themis": 0.0, "fifo": 0.0}),
+    arrival_grouping_rel=1e-9,
+    end_grouping_rel=MappingProxyType({p: 1e-9 for p in (
+        "srtf", "srsf", "themis", "antman", "muri-s", "muri-l", "muri-l-worst",
+        "muri-l-nomatch")}),
 )
 
 DEFAULT = Preset(name="default")

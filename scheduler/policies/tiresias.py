@@ -34,15 +34,22 @@ class Tiresias(Policy):
         q = job.queue
         if q >= len(self.limits):
             return
-        limit = self.limits[q]
-        # The second test: a job whose next demotion time (see _next_demotion) is no later
-        # than now misses its limit by less than the clock can resolve; waiting for it would
-        # repeat this event forever, so it is demoted now.
-        if (job.queue_attained * job.num_gpu >= limit - self.preset.tiresias_demotion_slack
-                or self._demotion_time(job, q, now) <= now):
-            self.queues[q].remove(job)
-            job.queue = q + 1
-            self.queues[q + 1].append(job)
+        if job.queue_attained * job.num_gpu >= self.limits[q] - self.preset.tiresias_demotion_slack:
+            self._demote(job, q)
+        elif self._demotion_time(job, q, now) <= now:
+            # Short of the limit by less than the clock resolves: the wakeup is now itself.
+            # The next event comes at this same instant, where the artifact's sum
+            # (attained + now) - last may round it over the limit; if that event still
+            # leaves it short, another would change nothing, forever: it is demoted then.
+            if job.policy_data.get("tiresias_short_at") == now:
+                self._demote(job, q)
+            else:
+                job.policy_data["tiresias_short_at"] = now
+
+    def _demote(self, job: Job, q: int) -> None:
+        self.queues[q].remove(job)
+        job.queue = q + 1
+        self.queues[q + 1].append(job)
 
     def _promote_starved(self, now: float) -> None:
         """Optional: a job that waited long enough relative to its service goes back to
@@ -115,4 +122,4 @@ class Tiresias(Policy):
     def _next_demotion(self, chosen: list[Job], now: float) -> float | None:
         times = [self._demotion_time(j, j.queue, now)
                  for j in chosen if j.queue < len(self.limits)]
-        return min(times) if times else None
+        return max(min(times), now) if times else None  # never a wakeup in the past
