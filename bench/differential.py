@@ -11,8 +11,8 @@ Each trace is generated from (kind, seed, jobs) by our own generator plus advers
 (Poisson, uniform and bursty arrivals, all-at-once backlogs, ties in durations and arrivals,
 single-GPU floods, all-8-GPU jobs) and written as a Muri CSV; both simulators read that file on
 the n8g8 spec. The artifact (DIR: its `simulator/` folder, never part of this repository) runs as
-a subprocess in a temporary folder with a time limit; its per-job results are its log folder's
-`job.csv`. Printed per policy: the largest relative difference on average JCT, p99 JCT and
+a subprocess in a temporary folder with a time limit and `--autopack=False` (the setting of
+the published figures); its per-job results are its log folder's `job.csv`. Printed per policy: the largest relative difference on average JCT, p99 JCT and
 makespan, and on any single job's JCT, with the trace that shows it.
 
 Without --artifact, the artifact's per-job JCTs recorded in tests/data/differential_record.json

@@ -4,8 +4,8 @@ tests/data/differential_record.json holds the artifact's per-job (JCT, end time)
 generated traces (recorded with `bench/differential.py --artifact DIR --cases ... --record`);
 the traces themselves regenerate here from their (kind, seed, jobs), so no artifact code or data
 is part of the repository. The artifact ran with auto-unpack off (`--autopack=False`), as for
-the published figures the paper preset reproduces. The cases were picked because the simulator before this check
-differed there: Tiresias by -7.8% and +3.2% on a job (backlogs: a demotion on a queue limit
+the published figures the paper preset reproduces. The cases were picked because the simulator
+before this check differed there: Tiresias by -7.8% and +3.2% on a job (backlogs: a demotion on a queue limit
 decided by the last bits of a float), AntMan by +0.02% (a stage time read as exact decimal
 seconds instead of float(ms) / 1000), Tiresias by +0.38% on ties-s23004-n75 (the artifact
 runs a second event at the instant of a demotion its float sum missed by a hair).
