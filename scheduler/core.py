@@ -45,8 +45,8 @@ class Core:
         if record.num_gpu > self.spec.total_gpus:
             raise SchedulingError(f"job {record.job_id} needs {record.num_gpu} GPUs; "
                                   f"the cluster has {self.spec.total_gpus}")
-        solo = record.iteration_time * self.preset.calibration
-        profile = tuple(record.stage_times)
+        solo = self.preset.solo_time(record.iteration_time)
+        profile = self.preset.stage_times(record.stage_times)
         if self.preset.normalize_profiles and sum(profile) > 0:
             # A trace's stage times may not add up to its iteration time; the rest of an
             # iteration is spread over the stages so a job alone runs at its solo speed.
@@ -67,13 +67,18 @@ class Core:
         Only running jobs change with time; a waiting job's clock is settled when it resumes.
         """
         done = done or {}
+        running_sum = self.preset.service_sum == "running"
         for job in self.running_jobs():
-            dt = now - job.last_update
+            last = job.last_update
             job.last_update = now
             job.remaining = max(job.remaining - done.get(job.id, 0.0), 0.0)
             job.remaining_estimate = job.remaining * job.solo_time
-            job.attained += dt
-            job.queue_attained += dt
+            if running_sum:  # the artifact's float order
+                job.attained = (job.attained + now) - last
+                job.queue_attained = (job.queue_attained + now) - last
+            else:
+                job.attained += now - last
+                job.queue_attained += now - last
             self.policy.on_advance(job, now)
         self.now = now
 

@@ -5,6 +5,8 @@ calibration of iteration times, a restart overhead charged to every running job 
 scheduling event (a group member pays its group's sum), fixed group slowdown multipliers,
 the trace's `duration` as the first remaining-time estimate of Muri-S, auto-unpack off,
 the artifact's own matching implementation (its tie-breaking decides between equal matchings),
+the artifact's float order (times from the CSV's milliseconds, attained service summed as
+`(attained + now) - last`, no demotion slack, events compared exactly outside Muri and AntMan),
 and one artifact quirk kept for fidelity only: Tiresias admits jobs by free-GPU count, so a
 job the fragmented cluster cannot place still counts as running (with no GPUs).
 `default` is the physically sensible model: overhead paid once per start, restart, regroup
@@ -15,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
+
+from traces.muri_csv import csv_milliseconds
 
 # Seconds of restart overhead by model, for 1/2/4/8/16/32 GPUs (profiled by the artifact).
 _OVERHEAD_ROWS = {
@@ -77,9 +81,46 @@ class Preset:
     # GPUs are free in total, and a job no node can place then "runs" with no GPUs (it
     # progresses and is charged service). Off: a job runs only on GPUs it is placed on.
     admit_by_gpu_count: bool = False
+    # Tiresias demotes a job whose attained GPU-seconds reach a queue limit minus this slack
+    # (float sums of wall times must not miss a limit by a hair); the artifact has none.
+    tiresias_demotion_slack: float = 1e-6
+    # How attained service is summed at each event: "interval" adds `now - last`; "running"
+    # computes `(attained + now) - last`, the artifact's float order (differs in the last bits,
+    # which decide a demotion that lands exactly on a queue limit).
+    service_sum: str = "interval"
+    # Time in milliseconds as the CSV states it, turned into seconds the artifact's way:
+    # stage times `float(ms) / 1000` and the solo time `(ms * calibration) / 1000`. Off: the
+    # exact decimal seconds the reader gives, times the calibration.
+    times_from_ms: bool = False
+    # Seconds within which an event counts as the same event as an arrival (and ends within
+    # it are taken together); by policy where listed, else `event_tolerance`. The artifact
+    # folds only in its Muri and AntMan loops; its other loops compare event times exactly.
+    event_tolerance: float = 1e-4
+    event_tolerance_by_policy: Mapping[str, float] = field(default_factory=dict)
+    # Relative closeness (math.isclose) within which times are one event, the artifact's event
+    # lists: an arrival joins the first earlier arrival event this close (and arrives at its
+    # time); a running job's end joins the first end, in plan order, this close (and ends at
+    # its time), by policy (its Tiresias loop takes only exactly equal ends). 0: off.
+    arrival_grouping_rel: float = 0.0
+    end_grouping_rel: Mapping[str, float] = field(default_factory=dict)
 
     def overhead(self, model: str, num_gpu: int) -> float:
         return self.overhead_table.get((model, num_gpu), self.overhead_default)
+
+    def tolerance(self, policy: str) -> float:
+        return self.event_tolerance_by_policy.get(policy, self.event_tolerance)
+
+    def solo_time(self, iteration_time: float) -> float:
+        """A job's solo iteration time (s) from the trace's, calibrated."""
+        if self.times_from_ms:
+            return (csv_milliseconds(iteration_time) * self.calibration) / 1000
+        return iteration_time * self.calibration
+
+    def stage_times(self, stage_times: tuple[float, ...]) -> tuple[float, ...]:
+        """A job's per-iteration stage times (s) from the trace's."""
+        if self.times_from_ms:
+            return tuple(csv_milliseconds(t) / 1000 for t in stage_times)
+        return tuple(stage_times)
 
     def slowdown(self, members: int, ablation_nomatch: bool = False) -> float:
         if ablation_nomatch and members in self.nomatch_slowdown:
@@ -104,6 +145,15 @@ PAPER = Preset(
     matching_rel_gap=0.0,
     matching_window=0,
     admit_by_gpu_count=True,
+    tiresias_demotion_slack=0.0,
+    service_sum="running",
+    times_from_ms=True,
+    event_tolerance_by_policy=MappingProxyType(
+        {"srtf": 0.0, "srsf": 0.0, "tiresias": 0.0, "themis": 0.0, "fifo": 0.0}),
+    arrival_grouping_rel=1e-9,
+    end_grouping_rel=MappingProxyType({p: 1e-9 for p in (
+        "srtf", "srsf", "themis", "antman", "muri-s", "muri-l", "muri-l-worst",
+        "muri-l-nomatch")}),
 )
 
 DEFAULT = Preset(name="default")

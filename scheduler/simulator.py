@@ -21,7 +21,6 @@ from scheduler.state import Plan
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
-EVENT_TOLERANCE = 1e-4  # seconds: events closer than this are one event (as the artifact)
 
 
 @dataclass(slots=True)
@@ -56,6 +55,8 @@ class Simulator:
         self.progress = progress
         self.runs: dict[int, _Run] = {}
         self._cost = {r.job_id: preset.overhead(r.model_name, r.num_gpu) for r in records}
+        self.arrivals = _grouped_arrivals(self.records, preset.arrival_grouping_rel)
+        self._end_rel = preset.end_grouping_rel.get(policy, 0.0)
 
     def _apply(self, plan: Plan, now: float) -> None:
         """Turn a plan into per-job run parameters, charging overheads as the preset says: at
@@ -95,23 +96,26 @@ class Simulator:
         wakeup: float | None = None
         ends: list[tuple[float, int]] = []
         last = 0.0
+        # seconds within which an event is one with an arrival (the preset's, by policy)
+        tolerance = self.preset.tolerance(self.policy_name)
+        arrivals = self.arrivals
         while i < n or self.runs or core.queue:
-            next_arrival = records[i].submit_time if i < n else math.inf
+            next_arrival = arrivals[i] if i < n else math.inf
             next_end = ends[0][0] if ends else math.inf
             t = min(next_arrival, next_end, wakeup if wakeup is not None else math.inf)
             if t == math.inf:
                 raise RuntimeError(f"{len(core.queue)} jobs can never run on this cluster")
-            if abs(next_arrival - t) <= EVENT_TOLERANCE:
+            if abs(next_arrival - t) <= tolerance:
                 t = next_arrival
             ended = []
-            while ends and ends[0][0] <= t + EVENT_TOLERANCE:
+            while ends and ends[0][0] <= t + tolerance:
                 ended.append(heapq.heappop(ends)[1])
             for job_id in ended:
                 core.finish(job_id, t)
                 del self.runs[job_id]
                 finished += 1
-            while i < n and records[i].submit_time <= t + EVENT_TOLERANCE:
-                core.submit(records[i], records[i].submit_time)
+            while i < n and arrivals[i] <= t + tolerance:
+                core.submit(records[i], arrivals[i])
                 i += 1
             done = {}
             dt = t - last
@@ -125,7 +129,7 @@ class Simulator:
             rounds += 1
             self._apply(plan, t)
             wakeup = plan.wakeup
-            ends = [(self._end_time(j, t), j) for j in self.runs]
+            ends = _grouped_ends([(self._end_time(j, t), j) for j in self.runs], self._end_rel)
             heapq.heapify(ends)
             utilisation.append((t, _busy_gpus(plan)))
             last = t
@@ -136,6 +140,45 @@ class Simulator:
         return SimResult(self.policy_name, self.preset.name, outcomes,
                          summarize(outcomes, utilisation, self.spec.total_gpus),
                          utilisation, rounds, wall)
+
+
+def _grouped_arrivals(records: Sequence[JobRecord], rel: float) -> list[float]:
+    """When each record arrives: its submit time, or with `rel` > 0 the time of the first
+    earlier arrival event within relative `rel` of it (the artifact's event list)."""
+    if rel <= 0:
+        return [r.submit_time for r in records]
+    events: list[float] = []
+    out = []
+    for record in records:
+        t = record.submit_time
+        # events ascend; those close enough to t are at the end, the first of them wins
+        k = len(events)
+        while k > 0 and math.isclose(events[k - 1], t, rel_tol=rel):
+            k -= 1
+        if k < len(events):
+            out.append(events[k])
+        else:
+            events.append(t)
+            out.append(t)
+    return out
+
+
+def _grouped_ends(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
+    """With `rel` > 0 each end joins the first end event, in plan order, within relative
+    `rel` of it and takes its time (the artifact's end-event list); else unchanged."""
+    if rel <= 0:
+        return ends
+    events: list[float] = []
+    out = []
+    for end, job_id in ends:
+        for event in events:
+            if math.isclose(event, end, rel_tol=rel):
+                end = event
+                break
+        else:
+            events.append(end)
+        out.append((end, job_id))
+    return out
 
 
 def _busy_gpus(plan: Plan) -> int:

@@ -38,9 +38,12 @@ MEASURED_GAPS = {
     ("trace3", "themis", "avg_jct"): +0.030985,   # +3.10%
     ("trace3", "themis", "makespan"): +0.000249,  # +0.025%
     ("trace3", "themis", "p99_jct"): +0.493250,   # +49.3%: see test_themis_tail_*
-    ("trace3_pr", "themis", "avg_jct"): +1.531527,  # +153%: see the backlog tests
-    ("trace3_pr", "themis", "makespan"): +0.012788,  # +1.28%
-    ("trace3_pr", "themis", "p99_jct"): +0.013089,   # +1.31%
+    # the backlog moved (was +153.15% / +1.28% / +1.31%) with the paper preset's artifact float
+    # order (Themis events no longer folded into arrivals within 1e-4 s; attained service
+    # summed as (attained + now) - last); a chaotic run, see THEMIS_BACKLOG_GAP
+    ("trace3_pr", "themis", "avg_jct"): +1.530275,  # +153%: see the backlog tests
+    ("trace3_pr", "themis", "makespan"): +0.011374,  # +1.14%
+    ("trace3_pr", "themis", "p99_jct"): +0.014281,   # +1.43%
 }
 
 
@@ -132,7 +135,7 @@ THEMIS_BACKLOG_GAP = (
     "inexact there (allocations ~6% off the optimum this solver finds exactly), and the "
     "outcome is chaotic in that order: the artifact itself gives avg JCT 1.81e6 s, +20.6% from "
     "the published 1.50e6 s. Ours, measured: 3.80e6 s, +153% from the published figure "
-    "(makespan +1.28%, p99 +1.31%). Not reproducible without replaying ECOS round-off.")
+    "(makespan +1.14%, p99 +1.43%). Not reproducible without replaying ECOS round-off.")
 # The artifact's own figure above: the same sim_fig10.sh Themis command as for trace3 (see
 # test_themis_tail_is_reported_honestly) with trace-data/trace3_pr.csv and
 # results/n8g8jtrace3_pr/themis-yarn (23 min here); calc.py printed

@@ -69,6 +69,12 @@ def _format_ms(seconds: float) -> str:
     return format(number, "f") if -20 <= number.adjusted() <= 20 else str(number)
 
 
+def csv_milliseconds(seconds: float) -> float:
+    """The float that the CSV's millisecond text for `seconds` names (what `float(cell)` of
+    the written trace gives), for arithmetic done in milliseconds the way the artifact does."""
+    return float(_format_ms(seconds))
+
+
 def _read_text(path: PathLike, label: str) -> tuple[str | None, Problem | None]:
     try:
         data = Path(path).read_bytes()

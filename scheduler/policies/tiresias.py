@@ -7,9 +7,6 @@ from scheduler.policies.base import Policy, RoundContext, place_units, solo_grou
 from scheduler.state import Job, Plan, Status
 
 
-_EPS = 1e-6  # GPU-seconds; float sums of wall times must not miss a limit by a hair
-
-
 class Tiresias(Policy):
     """Jobs start in queue 0 and are demoted when their attained GPU-seconds pass a limit.
 
@@ -35,10 +32,24 @@ class Tiresias(Policy):
 
     def on_advance(self, job: Job, now: float) -> None:
         q = job.queue
-        if q < len(self.limits) and job.queue_attained * job.num_gpu >= self.limits[q] - _EPS:
-            self.queues[q].remove(job)
-            job.queue = q + 1
-            self.queues[q + 1].append(job)
+        if q >= len(self.limits):
+            return
+        if job.queue_attained * job.num_gpu >= self.limits[q] - self.preset.tiresias_demotion_slack:
+            self._demote(job, q)
+        elif self._demotion_time(job, q, now) <= now:
+            # Short of the limit by less than the clock resolves: the wakeup is now itself.
+            # The next event comes at this same instant, where the artifact's sum
+            # (attained + now) - last may round it over the limit; if that event still
+            # leaves it short, another would change nothing, forever: it is demoted then.
+            if job.policy_data.get("tiresias_short_at") == now:
+                self._demote(job, q)
+            else:
+                job.policy_data["tiresias_short_at"] = now
+
+    def _demote(self, job: Job, q: int) -> None:
+        self.queues[q].remove(job)
+        job.queue = q + 1
+        self.queues[q + 1].append(job)
 
     def _promote_starved(self, now: float) -> None:
         """Optional: a job that waited long enough relative to its service goes back to
@@ -103,7 +114,12 @@ class Tiresias(Policy):
                     where.append(slices)
         return chosen, where
 
+    def _demotion_time(self, job: Job, q: int, now: float) -> float:
+        """When a job running from now on reaches queue q's limit (the artifact's arithmetic:
+        whole seconds per GPU share, minus the service attained in this queue)."""
+        return math.ceil(self.limits[q] / job.num_gpu) - job.queue_attained + now
+
     def _next_demotion(self, chosen: list[Job], now: float) -> float | None:
-        times = [math.ceil(self.limits[j.queue] / j.num_gpu) - j.queue_attained + now
+        times = [self._demotion_time(j, j.queue, now)
                  for j in chosen if j.queue < len(self.limits)]
-        return min(times) if times else None
+        return max(min(times), now) if times else None  # never a wakeup in the past
