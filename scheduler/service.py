@@ -181,6 +181,7 @@ class SchedulerService:
         self.rounds = 0
         self.next_wakeup: float | None = None
         self.finished_before: dict[int, Any] = {}  # journal entries of jobs done before start
+        self.awaiting: set[str] = set()  # after a restart: nodes to hear from before a round
         self._last_round = -math.inf
         self._wall0 = clock()
         self._offset = self.journal.clock()
@@ -528,8 +529,9 @@ class SchedulerService:
             for job_id in requeued:
                 self._requeue(job_id, now, f"agent {name} lost: {reason}", skip=name)
             for (_, node), waits in self._stop_waits.items():
-                for wait in waits if node == name else ():
-                    wait.done.set()  # no report will come: result stays None
+                if node == name:
+                    for wait in waits:
+                        wait.done.set()  # no report will come: result stays None
             self.log.warning("agent_dead", node=name, reason=reason, requeued=requeued)
             self.journal.log_event("agent_dead", now, node=name,
                                    detail={"reason": reason, "requeued": requeued})

@@ -22,7 +22,6 @@ from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
 
-
 @dataclass(slots=True)
 class _Run:
     """How one running job progresses until the next event."""

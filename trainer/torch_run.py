@@ -66,14 +66,9 @@ def make_gate(endpoint: str | None, job_id: int) -> Any:
     return GateClient(endpoint, job_id)
 
 
-def run(args: argparse.Namespace, stop: threading.Event, parent: int,
-        book: Any = None) -> int:
+def run(args: argparse.Namespace, stop: threading.Event, parent: int, book: Any) -> int:
     """Train `args.workload` to `args.iterations`; returns the exit status. `book`: this
     process's ledger (trainer/ledger.py; the caller writes its end record)."""
-    if book is None:
-        from trainer.ledger import Ledger
-
-        book = Ledger(None, args.job_id, args.node)
     started = process_started()
     log = logger(args).bind(workload=args.workload, rank=args.rank)
     import torch
