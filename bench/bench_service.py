@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_until(ep_file.exists, 30, 0.05)
         endpoints = Endpoints.load(ep_file)
         sched = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.service", "--spec", str(spec_file), "--policy",
+            [sys.executable, "-m", "scheduler.live", "--spec", str(spec_file), "--policy",
              "muri-s", "--endpoints", str(ep_file), "--run-dir", str(run_dir),
              "--time-scale", "1", "--round", "60", "--agent-timeout", str(10 * args.heartbeat)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from broker.messages import MessageError
-from node_agent import checkpoint
+from trainer import checkpoint
 from trainer import ledger, pace
-from trainer.run import EXIT_FINISHED, EXIT_STOPPED
+from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # so trainers import this very checkout
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from scheduler.report import read_records
+from scheduler.tools.report import read_records
 from tests.live import ROOT, LiveCluster, log_records
 from traces import write_trace
 from traces.generate import generate
@@ -245,7 +245,7 @@ def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None,
         verdict.problems.append(f"journal job states: {verdict.journal_states}")
     verdict.problems += _exactly_once("journal", verdict.finished_journal, job_ids)
 
-    out = subprocess.run([sys.executable, "-m", "scheduler.report", str(run_dir), "--json"],
+    out = subprocess.run([sys.executable, "-m", "scheduler.tools.report", str(run_dir), "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         verdict.problems.append(f"report exited {out.returncode}: {out.stderr.strip()[-500:]}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from broker.client import RequestFailed, Requester, RequestTimeout
 from broker.endpoints import Endpoints
 from broker.testing import wait_until
-from scheduler.report import read_records
+from scheduler.tools.report import read_records
 from trainer.ledger import LedgerVerdict, judge_run_dir, read_ledgers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ class LiveCluster:
                                       for a in (ep.events_in, ep.events_out, ep.requests))
 
     def start_scheduler(self) -> None:
-        self._spawn("scheduler", ["-m", "scheduler.service", "--spec", self.spec, "--policy",
+        self._spawn("scheduler", ["-m", "scheduler.live", "--spec", self.spec, "--policy",
                                   self.policy, "--endpoints", str(self.endpoints_file),
                                   "--run-dir", str(self.run_dir), "--time-scale",
                                   str(self.time_scale), "--round", "5", "--agent-timeout", "6",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from node_agent import checkpoint
-from node_agent.checkpoint import Checkpoint
+from trainer.checkpoint import Checkpoint
 
 
 def test_round_trip_and_replace(tmp_path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from scheduler.journal import Journal
+from scheduler.live.journal import Journal
 from tests.helpers import job, spec
 from tests.test_service import DEADLINE, FakeAgent, harness, wait_for  # noqa: F401 (fixture)
 

@@ -50,7 +50,7 @@ def test_the_verdict_sees_a_lost_and_a_doubled_job(tmp_path):
     """The judge is not vacuous: a job finished twice, one never, a bad feeder exit all show."""
     import json
 
-    from scheduler.journal import Journal
+    from scheduler.live.journal import Journal
     from tests.chaos import judge
     from tests.helpers import job
 
@@ -77,7 +77,7 @@ def test_the_verdict_reads_the_trainers_ledgers(tmp_path):
     fails the run even though the scheduler's records are clean."""
     import json
 
-    from scheduler.journal import Journal
+    from scheduler.live.journal import Journal
     from tests.chaos import judge
     from tests.helpers import job
 

@@ -324,7 +324,7 @@ def test_time_with_a_huge_exponent_is_a_trace_error(fuzz_dir):
 @given(base=st.just(msgpack.unpackb(VALID_MESSAGES[0], raw=False)["job"]), data=st.data())
 def test_wire_job_validates_without_crashing(base, data):
     """validate() on records built from arbitrary submitted maps reports, never raises."""
-    from scheduler.journal import record_from_map
+    from scheduler.live.journal import record_from_map
 
     job = dict(base)
     for _ in range(data.draw(st.integers(1, 3))):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.journal import Journal, JournalError, record_from_map, record_to_map
+from scheduler.live.journal import Journal, JournalError, record_from_map, record_to_map
 from tests.helpers import job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,7 @@ def test_wal_and_full_sync(tmp_path):
 _CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[3])
-    from scheduler.journal import Journal
+    from scheduler.live.journal import Journal
     from tests.helpers import job
     j = Journal(sys.argv[1])
     base = int(sys.argv[2])

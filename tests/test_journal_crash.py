@@ -19,7 +19,7 @@ import time
 
 from broker.client import RequestFailed, Requester, RequestTimeout
 from broker.endpoints import Endpoints
-from scheduler.journal import Journal, record_to_map
+from scheduler.live.journal import Journal, record_to_map
 from tests.live import LiveCluster
 from traces.generate import generate
 

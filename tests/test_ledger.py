@@ -317,7 +317,7 @@ def test_torch_trainers_one_and_two_ranks_leave_a_passing_ledger(tmp_path):
     from tests.test_torch_trainer import start as torch_start
     from tests.test_torch_trainer import trainer_cmd as torch_cmd
     from tests.test_torch_trainer import wait_for as torch_wait
-    from trainer import torch_checkpoint
+    from trainer.checkpoint import torch_state as torch_checkpoint
     from trainer.distributed import free_port
 
     data, ck, total = tmp_path / "data", tmp_path / "ck", 60

@@ -62,7 +62,7 @@ def test_end_to_end_matches_the_simulator(cluster, tmp_path):
     assert feeder.wait(timeout=60) == 0
     assert status["counts"]["finished"] == N_JOBS
     _assert_each_job_finished_once(cluster, records)
-    out = subprocess.run([sys.executable, "-m", "scheduler.report", str(cluster.run_dir),
+    out = subprocess.run([sys.executable, "-m", "scheduler.tools.report", str(cluster.run_dir),
                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])

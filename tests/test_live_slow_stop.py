@@ -22,8 +22,8 @@ import pytest
 from broker.broker import Broker
 from broker.client import Requester
 from node_agent import checkpoint
-from scheduler.journal import record_to_map
-from scheduler.service import Options, SchedulerService
+from scheduler.live.journal import record_to_map
+from scheduler.live.service import Options, SchedulerService
 from tests.helpers import job, spec
 from tests.live import ROOT, log_records, wait_for
 from trainer.run import TEST_SLOW_STOP_ENV
@@ -203,6 +203,6 @@ def _resumed(run_dir: Path) -> dict[int, float]:
 
 
 def _all_agent_records(run_dir: Path) -> list[dict]:
-    from scheduler.report import read_records
+    from scheduler.tools.report import read_records
 
     return [rec for path in sorted(run_dir.glob("agent*.log")) for rec in read_records(path)[0]]

@@ -13,7 +13,7 @@ from scheduler.simulator import simulate
 from scheduler.state import NodeSlice
 from tests.helpers import job, spec
 from tests.test_service import DEADLINE, harness, wait_for  # noqa: F401 (fixture)
-from scheduler.journal import Journal
+from scheduler.live.journal import Journal
 
 IN_PLACE = get_preset("default")
 RESTARTS = get_preset("default", regroup_in_place=False)
@@ -104,7 +104,7 @@ def test_live_paper_preset_restarts_a_regrouped_job_as_the_simulator_does(harnes
 def test_service_torch_workload_builds_its_preset_without_regroup_in_place(tmp_path):
     """The service asks the preset, never the workload, at each round; torch trainers cannot
     regroup in place, so the preset it builds for them says so."""
-    from scheduler.service import Options, SchedulerService
+    from scheduler.live.service import Options, SchedulerService
 
     for workload, expected in (("emulated", True), ("torch", False)):
         (tmp_path / workload).mkdir()

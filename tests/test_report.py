@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import report
+from scheduler.tools import report
 
 T0 = 1_700_000_000.0  # wall epoch of the scheduler's start in the synthetic run
 
@@ -170,7 +170,7 @@ def test_a_scheduler_restart_ends_what_ran_before_it(tmp_path, capsys):
 def test_a_finish_the_log_missed_comes_from_the_journal(tmp_path):
     """The journal commits a finish before the log line: a kill between them leaves the log
     one behind. Job 3 here finished per the journal only."""
-    from scheduler.journal import Journal
+    from scheduler.live.journal import Journal
     from tests.helpers import job
 
     run = write_run(tmp_path / "run")
@@ -242,7 +242,7 @@ def test_an_unreadable_journal_is_a_warning_naming_it(tmp_path, capsys):
 
 
 def test_a_bug_while_reading_the_journal_is_not_hidden(tmp_path, monkeypatch):
-    from scheduler.journal import Journal
+    from scheduler.live.journal import Journal
     from tests.helpers import job
 
     run = write_run(tmp_path / "run")

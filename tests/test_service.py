@@ -18,8 +18,9 @@ from broker.testing import wait_until
 from broker.broker import Broker
 from broker.client import HandlerError, RequestFailed, Requester, Service
 from node_agent import checkpoint
-from scheduler.journal import Journal, record_to_map
-from scheduler.service import Options, SchedulerService, stage_list
+from scheduler.live.journal import Journal, record_to_map
+from scheduler.live.launches import stage_list
+from scheduler.live.service import Options, SchedulerService
 from tests.helpers import job, spec
 
 DEADLINE = 20.0  # seconds any single expected thing may take on a loaded 2-core machine
@@ -441,7 +442,7 @@ def test_stage_list_folds_four_stages():
 def test_status_lists_running_jobs_first_when_cut(tmp_path, monkeypatch):
     """No broker needed: the handler and the status body are plain methods."""
     from broker.messages import make
-    import scheduler.service as service
+    import scheduler.live.status as service
 
     monkeypatch.setattr(service, "STATUS_JOBS_LIMIT", 2)
     svc = SchedulerService(None, Options(spec=spec(nodes=1, gpus=4), policy="fifo",
@@ -577,7 +578,7 @@ def test_a_scheduler_without_endpoints_says_so_in_one_line(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "-m", "scheduler.service", "--spec", "n2g8",
+    proc = subprocess.run([sys.executable, "-m", "scheduler.live", "--spec", "n2g8",
                            "--endpoints", str(tmp_path / "none.json"), "--run-dir",
                            str(tmp_path / "run"), "--wait-endpoints", "0.2"],
                           cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),

@@ -1,4 +1,4 @@
-"""`python -m scheduler.service` as a process, on a journal it cannot use: one line naming
+"""`python -m scheduler.live` as a process, on a journal it cannot use: one line naming
 the file and exit status 1, never a traceback (the broker is up, so nothing else stops it)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_an_unusable_journal_is_one_line_naming_it(tmp_path, kind):
         p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p))
     with broker_process(tmp_path / "broker"):
         proc = subprocess.run(
-            [sys.executable, "-m", "scheduler.service", "--spec", "n2g8",
+            [sys.executable, "-m", "scheduler.live", "--spec", "n2g8",
              "--endpoints", str(tmp_path / "broker" / "endpoints.json"),
              "--run-dir", str(tmp_path / "run"), "--journal", str(journal),
              "--wait-endpoints", "5"],

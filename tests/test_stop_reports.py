@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 
-from scheduler.journal import Journal
+from scheduler.live.journal import Journal
 from tests.helpers import job, spec
 from tests.test_service import _job_1_running_on_n0, harness, wait_for  # noqa: F401 (fixture)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler import tail
-from scheduler.tail import Filters, Tail, follow, format_entry
+from scheduler.tools import tail
+from scheduler.tools.tail import Filters, Tail, follow, format_entry
 
 T0 = 1_700_000_000.0
 

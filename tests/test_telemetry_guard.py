@@ -27,7 +27,7 @@ from scheduler.core import Core, SchedulingError
 from scheduler.policies import make_policy
 from scheduler.presets import get_preset
 from scheduler.profiles import ProfileEstimator, as_layout
-from scheduler.service import SchedulerService
+from scheduler.live.service import SchedulerService
 from tests.helpers import job, spec
 from tests.test_service import harness, wait_for  # noqa: F401  (the fixture)
 

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the train extra (torch) is not installed")
 
-from trainer import torch_checkpoint  # noqa: E402
+from trainer.checkpoint import torch_state as torch_checkpoint  # noqa: E402
 from trainer.stages import StageLoop  # noqa: E402
 from workloads import registry  # noqa: E402
 from workloads.cartpole import CartPole  # noqa: E402

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 from traces import TraceError, default_trace_path, read_trace
-from traces.record import JobRecord
+from traces.record import JobRecord, record_to_map
 
 PROG = "interlace-feed"
 SERVICE = "scheduler"
@@ -54,9 +54,7 @@ class FeedResult:
 
 def job_map(record: JobRecord) -> dict[str, Any]:
     """The wire form of a record, exactly as the scheduler's journal reads it back."""
-    from scheduler.journal import record_to_map  # one definition of the wire form
-
-    return record_to_map(record)
+    return record_to_map(record)  # one definition of the wire form
 
 
 def schedule(records: Sequence[JobRecord], time_scale: float,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 # Muri's published traces give three per-iteration stage times (resource_time_0..2).
 STAGES_3 = ("data", "gpu", "net")
@@ -33,3 +35,23 @@ class JobRecord:
     def stage_names(self) -> tuple[str, ...]:
         """Names for stage_times, so callers need not count the tuple themselves."""
         return STAGES_4 if len(self.stage_times) == 4 else STAGES_3
+
+
+# The wire and journal form lives with the record: the feeder, the scheduler's request
+# handlers and its journal all speak it, and none of them should import another for it.
+def record_to_map(record: JobRecord) -> dict[str, Any]:
+    """The wire and journal form of a record (a plain map; stage_times as a list)."""
+    out = dataclasses.asdict(record)
+    out["stage_times"] = list(record.stage_times)
+    return out
+
+
+def record_from_map(data: Mapping[str, Any]) -> JobRecord:
+    """JobRecord from its map form; TypeError/ValueError when fields are missing or extra."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a job must be a map, got {type(data).__name__}")
+    fields = dict(data)
+    stages = fields.get("stage_times")
+    if isinstance(stages, (list, tuple)):
+        fields["stage_times"] = tuple(stages)
+    return JobRecord(**fields)

@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
+
 LEDGER_DIR = "ledger"
 HOWS = ("finished", "stopped", "crashed")
 EPS = 1e-6  # iterations: JSON round trips are exact; this only absorbs float noise
@@ -136,8 +138,6 @@ def note_reaped(run_dir: str | os.PathLike, node: str, job_id: int, pid: int) ->
 
 
 def how_from_exit(rc: int) -> str:
-    from trainer.run import EXIT_FINISHED, EXIT_STOPPED
-
     return {EXIT_FINISHED: "finished", EXIT_STOPPED: "stopped"}.get(rc, "crashed")
 
 

@@ -22,17 +22,16 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
-from node_agent import checkpoint
+from trainer import checkpoint
+from trainer.exits import EXIT_FINISHED, EXIT_STOPPED, EXIT_USAGE  # noqa: F401  (the contract)
 from trainer.ledger import Ledger, how_from_exit
 from trainer.pace import PaceReader
+from trainer.telemetry import Telemetry, logger
 from workloads import registry
 from workloads.emulated import EmulatedRun, EmulatedSpec
 
-EXIT_FINISHED = 0
-EXIT_STOPPED = 3
-EXIT_USAGE = 2  # argparse's own code for bad arguments
 CHUNK_WALL_S = 0.02  # how often the loop looks at signals and its parent
 # Test knob, never set in production: wall seconds an emulated trainer takes to write its
 # checkpoint after a stop signal, standing in for a model slow to checkpoint.
@@ -103,57 +102,6 @@ def _floats(text: str) -> tuple[float, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not a comma-separated list of numbers: {text!r}") from None
-
-
-class Telemetry:
-    """Publishes progress/timing events; a no-op without endpoints. Never fatal after startup."""
-
-    def __init__(self, endpoints_file: str | None, job_id: int, log: Any,
-                 client_key: str | None = None):
-        self._pub = None
-        self._log = log
-        self._job_id = job_id
-        if endpoints_file:
-            from broker.client import Endpoints, Publisher  # imported lazily: zmq only when used
-            from broker.curve import attach_client_key
-            endpoints = attach_client_key(Endpoints.load(endpoints_file), client_key)
-            self._pub = Publisher(endpoints, f"trainer.{job_id}")
-
-    def report(self, iterations: float, spec: EmulatedSpec) -> None:
-        self.publish(iterations, spec.stage_map(), spec.iteration_time)
-
-    def publish(self, iterations: float, stages: dict[str, float],
-                iteration_time: float, restart_overhead: float | None = None) -> None:
-        """event.progress, then event.timing with the stage means and the iteration time
-        (and the restart overhead this launch paid, when measured)."""
-        if self._pub is None:
-            return
-        extra = {} if restart_overhead is None else {"restart_overhead": float(restart_overhead)}
-        try:
-            self._pub.publish("event.progress", job_id=self._job_id, iterations=float(iterations))
-            self._pub.publish("event.timing", job_id=self._job_id,
-                              stages={k: float(v) for k, v in stages.items()},
-                              iteration_time=float(iteration_time),
-                              iterations=float(iterations), **extra)
-        except Exception as err:  # telemetry is lossy by design; losing it must not stop training
-            self._log.warning("publish_failed", error=repr(err))
-
-    def close(self) -> None:
-        if self._pub is not None:
-            try:
-                self._pub.close()
-            except Exception:
-                pass
-
-
-def logger(args: argparse.Namespace) -> Any:
-    import structlog
-
-    if args.run_dir:
-        from broker.logs import configure_logging
-
-        configure_logging(f"trainer-{args.job_id}", args.run_dir)
-    return structlog.get_logger().bind(job_id=args.job_id, node=args.node)
 
 
 def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:

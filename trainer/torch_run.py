@@ -3,8 +3,8 @@
 Why a separate module: trainer/run.py must start fast for emulated jobs, so torch is imported
 only here, and only when a real workload is asked for. The contract with the agent is the
 same as the emulated path's (exit 0 finished, 3 stopped with a checkpoint, else a crash; the
-JSON checkpoint of node_agent/checkpoint.py says how far the job got), plus a torch checkpoint
-(trainer/torch_checkpoint.py) to resume the training state exactly. In a multi-rank job every
+JSON checkpoint of trainer/checkpoint says how far the job got), plus a torch checkpoint
+(trainer/checkpoint/torch_state.py) to resume the training state exactly. In a multi-rank job every
 rank votes on stopping inside the gradient all-reduce, so all ranks stop after the same
 iteration, and only rank 0 writes checkpoints and publishes telemetry.
 
@@ -22,8 +22,9 @@ import threading
 import time
 from typing import Any
 
-from node_agent import checkpoint
-from trainer.run import EXIT_FINISHED, EXIT_STOPPED, Telemetry, logger
+from trainer import checkpoint
+from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
+from trainer.telemetry import Telemetry, logger
 
 OVERHEAD_HISTORY = 20  # restart overheads remembered in the checkpoint meta
 
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int, book: Any)
     log = logger(args).bind(workload=args.workload, rank=args.rank)
     import torch
 
-    from trainer import distributed, torch_checkpoint
+    from trainer import distributed
+    from trainer.checkpoint import torch_state as torch_checkpoint
     from trainer.stages import StageLoop, TimingWindow, local_reduce
     from workloads import registry
     from workloads.base import cpu_threads

@@ -234,7 +234,7 @@ def _fill_from_journal(run: Path, live: LiveRun) -> None:
     missing = {o.job_id: i for i, o in enumerate(live.outcomes) if o.end is None}
     if not missing or not path.is_file():
         return
-    from scheduler.journal import Journal, JournalError
+    from scheduler.live.journal import Journal, JournalError
 
     try:
         with Journal(path) as journal:

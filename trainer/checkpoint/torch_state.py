@@ -1,7 +1,7 @@
 """Training-state checkpoints of torch jobs: model, optimizer, iteration, RNGs, workload state.
 
-Why this exists beside node_agent/checkpoint.py: that small JSON file is the agent's view
-(how far, done or not); this file holds what a resumed trainer needs to continue *exactly*
+Why this exists beside the progress record (trainer/checkpoint/__init__.py): that small JSON
+file is the agent's view (how far, done or not); this file holds what a resumed trainer needs to continue *exactly*
 where it stopped. Files live in `<checkpoint-dir>/<job>.torch/it-<iteration>.pt`, written as
 tmp + fsync + os.replace (+ directory fsync), so a reader sees whole files only; the newest
 that loads is the one to resume from, and older ones beyond `keep` are removed. Everything is
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from node_agent.checkpoint import fsync_dir
+from trainer.checkpoint import fsync_dir
 
 _NAME = re.compile(r"^it-(\d{12})\.pt$")
 

@@ -10,7 +10,6 @@ of arrival (`submit_wall`, epoch seconds) for operators.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sqlite3
@@ -18,7 +17,7 @@ import threading
 import time
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from traces.record import JobRecord
+from traces.record import JobRecord, record_from_map, record_to_map  # noqa: F401  (re-exported)
 
 SCHEMA_VERSION = 1
 
@@ -63,24 +62,6 @@ class Entry(NamedTuple):
     finish_trace: float | None
     preemptions: int
     submit_wall: float
-
-
-def record_to_map(record: JobRecord) -> dict[str, Any]:
-    """The wire and journal form of a record (a plain map; stage_times as a list)."""
-    out = dataclasses.asdict(record)
-    out["stage_times"] = list(record.stage_times)
-    return out
-
-
-def record_from_map(data: Mapping[str, Any]) -> JobRecord:
-    """JobRecord from its map form; TypeError/ValueError when fields are missing or extra."""
-    if not isinstance(data, Mapping):
-        raise TypeError(f"a job must be a map, got {type(data).__name__}")
-    fields = dict(data)
-    stages = fields.get("stage_times")
-    if isinstance(stages, (list, tuple)):
-        fields["stage_times"] = tuple(stages)
-    return JobRecord(**fields)
 
 
 class Journal:

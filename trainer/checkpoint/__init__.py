@@ -1,4 +1,8 @@
-"""Job checkpoints: one small JSON file per job, written atomically.
+"""Job checkpoints: one small JSON file per job (how far it got), written atomically.
+
+The one checkpoint package of the project: this progress record, which the emulated and torch
+trainers write and the agent and scheduler read, and `torch_state` (the torch trainer's full
+training state, next to it on disk).
 
 A checkpoint is the only state that survives a trainer, its agent or its node, so it is
 written as tmp file + fsync + rename (+ directory fsync): a reader sees either the old or the

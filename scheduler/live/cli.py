@@ -1,0 +1,130 @@
+"""The live scheduler's command line: `python -m scheduler.live --spec n2g8 --endpoints F ...`.
+
+Parses and checks the options, opens the run directory and the journal once up front (so an
+unusable one is one line on stderr, not a traceback once the broker is up), waits for the
+broker's endpoints, then runs a SchedulerService until SIGTERM or Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from scheduler.live.gateway import SERVICE
+from scheduler.live.journal import Journal
+from scheduler.live.options import Options
+from scheduler.live.service import SchedulerService
+from scheduler.policies import POLICIES
+from scheduler.presets import get_preset
+from specs import spec_path
+from specs.spec import ClusterSpec, SpecError, load_spec
+
+
+def _load_spec(text: str) -> ClusterSpec:
+    path = Path(text)
+    return load_spec(path if path.suffix == ".csv" or path.exists() else spec_path(text))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ClusterSpec]:
+    p = argparse.ArgumentParser(prog="python -m scheduler.live",
+                                description=__doc__.split("\n")[0])
+    from specs import available_specs
+    p.add_argument("--spec", required=True, help="cluster spec: a CSV path or a packaged name ("
+                   f"{', '.join(available_specs())})")
+    p.add_argument("--policy", default="muri-s", choices=sorted(POLICIES))
+    p.add_argument("--preset", default="default", help="model preset (default: default)")
+    p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
+    p.add_argument("--run-dir", required=True,
+                   help="scheduler.log, journal.db; agents' checkpoints/ are read from here")
+    p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--round", type=float, default=5.0, dest="round_s",
+                   help="wall seconds between rounds when nothing happens (default 5.0); "
+                        "arrivals, completions and agent changes start a round at once")
+    p.add_argument("--agent-timeout", type=float, default=10.0,
+                   help="wall seconds without a heartbeat before an agent is dead (default 10)")
+    p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="where agents write checkpoints (default RUN_DIR/checkpoints)")
+    p.add_argument("--wait-endpoints", type=float, default=30.0,
+                   help="seconds to wait for the endpoints file to appear")
+    p.add_argument("--workload", default="emulated", choices=["emulated", "torch"],
+                   help="emulated: trainers replay the planned pace (default); torch: real "
+                        "training of each job's model (needs the train extra)")
+    p.add_argument("--torch-config", default="{}",
+                   help="JSON settings for every torch workload, e.g. '{\"input_size\": 16}'")
+    p.add_argument("--log-level", default="info")
+    from broker.keys import add_client_key_argument
+    add_client_key_argument(p)
+    a = p.parse_args(argv)
+    try:
+        a.torch_config = json.loads(a.torch_config)
+        if not isinstance(a.torch_config, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as err:
+        p.error(f"--torch-config must be a JSON object: {err}")
+    if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
+        p.error("--time-scale, --round and --agent-timeout must be > 0")
+    try:
+        get_preset(a.preset)
+        spec = _load_spec(a.spec)
+    except (ValueError, SpecError) as err:
+        p.error(str(err).splitlines()[0])
+    return a, spec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status 0 after a clean stop; 1 with one line on stderr naming the file when the
+    run dir, the journal or the endpoints cannot be had; 2 for a usage error."""
+    args, spec = parse_args(argv)
+    import sqlite3
+
+    from broker.curve import component_endpoints
+    from broker.logs import configure_logging
+    from scheduler.live.journal import JournalError
+
+    run_dir = Path(args.run_dir).resolve()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"{SERVICE}: {run_dir}: cannot create the run directory ({err.strerror or err})",
+              file=sys.stderr)
+        return 1
+    # opened once here, before anything waits for the broker, so an unwritable or corrupt
+    # journal is one line at once (not a traceback once the broker is up)
+    journal_path = Path(args.journal).resolve() if args.journal else run_dir / "journal.db"
+    try:
+        Journal(journal_path).close()
+    except (OSError, sqlite3.Error, JournalError) as err:
+        print(f"{SERVICE}: {journal_path}: cannot use the journal ({err})", file=sys.stderr)
+        return 1
+    log = configure_logging(SERVICE, run_dir, level=args.log_level)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    endpoints = component_endpoints("scheduler", args.endpoints, args.wait_endpoints,
+                                    args.client_key, stop, log)
+    if endpoints is None:
+        return 1
+    options = Options(spec=spec, policy=args.policy, preset=args.preset, run_dir=run_dir,
+                      time_scale=args.time_scale, round_s=args.round_s,
+                      agent_timeout=args.agent_timeout,
+                      journal=Path(args.journal) if args.journal else None,
+                      checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+                      workload=args.workload, torch_config=args.torch_config)
+    try:
+        service = SchedulerService(endpoints, options, log=log)
+    except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above
+        log.error("journal_unusable", path=str(journal_path), error=str(err))
+        return 1
+    try:
+        return service.run(stop)
+    finally:
+        service.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

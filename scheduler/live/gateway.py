@@ -1,0 +1,124 @@
+"""The scheduler's side of its agents: who is alive, and requests to them.
+
+Heartbeats alone decide that an agent is dead (`overdue`); a request that times out only
+means its answer did not come. Requests go out from the main thread and from a small pool of
+worker threads (one round may stop and launch many jobs at once, each waiting on a process);
+every thread has its own Requester, since a zmq socket is not to be shared between threads.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from scheduler.live.ledger import node_name
+from scheduler.live.state import LiveState
+from scheduler.state import NodeSlice
+
+SERVICE = "scheduler"
+
+
+@dataclass
+class AgentSeen:
+    """A registered agent as the scheduler last heard from it."""
+
+    gpus: tuple[int, ...]
+    cpus: int
+    mem: float
+    last_seen: float  # monotonic wall seconds
+    incarnation: str | None = None  # the agent process that registered (None: not told)
+
+
+class AgentGateway:
+    def __init__(self, state: LiveState, endpoints: Any):
+        self.state, self.endpoints = state, endpoints
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="scheduler-agents")
+        self._pool_requesters: list[Any] = []
+
+    def overdue(self, wall: float) -> list[str]:
+        """Agents whose heartbeats are overdue at wall time `wall`."""
+        state = self.state
+        with state.lock:
+            return [name for name, a in state.agents.items()
+                    if wall - a.last_seen > state.opt.agent_timeout]
+
+    def gpu_ids(self, piece: NodeSlice) -> list[int]:
+        """The agent's own GPU ids for the spec's GPU indices on that node."""
+        agent = self.state.agents.get(node_name(piece.node))
+        ids = agent.gpus if agent is not None else ()
+        return [ids[g] if g < len(ids) else g for g in piece.gpus]
+
+    def request(self, requester: Any, name: str, type_: str,
+                **fields: Any) -> dict[str, Any] | None:
+        """A request to an agent; None when it failed."""
+        return self.call(requester, name, type_, **fields)[0]
+
+    def call(self, requester: Any, name: str, type_: str,
+             **fields: Any) -> tuple[dict[str, Any] | None, bool]:
+        """(reply body or None, whether it timed out). A timeout only means this answer did
+        not come (the caller asks again, or a launch that may have happened unheard is
+        stopped as a stray). The broker's `no_service` still declares the agent dead: the
+        broker lost the agent's service heartbeats, and the agent's service thread, never
+        held up by a stop, sends them."""
+        from broker.client import RequestFailed, RequestTimeout
+
+        state = self.state
+        with state.lock:
+            if name not in state.agents:  # dead or never came: its re-registration sorts it out
+                state.log.info("agent_request_skipped", node=name, type=type_,
+                               job_id=fields.get("job_id"))
+                return None, False
+        try:
+            reply = requester.request(f"agent.{name}", type_, **fields)
+        except RequestTimeout:
+            state.log.warning("agent_request_timeout", node=name, type=type_,
+                              job_id=fields.get("job_id"))
+            if type_ == "job.launch":
+                with state.lock:
+                    state.ledger.strays.append((fields["job_id"], name))
+            return None, True
+        except RequestFailed as err:
+            state.log.warning("agent_request_refused", node=name, type=type_,
+                              job_id=fields.get("job_id"), code=err.code, reason=err.reason)
+            if err.code == "no_service":  # the broker no longer knows the agent
+                state.declare_dead(name, f"{type_}: {err.reason}")
+            return None, False
+        return dict(reply.get("body") or {}), False
+
+    def concurrently(self, requester: Any, calls: list[tuple[Callable, ...]]) -> None:
+        """Run each (fn, *args) as fn(requester, *args): on this thread when there is one,
+        else on the pool, each worker with its own requester; returns when all are done."""
+        if len(calls) <= 1:
+            for fn, *args in calls:
+                fn(requester, *args)
+            return
+
+        def work(call: tuple) -> None:
+            fn, *args = call
+            fn(self._thread_requester(), *args)
+
+        for future in [self._pool.submit(work, call) for call in calls]:
+            future.result()
+
+    def _thread_requester(self) -> Any:
+        """One Requester per worker thread (a socket is not to be shared across threads);
+        kept for the thread's life and closed with the scheduler."""
+        from broker.client import Requester
+
+        requester = getattr(self._local, "requester", None)
+        if requester is None:
+            opt = self.state.opt
+            requester = Requester(self.endpoints, f"{SERVICE}.{threading.get_ident()}",
+                                  timeout=opt.agent_request_timeout,
+                                  retries=opt.agent_request_retries)
+            self._local.requester = requester
+            with self.state.lock:
+                self._pool_requesters.append(requester)
+        return requester
+
+    def close(self) -> list[Any]:
+        """Stop the pool; returns the workers' requesters, for the caller to close."""
+        self._pool.shutdown(wait=True)
+        return list(self._pool_requesters)

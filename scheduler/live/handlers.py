@@ -1,0 +1,230 @@
+"""The scheduler's request handlers: one method per request type, run on the service thread.
+
+Each checks its request (what the schema cannot: node names, job records against the spec,
+running lists) and refuses with `Refusal(code, reason)`, then changes the shared state under
+its lock. A handler never talks to an agent, so a slow agent never delays an acknowledgement.
+"""
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from broker.refusal import Refusal, all_ints, running_list
+from scheduler.live import status
+from scheduler.live.gateway import AgentSeen
+from scheduler.live.ledger import node_name
+from scheduler.live.state import LiveState
+from scheduler.state import Status
+from traces.record import JobRecord, record_from_map
+from traces.validate import validate
+
+
+class Handlers:
+    def __init__(self, state: LiveState):
+        self.state = state
+
+    def handle(self, msg: Any) -> dict[str, Any]:
+        """Answer one request; Refusal for anything malformed or not applicable."""
+        handler = self._HANDLERS.get(msg.type)
+        if handler is None:
+            raise Refusal("unsupported", f"the scheduler does not handle {msg.type!r}")
+        with self.state.lock:
+            return handler(self, msg)
+
+    # -- checks ------------------------------------------------------------------------------
+    def parse_job(self, data: Any) -> JobRecord:
+        try:
+            record = record_from_map(data)
+        except (TypeError, ValueError) as err:
+            raise Refusal("bad_job", f"not a job record: {err}") from None
+        problems = validate([record], spec=self.state.opt.spec)
+        if problems:
+            raise Refusal("bad_job", "; ".join(f"{p.field}: {p.message}" if p.field else p.message
+                                               for p in problems))
+        if not math.isfinite(record.iterations * record.iteration_time):
+            raise Refusal("bad_job", "iterations x iteration_time is not finite")
+        return record
+
+    def node_index(self, name: Any) -> int:
+        nodes = self.state.opt.spec.num_nodes
+        if isinstance(name, str) and name.startswith("n") and name[1:].isdigit():
+            index = int(name[1:])
+            if 0 <= index < nodes and name == node_name(index):
+                return index
+        raise Refusal("unknown_node", f"{name!r} is not a node of this cluster "
+                                      f"(n0..n{nodes - 1})")
+
+    # -- handlers ----------------------------------------------------------------------------
+    def on_submit(self, msg: Any) -> dict[str, Any]:
+        state = self.state
+        record = self.parse_job(msg["job"])
+        now = state.now()
+        if not state.journal.submit(record, now):  # durable before the reply
+            return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
+        state.core.submit(record, now)
+        state.log.info("job_submitted", job_id=record.job_id, num_gpu=record.num_gpu,
+                       iterations=record.iterations, model=record.model_name, submit=now,
+                       trace_submit=record.submit_time)
+        state.emit_job(record.job_id, "submitted", {"submit": now})
+        state.wake_reasons.add("arrival")
+        return {"accepted": True, "job_id": record.job_id}
+
+    def on_register(self, msg: Any) -> dict[str, Any]:
+        state, ledger = self.state, self.state.ledger
+        name = msg["node"]
+        index = self.node_index(name)
+        gpus = msg["gpus"]
+        if not all_ints(gpus):
+            raise Refusal("bad_request", f"gpus must be a list of ints, got {gpus!r}")
+        running = running_list(msg.get("running") or [])
+        if len(gpus) < state.opt.spec.gpus_per_node:
+            state.log.warning("agent_short_of_gpus", node=name, gpus=list(gpus),
+                              spec_gpus=state.opt.spec.gpus_per_node)
+        was = name in state.agents
+        state.awaiting.discard(name)
+        state.agents[name] = AgentSeen(tuple(gpus), msg["cpus"], msg["mem"], state.clock(),
+                                       msg.get("incarnation"))
+        state.core.set_node_online(index, True)
+        now = state.now()
+        reported = dict(running)
+        kept, strays, lost = [], [], []
+        for job_id, done in running:
+            where = ledger.where(job_id)
+            if where is not None and index in where.nodes:
+                kept.append(job_id)
+                state.note_progress(job_id, done)
+            else:
+                strays.append(job_id)
+                ledger.strays.append((job_id, name))
+        for job_id in list(ledger.on(index)):
+            if job_id not in reported:
+                lost.append(job_id)  # the agent restarted and no longer runs it
+                state.requeue(job_id, now, f"not running on re-registered {name}", skip=name)
+        state.log.info("agent_registered", node=name, gpus=list(gpus), cpus=msg["cpus"],
+                       mem=msg["mem"], again=was, kept=kept, strays=strays, lost=lost)
+        state.outbox.append(("event.agent", {"node": name, "state": "registered"}))
+        state.journal.log_event("agent_registered", now, node=name,
+                                detail={"gpus": list(gpus), "strays": strays, "lost": lost})
+        state.wake_reasons.add("agent")
+        return {"registered": True, "node": name, "strays": strays}
+
+    def on_heartbeat(self, msg: Any) -> dict[str, Any]:
+        state = self.state
+        name = msg["node"]
+        index = self.node_index(name)
+        agent = state.agents.get(name)
+        if agent is None:
+            raise Refusal("unknown_agent", f"{name} is not registered (or was declared dead); "
+                                           "register again")
+        incarnation, launches = msg.get("incarnation"), msg.get("launches")
+        if incarnation is not None and agent.incarnation is not None \
+                and incarnation != agent.incarnation:
+            raise Refusal("unknown_agent", f"{name} restarted since it registered; "
+                                           "register again")
+        agent.last_seen = state.clock()
+        running = running_list(msg.get("running") or [])
+        here = state.ledger.on(index)
+        for job_id, done in running:
+            if job_id in here:
+                state.note_progress(job_id, done)
+        if incarnation is not None and isinstance(launches, int):
+            self._requeue_vanished(name, index, incarnation, launches, {j for j, _ in running})
+        return {}
+
+    def _requeue_vanished(self, name: str, index: int, incarnation: str, launches: int,
+                          reported: set[int]) -> None:
+        """Jobs placed here that the agent's snapshot no longer shows, though it was taken
+        after their launch and with no report queued: they ended unheard (a stop or exit
+        lost in a race). Left alone they would hold their GPUs forever; requeue them."""
+        state = self.state
+        for job_id, by in list(state.ledger.on(index).items()):
+            if job_id in reported or job_id in state.ledger.stopping:
+                continue
+            if by is None or (by[0] == incarnation and by[1] > launches):
+                continue  # launched after the snapshot (or by a scheduler before this one)
+            state.log.warning("job_vanished", job_id=job_id, node=name, launch=by,
+                              launches=launches)
+            state.requeue(job_id, state.now(), f"no longer running on {name}", skip=name)
+
+    def on_finished(self, msg: Any) -> dict[str, Any]:
+        state = self.state
+        job_id, name, its = msg["job_id"], msg["node"], float(msg["iterations"])
+        index = self.node_index(name)
+        job = state.core.jobs.get(job_id)
+        if job_id in state.finished_before or (job is not None and job.status is Status.DONE):
+            return {"finished": True, "already": True}
+        if job is None:
+            raise Refusal("unknown_job", f"job {job_id} was never submitted here")
+        now = state.now()
+        if msg["ok"]:
+            state.finish(job_id, now, its, name)
+            return {"finished": True, "already": False}
+        where = state.ledger.where(job_id)
+        if where is None or index not in where.nodes:
+            state.log.info("stale_report", job_id=job_id, node=name, ok=False)
+            return {"finished": False, "ignored": True}
+        reason = f"trainer failed on {name}: {msg.get('detail', '')}".rstrip(": ")
+        state.requeue(job_id, now, reason, skip=name, iterations=its)
+        return {"finished": False, "requeued": True}
+
+    def on_stopped(self, msg: Any) -> dict[str, Any]:
+        """A trainer stopped. The end of a stop a round waits for wakes that round (which
+        settles the job); one nobody waits for any more (`requested`, e.g. from before a
+        scheduler restart) settles it here; any other (its agent shut down) requeues it."""
+        state = self.state
+        job_id, name = msg["job_id"], msg["node"]
+        index = self.node_index(name)
+        job = state.core.jobs.get(job_id)
+        if job_id in state.finished_before:
+            return {"ignored": True}
+        if job is None:
+            raise Refusal("unknown_job", f"job {job_id} was never submitted here")
+        if state.stop_waits.report(job_id, name, msg.fields):
+            return {"awaited": True}
+        if msg.get("requested"):
+            return self._settle_unawaited_stop(job, name, msg)
+        where = state.ledger.where(job_id)
+        if job.status is Status.DONE or where is None or index not in where.nodes:
+            return {"ignored": True}
+        state.requeue(job_id, state.now(), f"stopped by {name}", skip=name,
+                      iterations=float(msg["iterations"]))
+        return {"requeued": True}
+
+    def _settle_unawaited_stop(self, job: Any, name: str, msg: Any) -> dict[str, Any]:
+        """The end of a stop that no round waits for: a job that completed is finished; one
+        that runs again (placed or launching) is left alone, never run twice; a waiting one
+        resumes from the stop's checkpoint when that is ahead of what is known."""
+        state = self.state
+        job_id, its = job.id, float(msg["iterations"])
+        if job.status is Status.DONE:
+            return {"ignored": True}
+        if msg.get("finished"):
+            state.finish(job_id, state.now(), its, name)
+            return {"finished": True}
+        if state.ledger.where(job_id) is not None:
+            state.log.info("stale_stop_report", job_id=job_id, node=name, iterations=its)
+            return {"ignored": True}
+        if its > state.resume_point(job_id):
+            now = state.now()
+            state.journal.mark_stopped(job_id, its, now, node=name, preempted=False,
+                                       detail={"reason": "stop reported after its round"})
+            state.core.set_remaining(job_id, job.record.iterations - its)
+        state.log.info("late_stop_settled", job_id=job_id, node=name, iterations=its)
+        return {"settled": True}
+
+    def on_status(self, msg: Any) -> dict[str, Any]:
+        what = msg.get("what") or "all"
+        if what not in ("all", "summary"):
+            raise Refusal("bad_request", f"what must be 'all' or 'summary', got {what!r}")
+        return status.status(self.state, jobs=what == "all")
+
+    _HANDLERS: Mapping[str, Callable[["Handlers", Any], dict[str, Any]]]
+    _HANDLERS = MappingProxyType({
+        "job.submit": on_submit,
+        "agent.register": on_register,
+        "agent.heartbeat": on_heartbeat,
+        "job.finished": on_finished,
+        "job.stopped": on_stopped,
+        "status.query": on_status,
+    })

@@ -1,0 +1,36 @@
+"""What the live scheduler is told at start: everything it needs besides the broker."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specs.spec import ClusterSpec
+
+
+@dataclass
+class Options:
+    """Everything the service needs besides the broker's endpoints."""
+
+    spec: ClusterSpec
+    policy: str = "muri-s"
+    preset: str = "default"
+    run_dir: Path = Path("run")
+    time_scale: float = 1.0  # trace seconds per wall second
+    round_s: float = 5.0  # wall seconds between rounds without any event (a safety net)
+    agent_timeout: float = 10.0  # wall seconds without a heartbeat before an agent is dead
+    agent_request_timeout: float = 5.0  # per try, for job.stop / job.launch to an agent
+    agent_request_retries: int = 3
+    journal: Path | None = None  # default: run_dir/journal.db
+    checkpoint_dir: Path | None = None  # default: run_dir/checkpoints (where agents write)
+    # "emulated": trainers replay the planned pace; "torch": real training of the job's model
+    workload: str = "emulated"
+    torch_config: dict = field(default_factory=dict)  # workload settings for every torch job
+    profile_threshold: float = 0.1  # relative move of a measured profile that re-plans
+
+    @property
+    def journal_path(self) -> Path:
+        return self.journal or self.run_dir / "journal.db"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.checkpoint_dir or self.run_dir / "checkpoints"

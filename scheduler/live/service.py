@@ -1,0 +1,194 @@
+"""The live scheduler: the second driver of the scheduling core (the simulator is the first).
+
+It turns messages into core events and the core's plans into `job.stop` / `job.launch`
+requests to node agents; the core never learns that it runs live. This module only wires the
+parts (docs/architecture.md has the map):
+
+* state.py     what the scheduler knows, its lock, and the transitions both threads make;
+* handlers.py  requests, on the service thread (`job.submit`, `agent.*`, `job.finished`,
+               `job.stopped`, `status.query`); never talks to an agent;
+* executor.py  rounds on the main thread: plan, compare, stop, regroup, launch;
+* gateway.py   requests to agents and their liveness; telemetry.py progress in, events out;
+* recovery.py  a restart from the journal (journal.py) and the checkpoints.
+
+Threads: the service thread answers requests, each under the state's lock. The main thread
+pumps telemetry, watches liveness, runs rounds and sends the blocking requests to agents
+*outside* the lock, re-checking what changed meanwhile. Each zmq socket is used only by the
+thread that created it.
+
+Durability: a job is journaled (SQLite, fsynced) before its submit is acknowledged; a
+restarted scheduler rebuilds its queue from the journal and each job's checkpoint, and keeps
+the trace clock running from where the journal left it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import structlog
+
+from broker.refusal import as_handler
+from scheduler.live import recovery, status, telemetry
+from scheduler.live.executor import RoundExecutor
+from scheduler.live.gateway import SERVICE, AgentGateway
+from scheduler.live.handlers import Handlers
+from scheduler.live.options import Options
+from scheduler.live.state import LiveState
+from scheduler.state import Status
+
+
+class SchedulerService:
+    """The live driver. `handle` is the request handler; `run` is the main loop."""
+
+    def __init__(self, endpoints: Any, options: Options, log: Any = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.endpoints = endpoints
+        self.opt = options
+        self.log = log if log is not None else structlog.get_logger(SERVICE)
+        self.clock = clock
+        self.state = LiveState(options, self.log, clock)
+        self.handlers = Handlers(self.state)
+        self.gateway = AgentGateway(self.state, endpoints)
+        self.executor = RoundExecutor(self.state, self.gateway)
+        self._refusals_said = (0, -math.inf)  # (total, wall) when the counts were last logged
+        recovery.recover(self.state)
+
+    # the state's parts, by the names callers (and tests) know them
+    core = property(lambda self: self.state.core)
+    journal = property(lambda self: self.state.journal)
+    agents = property(lambda self: self.state.agents)
+    placed = property(lambda self: self.state.ledger.placed)
+    strays = property(lambda self: self.state.ledger.strays)
+    progress = property(lambda self: self.state.progress)
+    profiles = property(lambda self: self.state.profiles)
+    refusals = property(lambda self: self.state.refusals)
+    rounds = property(lambda self: self.state.rounds)
+    round_failures = property(lambda self: self.state.round_failures)
+    _lock = property(lambda self: self.state.lock)
+
+    def now(self) -> float:
+        return self.state.now()
+
+    def handle(self, msg: Any) -> dict[str, Any]:
+        """Answer one request; Refusal for anything malformed or not applicable."""
+        return self.handlers.handle(msg)
+
+    def declare_dead(self, name: str, reason: str) -> None:
+        self.state.declare_dead(name, reason)
+
+    def job_state(self, job_id: int) -> str:
+        return status.job_state(self.state, job_id)
+
+    def status(self, jobs: bool = True) -> dict[str, Any]:
+        return status.status(self.state, jobs)
+
+    def round(self, requester: Any) -> None:
+        self.executor.round(requester)
+
+    # -- the main loop -------------------------------------------------------------------------
+    def run(self, stop: threading.Event, ready: threading.Event | None = None) -> int:
+        """Serve until `stop` is set. The service thread answers requests meanwhile."""
+        from broker.client import Publisher, Requester, Subscriber
+
+        svc_stop, svc_ready = threading.Event(), threading.Event()
+        svc_error: list[BaseException] = []
+        thread = threading.Thread(target=self._serve, args=(svc_stop, svc_ready, svc_error),
+                                  name="scheduler-service", daemon=True)
+        thread.start()
+        requester = Requester(self.endpoints, SERVICE, timeout=self.opt.agent_request_timeout,
+                              retries=self.opt.agent_request_retries)
+        publisher = Publisher(self.endpoints, SERVICE)
+        subscriber = Subscriber(self.endpoints, ["event.progress", "event.timing"],
+                                refusals=self.refusals)
+        self.log.info("scheduler_start", policy=self.opt.policy, preset=self.opt.preset,
+                      nodes=self.opt.spec.num_nodes, gpus=self.opt.spec.total_gpus,
+                      time_scale=self.opt.time_scale, round_s=self.opt.round_s,
+                      agent_timeout=self.opt.agent_timeout, pid=os.getpid(), clock=self.now())
+        svc_ready.wait(10.0)
+        if ready is not None:
+            ready.set()
+        try:
+            while not stop.is_set():
+                if not thread.is_alive():
+                    self.log.error("service_thread_died", error=repr(svc_error[:1]))
+                    return 1
+                telemetry.pump(self.state, subscriber, wait=0.05)
+                self.step(requester)
+                telemetry.publish(self.state, publisher)
+            return 0
+        finally:
+            svc_stop.set()
+            thread.join(timeout=5.0)
+            for sock in (requester, publisher, subscriber, *self.gateway.close()):
+                try:
+                    sock.close()
+                except Exception:  # closing is best effort on the way out
+                    pass
+            self.journal.set_clock(self.now())
+            self.log.info("scheduler_exit", rounds=self.rounds, clock=self.now(),
+                          round_failures=self.round_failures, refused=self.refusals.counts())
+
+    def _serve(self, stop: threading.Event, ready: threading.Event,
+               error: list[BaseException]) -> None:
+        from broker.client import Service
+
+        try:  # refusals are counted and logged (once per sender) by the Service
+            service = Service(self.endpoints, SERVICE, as_handler(self.handle, self.log),
+                              heartbeat=0.5, refusals=self.refusals)
+        except BaseException as err:
+            error.append(err)
+            raise
+        ready.set()
+        try:
+            service.serve(stop)
+        except BaseException as err:
+            error.append(err)
+            raise
+        finally:
+            service.close()
+
+    def step(self, requester: Any) -> None:
+        """One pass of the main loop: liveness, strays, and a round when one is due."""
+        state = self.state
+        wall = self.clock()
+        for name in self.gateway.overdue(wall):
+            state.declare_dead(name, f"no heartbeat for {self.opt.agent_timeout:g}s")
+        self.executor.stop_strays(requester)
+        with state.lock:
+            due = bool(state.wake_reasons) or wall - state.last_round >= self.opt.round_s \
+                or (state.next_wakeup is not None and state.now() >= state.next_wakeup)
+            due = due and not recovery.pending(state, wall)
+        if due:
+            try:
+                self.executor.round(requester)
+            except Exception as err:  # a round's bug must not end the scheduler
+                self._round_failed(err)
+        self._say_refusals(wall)
+
+    def _round_failed(self, err: Exception) -> None:
+        """Log the failed round with the jobs it touched; the next one is due a full round_s
+        later (or at the next event), never at once, so a round that always fails is no hot
+        loop. The running jobs stay where they are meanwhile."""
+        state = self.state
+        with state.lock:
+            state.round_failures += 1
+            state.last_round = self.clock()
+            state.next_wakeup = None  # a stale wake-up in the past would be due at once
+            running = [j.id for j in state.core.running_jobs()]
+            queued = [j.id for j in state.core.queue if j.status is Status.PENDING]
+            self.log.error("round_failed", error=f"{type(err).__name__}: {err}",
+                           running=running, queued=queued, failures=state.round_failures,
+                           exc_info=err)
+
+    def _say_refusals(self, wall: float, every: float = 30.0) -> None:
+        """The refusal counts in the log, when they changed, at most every `every` s."""
+        total, said = self.refusals.total(), self._refusals_said
+        if total != said[0] and wall - said[1] >= every:
+            self._refusals_said = (total, wall)
+            self.log.info("refusals", total=total, refused=self.refusals.counts())
+
+    def close(self) -> None:
+        self.journal.close()

@@ -1,0 +1,65 @@
+"""Telemetry in and events out: trainers' progress and stage timings fold into the state;
+the events the state queued (`outbox`) go to subscribers. Telemetry is advice and lossy by
+design: a bad event costs itself only, and a failed publish is logged, never fatal."""
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.core import SchedulingError
+from scheduler.live.state import LiveState
+from scheduler.state import Status
+
+
+def pump(state: LiveState, subscriber: Any, wait: float) -> None:
+    """Fold progress telemetry in; waits up to `wait` for the first event."""
+    msg = subscriber.recv(wait)
+    count = 0
+    while msg is not None and count < 10_000:
+        try:
+            if msg.type == "event.progress":
+                with state.lock:
+                    if msg["job_id"] in state.ledger.placed:
+                        state.note_progress(msg["job_id"], float(msg["iterations"]))
+            elif msg.type == "event.timing":
+                with state.lock:
+                    note_timing(state, msg)
+        except Exception as err:  # telemetry is advice: a bad event costs itself only
+            state.refusals.refuse(f"{msg.type}:internal", msg.sender,
+                                  f"{type(err).__name__}: {err}", job_id=msg.get("job_id"))
+        count += 1
+        msg = subscriber.recv(0)
+
+
+def note_timing(state: LiveState, msg: Any) -> None:
+    """A trainer measured its stages (trace seconds): fold them into the job's profile;
+    a move big enough re-weights the matching at once. Called with the lock held."""
+    job = state.core.jobs.get(msg["job_id"])
+    if job is None or job.status is not Status.RUNNING:
+        return
+    overhead = msg.get("restart_overhead")
+    try:
+        if overhead is not None and overhead != job.restart_overhead:
+            state.core.set_restart_overhead(job.id, overhead)  # weighs future regroups
+        profile = state.profiles.fold(job.id, job.profile, msg["stages"])
+        if profile is None:
+            return
+        state.core.update_profile(job.id, profile, solo_time=sum(profile))
+    except SchedulingError as err:  # the core is the last line: refused, nothing changed
+        state.profiles.forget(job.id)  # the estimate it refused must not seed the next
+        state.refusals.refuse("event.timing:refused_by_core", msg.sender, str(err),
+                              job_id=job.id)
+        return
+    state.wake_reasons.add("profile")
+    state.log.info("profile_updated", job_id=job.id, profile=[round(t, 6) for t in profile],
+                   measured=dict(msg["stages"]))
+
+
+def publish(state: LiveState, publisher: Any) -> None:
+    """Send the queued events (taken under the lock, sent without it)."""
+    with state.lock:
+        out, state.outbox = state.outbox, []
+    for type_, fields in out:
+        try:
+            publisher.publish(type_, **fields)
+        except Exception:  # telemetry is lossy by design; never fatal
+            state.log.exception("publish_failed", type=type_)

@@ -1,0 +1,61 @@
+"""A trainer's telemetry and log: progress and stage-timing events on the bus, JSON log lines.
+
+Its own module so that both trainers (trainer/run.py, emulated; trainer/torch_run.py, torch)
+share it without importing each other; zmq and structlog are imported only when used.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+class Telemetry:
+    """Publishes progress/timing events; a no-op without endpoints. Never fatal after startup."""
+
+    def __init__(self, endpoints_file: str | None, job_id: int, log: Any,
+                 client_key: str | None = None):
+        self._pub = None
+        self._log = log
+        self._job_id = job_id
+        if endpoints_file:
+            from broker.client import Endpoints, Publisher  # imported lazily: zmq only when used
+            from broker.curve import attach_client_key
+            endpoints = attach_client_key(Endpoints.load(endpoints_file), client_key)
+            self._pub = Publisher(endpoints, f"trainer.{job_id}")
+
+    def report(self, iterations: float, spec: Any) -> None:
+        """Progress and timing of an emulated run (`spec`: its EmulatedSpec)."""
+        self.publish(iterations, spec.stage_map(), spec.iteration_time)
+
+    def publish(self, iterations: float, stages: dict[str, float],
+                iteration_time: float, restart_overhead: float | None = None) -> None:
+        """event.progress, then event.timing with the stage means and the iteration time
+        (and the restart overhead this launch paid, when measured)."""
+        if self._pub is None:
+            return
+        extra = {} if restart_overhead is None else {"restart_overhead": float(restart_overhead)}
+        try:
+            self._pub.publish("event.progress", job_id=self._job_id, iterations=float(iterations))
+            self._pub.publish("event.timing", job_id=self._job_id,
+                              stages={k: float(v) for k, v in stages.items()},
+                              iteration_time=float(iteration_time),
+                              iterations=float(iterations), **extra)
+        except Exception as err:  # telemetry is lossy by design; losing it must not stop training
+            self._log.warning("publish_failed", error=repr(err))
+
+    def close(self) -> None:
+        if self._pub is not None:
+            try:
+                self._pub.close()
+            except Exception:
+                pass
+
+
+def logger(args: argparse.Namespace) -> Any:
+    import structlog
+
+    if args.run_dir:
+        from broker.logs import configure_logging
+
+        configure_logging(f"trainer-{args.job_id}", args.run_dir)
+    return structlog.get_logger().bind(job_id=args.job_id, node=args.node)
