@@ -17,7 +17,7 @@ import pytest
 
 from broker.broker import Broker
 from broker.client import HandlerError, Requester, RequestFailed, Service, Subscriber
-from node_agent import checkpoint
+from trainer import checkpoint
 from tests.live import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from node_agent import checkpoint
+from trainer import checkpoint
 from trainer.checkpoint import Checkpoint
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from node_agent import checkpoint
+from trainer import checkpoint
 from tests.test_agent import Cluster, gone
 from trainer.run import TEST_SLOW_STOP_ENV
 

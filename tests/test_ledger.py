@@ -14,7 +14,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node_agent import checkpoint
+from trainer import checkpoint
 from tests.test_trainer import finish, start, trainer_cmd, wait_for
 from trainer.ledger import Ledger, judge_run_dir, read_ledgers, verdict
 from trainer.run import EXIT_FINISHED, EXIT_STOPPED

@@ -21,7 +21,7 @@ import pytest
 
 from broker.broker import Broker
 from broker.client import Requester
-from node_agent import checkpoint
+from trainer import checkpoint
 from scheduler.live.journal import record_to_map
 from scheduler.live.service import Options, SchedulerService
 from tests.helpers import job, spec

@@ -17,7 +17,7 @@ from broker.testing import wait_until
 
 from broker.broker import Broker
 from broker.client import HandlerError, RequestFailed, Requester, Service
-from node_agent import checkpoint
+from trainer import checkpoint
 from scheduler.live.journal import Journal, record_to_map
 from scheduler.live.launches import stage_list
 from scheduler.live.service import Options, SchedulerService

@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the train extra (torch) is not installed")
 
-from node_agent import checkpoint  # noqa: E402
+from trainer import checkpoint  # noqa: E402
 from trainer.checkpoint import torch_state as torch_checkpoint  # noqa: E402
 from trainer.distributed import free_port  # noqa: E402
 from trainer.run import EXIT_FINISHED, EXIT_STOPPED  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from node_agent import checkpoint
+from trainer import checkpoint
 from trainer.run import EXIT_FINISHED, EXIT_STOPPED
 from workloads.emulated import EmulatedRun, EmulatedSpec
 
@@ -155,7 +155,7 @@ def test_orphaned_trainer_checkpoints_and_stops(tmp_path):
     cmd = trainer_cmd(tmp_path, job_id=8, total=10**6, extra=("--run-dir", str(log_dir)))
     script = textwrap.dedent(f"""
         import subprocess, sys, time
-        from node_agent import checkpoint
+        from trainer import checkpoint
         p = subprocess.Popen({cmd!r}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         end = time.monotonic() + {DEADLINE_S}
         while checkpoint.read({str(tmp_path)!r}, 8) is None and time.monotonic() < end:

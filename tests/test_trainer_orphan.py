@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 
-from node_agent import checkpoint
+from trainer import checkpoint
 from tests.test_trainer import DEADLINE_S, ROOT, trainer_cmd, wait_for
 
 

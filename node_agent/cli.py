@@ -1,0 +1,73 @@
+"""The node agent's command line: `python -m node_agent.agent --node NAME --gpus 0,1 ...`
+(node_agent/agent.py runs `main` when started so): parse and check the options, set up
+logging, and run the agent until SIGTERM or Ctrl-C."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from node_agent.agent import run
+from node_agent.config import AgentConfig
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
+    p = argparse.ArgumentParser(prog="python -m node_agent.agent", description=(
+        "The node agent: `python -m node_agent.agent --node NAME --gpus 0,1,2,3 "
+        "--endpoints FILE ...`."))
+    p.add_argument("--node", required=True, help="node name; the service is agent.<NODE>")
+    p.add_argument("--gpus", required=True, help="GPU indices of this node, e.g. 0,1,2,3")
+    p.add_argument("--cpus", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--mem", type=float, default=0.0, help="memory in GB")
+    p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
+    p.add_argument("--wait-endpoints", type=float, default=30.0, metavar="S",
+                   help="seconds to wait for the endpoints file (the broker may be starting)")
+    p.add_argument("--run-dir", required=True, help="logs, trainers/ and checkpoints/ go here")
+    p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--heartbeat", type=float, default=0.5, help="seconds between heartbeats")
+    p.add_argument("--report-every", type=float, default=0.2,
+                   help="trainers' wall seconds between telemetry/checkpoints")
+    p.add_argument("--stop-timeout", type=float, default=10.0,
+                   help="seconds a trainer gets to checkpoint after SIGTERM before SIGKILL")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="this node's address for torch rendezvous (other nodes connect to it)")
+    p.add_argument("--log-level", default="info")
+    from broker.keys import add_client_key_argument
+    add_client_key_argument(p)
+    a = p.parse_args(argv)
+    try:
+        gpus = tuple(int(g) for g in a.gpus.split(",") if g.strip() != "")
+    except ValueError:
+        p.error(f"--gpus must be comma-separated integers, got {a.gpus!r}")
+    if not gpus or len(set(gpus)) != len(gpus):
+        p.error(f"--gpus must list distinct GPU indices, got {a.gpus!r}")
+    if not (a.time_scale > 0 and a.heartbeat > 0 and a.report_every > 0 and a.stop_timeout > 0):
+        p.error("--time-scale, --heartbeat, --report-every and --stop-timeout must be > 0")
+    if not a.wait_endpoints >= 0:
+        p.error("--wait-endpoints must be >= 0")
+    cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem,
+                      endpoints_file=str(Path(a.endpoints).resolve()),
+                      run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
+                      heartbeat=a.heartbeat, report_every=a.report_every,
+                      stop_timeout=a.stop_timeout, address=a.address,
+                      wait_endpoints=a.wait_endpoints,
+                      client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
+    return cfg, a.log_level
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg, level = parse_args(argv)
+    import structlog
+
+    from broker.logs import configure_logging
+
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    configure_logging(f"agent-{cfg.node}", cfg.run_dir, level=level)
+    log = structlog.get_logger().bind(node=cfg.node)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return run(cfg, stop, log)

@@ -1,0 +1,37 @@
+"""What one node agent is told at start (the command line's result, node_agent/cli.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: str
+    gpus: tuple[int, ...]
+    cpus: int
+    mem: float
+    endpoints_file: str
+    run_dir: Path
+    time_scale: float = 1.0
+    heartbeat: float = 0.5
+    report_every: float = 0.2
+    stop_timeout: float = 10.0
+    request_timeout: float = 2.0
+    request_retries: int = 2
+    address: str = "127.0.0.1"  # where other nodes reach this node's rank-0 rendezvous
+    gate_stall_timeout: float = 30.0
+    client_key: str | None = None  # CURVE secret certificate; also handed to its trainers
+    wait_endpoints: float = 30.0  # seconds to wait for the broker's endpoints file
+
+    @property
+    def name(self) -> str:
+        return f"agent.{self.node}"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def trainer_dir(self) -> Path:
+        return self.run_dir / "trainers"

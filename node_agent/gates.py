@@ -1,0 +1,42 @@
+"""The stage gates this node runs: one per group of torch jobs that share its GPUs, started
+by the group's first launch here and closed when its last member here leaves. Only torch
+trainers take turns; emulated ones replay the planner's pace and need no gate."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from node_agent.config import AgentConfig
+
+
+class Gates:
+    """group (job ids in slot order) -> StageGate. Guarded by the job table's lock."""
+
+    def __init__(self, cfg: AgentConfig, log: Any):
+        self.cfg, self.log = cfg, log
+        self._gates: dict[tuple, Any] = {}
+
+    def for_group(self, group: tuple, workload: dict) -> Any:
+        """The group's stage gate on this node (started now if it is the first member's
+        launch), or None for a workload that takes no turns."""
+        if workload["kind"] != "torch":
+            return None
+        gate = self._gates.get(group)
+        if gate is None:
+            from node_agent.gate import StageGate
+            from trainer.stages import STAGES
+
+            gate = StageGate(group, STAGES, name=f"{self.cfg.node}:{'-'.join(map(str, group))}",
+                             log=self.log, stall_timeout=self.cfg.gate_stall_timeout).start()
+            self._gates[group] = gate
+        return gate
+
+    def release(self, job: Any, others: Iterable[Any]) -> None:
+        """`job` left: drop it from its gate; close the gate when none of `others` (the jobs
+        still here) is in its group."""
+        gate = self._gates.get(job.gate) if job.gate else None
+        if gate is None:
+            return
+        gate.remove(job.job_id)
+        if not any(j.gate == job.gate for j in others if j is not job):
+            self._gates.pop(job.gate, None)
+            gate.close()

@@ -1,0 +1,116 @@
+"""The agent's job table: the trainers it runs, what they did, and what the scheduler must
+hear about them.
+
+Messages to the scheduler wait in `outbox` (type, fields) until the link delivers them; a
+heartbeat's snapshot is refused while one waits, so the scheduler never sees a job gone
+before the report of how it ended. Each snapshot carries (incarnation, launches), taken with
+the table: the scheduler can then tell a job this agent no longer runs from one launched
+after the snapshot, and a restarted agent from this one.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node_agent import launcher
+from node_agent.config import AgentConfig
+from node_agent.gates import Gates
+from trainer import checkpoint
+from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
+
+
+@dataclass
+class Job:
+    job_id: int
+    procs: list  # subprocess.Popen per rank on this node, lowest rank first
+    gpus: tuple[int, ...]
+    total: float
+    group: list = field(default_factory=list)
+    slot: int = 0
+    start: float = 0.0  # start_iteration of the launch: a floor until the first checkpoint
+    stopping: bool = False
+    started: float = field(default_factory=time.monotonic)
+    gate: tuple = ()  # key of the group's stage gate here, if the job shares its GPUs
+    pace_file: Path | None = None  # emulated: where a regroup in place tells the new pace
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        """The lead process (lowest rank here): its exit is the job's exit on this node."""
+        return self.procs[0]
+
+
+class JobTable:
+    """Jobs by id, their gates, the outbox and the launch count; `lock` guards them all
+    (the service thread and the main thread both change them)."""
+
+    def __init__(self, cfg: AgentConfig, log: Any):
+        self.cfg, self.log = cfg, log
+        self.lock = threading.Lock()
+        self.jobs: dict[int, Job] = {}
+        self.gates = Gates(cfg, log)
+        self.outbox: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self.incarnation = os.urandom(8).hex()
+        self.launches = 0
+
+    def iterations(self, job_id: int, floor: float = 0.0) -> float:
+        """Iterations done: the checkpoint's, never less than where the launch started it
+        (a trainer stopped before its first checkpoint must not report its progress lost)."""
+        return max(checkpoint.iterations(self.cfg.checkpoint_dir, job_id), floor)
+
+    def release_gate(self, job: Job) -> None:
+        """Called with the lock held."""
+        self.gates.release(job, self.jobs.values())
+
+    def collect(self) -> None:
+        """Reap exited trainers (not being stopped) and queue what the scheduler must hear."""
+        with self.lock:
+            self.collect_locked()
+
+    def collect_locked(self) -> None:
+        for job_id, job in list(self.jobs.items()):
+            if job.stopping:
+                continue
+            rc = job.proc.poll()
+            if rc is None:
+                continue
+            for rank in job.procs[1:]:  # the lead is done: the other ranks here follow it
+                if rank.poll() is None:
+                    rank.terminate()
+            del self.jobs[job_id]
+            self.release_gate(job)
+            its = self.iterations(job_id, job.start)
+            base = {"job_id": job_id, "node": self.cfg.node, "iterations": its}
+            if rc == EXIT_FINISHED:
+                self.outbox.append(("job.finished", dict(base, ok=True)))
+            elif rc == EXIT_STOPPED:  # stopped by someone other than the scheduler
+                self.outbox.append(("job.stopped", base))
+            else:
+                detail = launcher.describe_exit(rc)
+                tail = launcher.stderr_tail(self.cfg.trainer_dir / f"{job_id}.stderr") \
+                    if rc > 0 else ""
+                if tail:  # a Python crash ends its stderr with the exception line
+                    detail += ": " + tail.splitlines()[-1][-300:]
+                self.outbox.append(("job.finished", dict(base, ok=False, detail=detail)))
+            self.log.info("trainer_exited", job=job_id, exit=rc, iterations=its)
+
+    def running(self) -> list[dict[str, Any]]:
+        return self.snapshot(reported=False)["running"]
+
+    def snapshot(self, reported: bool = True) -> dict[str, Any] | None:
+        """What a heartbeat or registration tells: the jobs running and how many launches
+        came before, taken together. With `reported`, None while a report is queued: a job
+        that left the table must be reported before a heartbeat may show it missing."""
+        with self.lock:
+            if reported and self.outbox:
+                return None
+            jobs = sorted((j.job_id, j.start) for j in self.jobs.values())
+            launches = self.launches
+        return {"running": [{"job_id": j, "iterations": self.iterations(j, start)}
+                            for j, start in jobs],
+                "incarnation": self.incarnation, "launches": launches}
