@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
-from scheduler.live.journal import record_to_map  # noqa: E402
+from traces.record import record_to_map  # noqa: E402
 from tests.fuzz_service import Fuzzer  # noqa: E402
 from tests.helpers import job  # noqa: E402
 from tests.live import LiveCluster, log_records, wait_for  # noqa: E402

@@ -1,7 +1,9 @@
 """The import graph the design promises, read from the source with `ast` (nothing is imported):
 the scheduling core knows nothing of the drivers or of the processes around it, and no
-package imports in a circle. An import inside a function counts as much as one at the top:
-it is still a dependency, only a later one.
+package imports in a circle, nor does any module of the drivers, the agent or the trainer. An
+import inside a function counts as much as one at the top: it is still a dependency, only a
+later one. Only an `if __name__ == "__main__":` block is left out: it runs when the module is
+the program, never when it is imported.
 
 CORE lists the core by module name, in this one place; when the core moves (to a
 `scheduler.core` package, say) only this set changes.
@@ -37,6 +39,8 @@ KNOWN = {
 # and tool subpackages count apart from the core they drive (scheduler.live -> scheduler is
 # the design; scheduler -> scheduler.live would be the cycle).
 SUBPACKAGES = ("scheduler.live", "scheduler.tools")
+# Packages whose modules must not import each other in a circle either.
+NO_MODULE_CYCLES = ("broker", "node_agent", "scheduler.live", "scheduler.tools", "trainer")
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -52,7 +56,7 @@ def imports_of(path: Path, root: Path = ROOT) -> set[str]:
     here = module_name(path, root).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(_without_main_block(tree)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -62,6 +66,17 @@ def imports_of(path: Path, root: Path = ROOT) -> set[str]:
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import mod`
     return found
+
+
+def _is_main_block(node: ast.stmt) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and isinstance(test, ast.Compare) \
+        and isinstance(test.left, ast.Name) and test.left.id == "__name__" \
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+
+
+def _without_main_block(tree: ast.Module) -> ast.Module:
+    return ast.Module(body=[n for n in tree.body if not _is_main_block(n)], type_ignores=[])
 
 
 def source_modules() -> dict[str, set[str]]:
@@ -122,6 +137,15 @@ def package_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return edges
 
 
+def module_edges(graph: dict[str, set[str]], packages: tuple[str, ...]) -> dict[str, set[str]]:
+    def inside(mod: str) -> bool:
+        return any(mod == p or mod.startswith(p + ".") for p in packages)
+
+    # a package's __init__ is imported with any of its modules; only its own imports count
+    return {mod: {d for d in deps if inside(d) and d != mod} for mod, deps in graph.items()
+            if inside(mod)}
+
+
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
     return source_modules()
@@ -143,6 +167,10 @@ def test_no_package_imports_in_a_circle(graph):
     assert find_cycle(package_edges(graph)) is None
 
 
+def test_no_module_of_the_drivers_agent_or_trainer_imports_in_a_circle(graph):
+    assert find_cycle(module_edges(graph, NO_MODULE_CYCLES)) is None
+
+
 def test_the_checks_see_a_cycle_and_a_core_import():
     """The checks themselves can fail: a made-up graph with a cycle through a driver."""
     made_up = {"scheduler.core": {"scheduler.live.service"},
@@ -159,3 +187,11 @@ def test_relative_imports_resolve(tmp_path):
     (pkg / "loop.py").write_text("from . import ledger\nfrom ..core import Core\n")
     found = imports_of(pkg / "loop.py", root=tmp_path)
     assert {"scheduler.live.ledger", "scheduler.core", "scheduler.core.Core"} <= found
+
+
+def test_an_entry_point_block_is_no_dependency(tmp_path):
+    pkg = tmp_path / "node_agent"
+    pkg.mkdir()
+    (pkg / "agent.py").write_text("import os\nif __name__ == '__main__':\n"
+                                  "    from node_agent.cli import main\n")
+    assert imports_of(pkg / "agent.py", root=tmp_path) == {"os"}
