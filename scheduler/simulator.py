@@ -6,6 +6,7 @@ knows it is simulated.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -65,10 +66,11 @@ class Simulator:
         preset, cost = self.preset, self._cost
         group_sum = preset.overhead_group_sum
         previous = self.runs
-        starting = set(plan_changes.compare(
+        charge_all = preset.overhead_every_event
+        # who (re)starts matters only where overheads are not charged at every event
+        starting = () if charge_all else set(plan_changes.compare(
             {j: (run.group, run.where) for j, run in previous.items()},
             {j: (g.jobs, g.placement) for g in plan.groups for j in g.jobs}, preset).starting)
-        charge_all = preset.overhead_every_event
         runs: dict[int, _Run] = {}
         for group in plan.groups:
             members = group.jobs
@@ -164,9 +166,44 @@ def _grouped_arrivals(records: Sequence[JobRecord], rel: float) -> list[float]:
 
 def _grouped_ends(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
     """With `rel` > 0 each end joins the first end event, in plan order, within relative
-    `rel` of it and takes its time (the artifact's end-event list); else unchanged."""
+    `rel` of it and takes its time (the artifact's end-event list); else unchanged.
+
+    The events are also kept sorted, so only those near an end are tried (within the bound
+    that `rel` allows) instead of every event so far; of those close enough, the first made
+    wins, as a scan in order would find."""
     if rel <= 0:
         return ends
+    if rel >= 0.5:
+        return _grouped_ends_scan(ends, rel)
+    near = 2.0 * rel / (1.0 - rel)  # |a - b| <= rel * max(|a|, |b|) implies within near * |b|
+    events: list[float] = []  # in the order made
+    by_time: list[tuple[float, int]] = []  # (time, index into events), ascending
+    out = []
+    for end, job_id in ends:
+        if not math.isfinite(end):
+            first = next((k for k, e in enumerate(events) if math.isclose(e, end, rel_tol=rel)),
+                         None)
+        else:
+            reach = near * abs(end)
+            lo = bisect.bisect_left(by_time, (end - reach, -1))
+            first = None
+            for k in range(lo, len(by_time)):
+                event, index = by_time[k]
+                if event > end + reach:
+                    break
+                if (first is None or index < first) and math.isclose(event, end, rel_tol=rel):
+                    first = index
+        if first is None:
+            bisect.insort(by_time, (end, len(events)))
+            events.append(end)
+        else:
+            end = events[first]
+        out.append((end, job_id))
+    return out
+
+
+def _grouped_ends_scan(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
+    """_grouped_ends by trying every event so far (the definition)."""
     events: list[float] = []
     out = []
     for end, job_id in ends:
