@@ -67,6 +67,14 @@ class ClusterState:
         """
         if num_gpu > self.free_total:
             return None
+        if num_gpu <= self._per_node:
+            # the first node with room, switch by switch (nodes are numbered that way)
+            need_cpu = self.demand.cpus(num_gpu, num_gpu)
+            fg, fc = self.free_count, self.free_cpus
+            for node in range(len(fg)):
+                if fg[node] >= num_gpu and fc[node] >= need_cpu:
+                    return (self._take(node, num_gpu, num_gpu),)
+            return None
         for nodes in self._switches:
             found = self._fit(nodes, num_gpu)
             if found is not None:

@@ -84,10 +84,13 @@ class Simulator:
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement)
         self.runs = runs
 
-    def _end_time(self, job_id: int, now: float) -> float:
-        run = self.runs[job_id]
-        lead = 0.0 if self.preset.overhead_every_event else run.overhead
-        return now + lead + self.core.jobs[job_id].remaining * run.tt
+    def _ends(self, now: float) -> list[tuple[float, int]]:
+        """(when it ends if nothing changes, job id) of each running job, in plan order."""
+        jobs = self.core.jobs
+        if self.preset.overhead_every_event:
+            return [(now + 0.0 + jobs[j].remaining * run.tt, j) for j, run in self.runs.items()]
+        return [(now + run.overhead + jobs[j].remaining * run.tt, j)
+                for j, run in self.runs.items()]
 
     def run(self) -> SimResult:
         started = time.perf_counter()
@@ -130,7 +133,7 @@ class Simulator:
             rounds += 1
             self._apply(plan, t)
             wakeup = plan.wakeup
-            ends = _grouped_ends([(self._end_time(j, t), j) for j in self.runs], self._end_rel)
+            ends = _grouped_ends(self._ends(t), self._end_rel)
             heapq.heapify(ends)
             utilisation.append((t, _busy_gpus(plan)))
             last = t
@@ -177,24 +180,27 @@ def _grouped_ends(ends: list[tuple[float, int]], rel: float) -> list[tuple[float
         return _grouped_ends_scan(ends, rel)
     near = 2.0 * rel / (1.0 - rel)  # |a - b| <= rel * max(|a|, |b|) implies within near * |b|
     events: list[float] = []  # in the order made
-    by_time: list[tuple[float, int]] = []  # (time, index into events), ascending
+    times: list[float] = []  # the same, ascending
+    made: list[int] = []  # index into events of each of times
     out = []
+    isclose = math.isclose
     for end, job_id in ends:
         if not math.isfinite(end):
-            first = next((k for k, e in enumerate(events) if math.isclose(e, end, rel_tol=rel)),
-                         None)
+            first = next((k for k, e in enumerate(events) if isclose(e, end, rel_tol=rel)), None)
         else:
             reach = near * abs(end)
-            lo = bisect.bisect_left(by_time, (end - reach, -1))
+            top = end + reach
+            k = bisect.bisect_left(times, end - reach)
             first = None
-            for k in range(lo, len(by_time)):
-                event, index = by_time[k]
-                if event > end + reach:
-                    break
-                if (first is None or index < first) and math.isclose(event, end, rel_tol=rel):
+            while k < len(times) and times[k] <= top:
+                index = made[k]
+                if (first is None or index < first) and isclose(times[k], end, rel_tol=rel):
                     first = index
+                k += 1
         if first is None:
-            bisect.insort(by_time, (end, len(events)))
+            k = bisect.bisect_right(times, end)
+            times.insert(k, end)
+            made.insert(k, len(events))
             events.append(end)
         else:
             end = events[first]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from scheduler.placement import ClusterState
-from scheduler.policies.order import Remaining, fits_monotone
+from scheduler.policies.order import fits_monotone
 from scheduler.presets import Preset
 from scheduler.state import Group, Job, NodeSlice, Plan, Status
 
@@ -132,16 +132,22 @@ def _greedy(cluster: ClusterState, order: Sequence[Job], sizes: Mapping[int, int
         sizes = {}
         for job in order:
             sizes[job.num_gpu] = sizes.get(job.num_gpu, 0) + 1
-    left = Remaining(sizes)
+    left = dict(sizes)  # what Remaining does, inlined: this loop runs for every job placed
+    smallest = min(left, default=math.inf)
     failed = math.inf  # the smallest request that did not fit; room only shrinks
     chosen: list[Job] = []
     where: list = []
     for job in order:
-        smallest = left.smallest
         if cluster.free_total < smallest or failed <= smallest:
             break
-        gpus = job.num_gpu
-        left.visit(gpus)
+        gpus = job.record.num_gpu
+        count = left[gpus] - 1
+        if count:
+            left[gpus] = count
+        else:
+            del left[gpus]
+            if gpus == smallest:
+                smallest = min(left, default=math.inf)
         if gpus >= failed:
             continue
         slices = cluster.place(gpus)
