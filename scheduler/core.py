@@ -74,6 +74,11 @@ class Core:
         """
         done = done or {}
         running_sum = self.preset.service_sum == "running"
+        policy = self.policy
+        # a hook a policy leaves as the base's no-op is not called for every running job
+        on_advance = (None if type(policy).on_advance is Policy.on_advance
+                      else policy.on_advance)
+        on_change = None if type(policy).on_change is Policy.on_change else policy.on_change
         for job in self.running_jobs():
             last = job.last_update
             job.last_update = now
@@ -85,8 +90,10 @@ class Core:
             else:
                 job.attained += now - last
                 job.queue_attained += now - last
-            self.policy.on_advance(job, now)
-            self.policy.on_change(job)
+            if on_advance is not None:
+                on_advance(job, now)
+            if on_change is not None:
+                on_change(job)
         self.now = now
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,

@@ -178,6 +178,14 @@ def _grouped_ends(ends: list[tuple[float, int]], rel: float) -> list[tuple[float
         return ends
     if rel >= 0.5:
         return _grouped_ends_scan(ends, rel)
+    # Most rounds no two ends are close, and every end is its own event. In sorted order it
+    # is enough to look at neighbours: were a < b < c with b within twice rel of neither,
+    # c - a would exceed 2 rel |c|, well beyond what rounding can bring within rel.
+    times = sorted([end for end, _ in ends])
+    if math.isfinite(sum(times)):
+        twice = 2.0 * rel
+        if not any(b - a <= twice * max(b, -a) for a, b in zip(times, times[1:])):
+            return ends
     near = 2.0 * rel / (1.0 - rel)  # |a - b| <= rel * max(|a|, |b|) implies within near * |b|
     events: list[float] = []  # in the order made
     times: list[float] = []  # the same, ascending
