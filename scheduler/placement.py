@@ -88,12 +88,11 @@ class ClusterState:
         return self._keep(slices, job_gpus)
 
     def _keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
-        d = self.demand
+        d, fgs, fcs = self.demand, self.free_gpus, self.free_cpus
         for s in slices:
-            free = self.free_gpus[s.node]
-            free = range(self._per_node) if free is None else free
-            if (not all(g in free for g in s.gpus)
-                    or self.free_cpus[s.node] < d.cpus(len(s.gpus), job_gpus)):
+            free = fgs[s.node]
+            if (not set(s.gpus).issubset(range(self._per_node) if free is None else free)
+                    or fcs[s.node] < d.cpus(len(s.gpus), job_gpus)):
                 return False
         for s in slices:
             free = self.free_gpus[s.node]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from scheduler.policies.base import Policy, RoundContext, place_units, solo_group
-from scheduler.policies.order import Remaining, fits_monotone
+from scheduler.policies.order import fits_monotone
 from scheduler.state import Job, Plan, Status
 
 
@@ -98,17 +98,25 @@ class Tiresias(Policy):
         """The artifact's admission (paper preset): by free-GPU count, whatever the nodes.
         Returns the jobs, no placements, and where each queue's admitted jobs stand in it."""
         free = ctx.cluster.spec.total_gpus
-        left = Remaining(self.sizes)
+        left = dict(self.sizes)  # order.Remaining, inlined (this loop is the round)
+        smallest = min(left, default=math.inf)
         chosen: list[Job] = []
         spots: list[list[int]] = []
         for queue in self.queues:
             here: list[int] = []
             spots.append(here)
             for i, job in enumerate(queue):
-                if free < left.smallest:
+                if free < smallest:
                     break  # no job left is small enough
-                left.visit(job.num_gpu)
-                if free >= job.num_gpu:
+                gpus = job.record.num_gpu
+                count = left[gpus] - 1
+                if count:
+                    left[gpus] = count
+                else:
+                    del left[gpus]
+                    if gpus == smallest:
+                        smallest = min(left, default=math.inf)
+                if free >= gpus:
                     chosen.append(job)
                     here.append(i)
                     free -= job.num_gpu
@@ -128,18 +136,24 @@ class Tiresias(Policy):
         cluster.reset()
         monotone = fits_monotone(ctx.preset)
         failed = math.inf
-        left = Remaining(self.sizes)
+        left = dict(self.sizes)  # order.Remaining, inlined (this loop is the round)
+        smallest = min(left, default=math.inf)
         chosen, where = [], []
         spots: list[list[int]] = []
         for queue in self.queues:
             here: list[int] = []
             spots.append(here)
             for i, job in enumerate(queue):
-                smallest = left.smallest
                 if cluster.free_total < smallest or failed <= smallest:
                     break
-                gpus = job.num_gpu
-                left.visit(gpus)
+                gpus = job.record.num_gpu
+                count = left[gpus] - 1
+                if count:
+                    left[gpus] = count
+                else:
+                    del left[gpus]
+                    if gpus == smallest:
+                        smallest = min(left, default=math.inf)
                 if gpus >= failed:
                     continue
                 slices = cluster.place(gpus)
