@@ -360,3 +360,50 @@ def test_tiresias_admission_that_stops_early_admits_what_the_full_walk_does(
     assert plans[0] == plans[1]
     assert ([[j.id for j in q] for q in policies[0].queues]
             == [[j.id for j in q] for q in policies[1].queues])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["submit", "submit", "round", "stop", "finish"]),
+                          st.integers(0, 100), st.sampled_from([1, 2, 4, 8]),
+                          st.sampled_from([0, 0, 1])), min_size=1, max_size=40),
+       st.sampled_from(list(PLAIN)), st.sampled_from(["paper", "default"]))
+def test_live_events_leave_the_fast_policies_planning_as_the_plain_ones(script, policy, preset):
+    """Stops, finishes and arrivals between rounds, as the live driver sends them: the kept
+    orders and shortcuts plan what the from-scratch policies plan."""
+    p = get_preset(preset)
+    cores = [Core(spec(nodes=2, gpus=4), make_policy(policy, p), p),
+             Core(spec(nodes=2, gpus=4), PLAIN[policy](p), p)]
+    now, next_id = 0.0, 0
+    for action, pick, gpus, priority in script:
+        now += 7.0
+        for core in cores:
+            core.advance(now, {j.id: 3.0 for j in core.running_jobs()})
+        if action == "submit":
+            for core in cores:
+                core.submit(record(next_id, num_gpu=gpus, iterations=50 + pick,
+                                   priority=priority), now)
+            next_id += 1
+        elif action in ("stop", "finish") and cores[0].queue:
+            job_id = cores[0].queue[pick % len(cores[0].queue)].id
+            for core in cores:
+                (core.stop if action == "stop" else core.finish)(job_id, now)
+        plans = [core.round(now) for core in cores]
+        assert plans[0] == plans[1]
+
+
+def test_antman_runs_again_a_guaranteed_job_stopped_on_a_full_cluster():
+    """A stopped guaranteed job keeps its GPUs (AntMan never frees them until it ends), so
+    the next round resumes it there, as the plain walk does, even with nothing free."""
+    p = get_preset("default")
+    cores = [Core(spec(nodes=2, gpus=4), make_policy("antman", p), p),
+             Core(spec(nodes=2, gpus=4), PLAIN["antman"](p), p)]
+    for core in cores:
+        core.submit(record(0, num_gpu=4), 0.0)
+        core.submit(record(1, num_gpu=4), 0.0)
+        core.submit(record(2, num_gpu=8, priority=1), 0.0)
+        core.round(0.0)
+        core.advance(1.0)
+        core.stop(1, 1.0)
+    plans = [core.round(1.0) for core in cores]
+    assert plans[0] == plans[1]
+    assert 1 in plans[0].running()

@@ -88,6 +88,9 @@ class AntMan(Policy):
         # job id -> (latest stamp of its GPUs, its solo time, its group): a group is the same
         # while nothing on its GPUs changed
         self._groups: dict[int, tuple[int, float, Group]] = {}
+        # jobs stopped outside a plan (the live driver) that still hold their GPUs or guest
+        # slots: the walk must reach them even when nothing is free
+        self._stopped: dict[int, Job] = {}
 
     def on_submit(self, job: Job, now: float) -> None:
         self._kept.add(job)
@@ -101,6 +104,7 @@ class AntMan(Policy):
         self._kept.remove(job)
         self._by_id.pop(job.id, None)
         self._groups.pop(job.id, None)
+        self._stopped.pop(job.id, None)
         self._changes += 1
         stamp = self._changes
         for node, gpu in self.holds.pop(job.id, _Hold()).gpus:
@@ -116,6 +120,10 @@ class AntMan(Policy):
 
     def on_profile(self, job: Job) -> None:
         self._groups.clear()  # its group and its neighbours' are timed by its profile
+
+    def on_change(self, job: Job) -> None:
+        if job.status is Status.PENDING and (job.id in self.holds or job.id in self.guest_gpus):
+            self._stopped[job.id] = job
 
     # -- guaranteed jobs -------------------------------------------------------------------
     def _free(self, node: int) -> list[int]:
@@ -238,7 +246,7 @@ class AntMan(Policy):
             if seen != self._changes:
                 seen = self._changes
                 unowned, open_gpus = self._room()
-            if unowned == 0 and open_gpus < left.smallest:
+            if unowned == 0 and open_gpus < left.smallest and not self._stopped:
                 break
             left.visit(job.num_gpu)
             if job.status is not Status.PENDING:
@@ -254,6 +262,7 @@ class AntMan(Policy):
                 placed = self._place_opportunistic(job)
             if placed:
                 running[job.id] = job
+                self._stopped.pop(job.id, None)
         entry = self._kept.entry
         self._placed = sorted(running.values(), key=entry)  # in the order's order
         groups = [self._group(job, self._by_id) for job in self._placed]
