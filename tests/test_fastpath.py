@@ -7,9 +7,8 @@ reference policies that re-sort and walk the whole queue every round.
 """
 from __future__ import annotations
 
-import math
+import random
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from scheduler.core import Core
@@ -122,7 +121,6 @@ def test_placement_that_stops_early_places_what_trying_every_job_does(
     preset = get_preset("default", cpu_per_gpu=demand[0], cpu_single_gpu=demand[1])
     order = [make_job(i, n) for i, n in enumerate(sizes)]
     # where some of them ran last round (sticky placement): a plain placement of a shuffle
-    import random
     rng = random.Random(seed)
     previous: dict[int, tuple] = {}
     if seed % 2:

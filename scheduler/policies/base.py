@@ -44,6 +44,8 @@ class Policy:
         fall in the order of the previous event's last sort, and its results (which the paper
         preset reproduces) depend on that. The carried order is kept here, per policy, and
         never in the core's queue, whose order drivers see in `Core.running_jobs()`.
+        `order.CarriedOrder` gives the same order kept between rounds, without re-sorting
+        the backlog (the priority policies and AntMan use it).
         """
         live = {id(j) for j in queue}
         order = [j for j in self._order if id(j) in live]

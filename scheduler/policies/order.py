@@ -17,7 +17,7 @@ as the stable sort would.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from typing import Any, Callable, Iterable, Sequence
 
 from scheduler.state import Job
