@@ -76,9 +76,12 @@ class Core:
         running_sum = self.preset.service_sum == "running"
         policy = self.policy
         # a hook a policy leaves as the base's no-op is not called for every running job
-        on_advance = (None if type(policy).on_advance is Policy.on_advance
+        # (looked up on its class; a wrapper that is no Policy gets every hook called)
+        kind = type(policy)
+        on_advance = (None if getattr(kind, "on_advance", None) is Policy.on_advance
                       else policy.on_advance)
-        on_change = None if type(policy).on_change is Policy.on_change else policy.on_change
+        on_change = (None if getattr(kind, "on_change", None) is Policy.on_change
+                     else policy.on_change)
         for job in self.running_jobs():
             last = job.last_update
             job.last_update = now
