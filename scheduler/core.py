@@ -35,6 +35,11 @@ class Core:
         self.cluster = ClusterState(spec, Demand(preset.cpu_per_gpu, preset.cpu_single_gpu))
         self.jobs: dict[int, Job] = {}
         self.queue: list[Job] = []  # runnable jobs in submission order (policies never sort it)
+        # The running jobs (a round touches these and what the plan runs, never the backlog),
+        # and each job's place in submission order, which drivers see them in.
+        self._running: dict[int, Job] = {}
+        self._running_order: list[Job] | None = []  # cached, in submission order
+        self._arrival: dict[int, int] = {}
         self.plan_now = Plan(())
         self.now = 0.0
 
@@ -57,6 +62,7 @@ class Core:
                   remaining_estimate=record.iterations * solo, last_update=now,
                   restart_overhead=self.preset.overhead(record.model_name, record.num_gpu))
         self.jobs[job.id] = job
+        self._arrival[job.id] = len(self._arrival)
         self.queue.append(job)
         self.policy.on_submit(job, now)
         return job
@@ -68,6 +74,14 @@ class Core:
         """
         done = done or {}
         running_sum = self.preset.service_sum == "running"
+        policy = self.policy
+        # a hook a policy leaves as the base's no-op is not called for every running job
+        # (looked up on its class; a wrapper that is no Policy gets every hook called)
+        kind = type(policy)
+        on_advance = (None if getattr(kind, "on_advance", None) is Policy.on_advance
+                      else policy.on_advance)
+        on_change = (None if getattr(kind, "on_change", None) is Policy.on_change
+                     else policy.on_change)
         for job in self.running_jobs():
             last = job.last_update
             job.last_update = now
@@ -79,7 +93,10 @@ class Core:
             else:
                 job.attained += now - last
                 job.queue_attained += now - last
-            self.policy.on_advance(job, now)
+            if on_advance is not None:
+                on_advance(job, now)
+            if on_change is not None:
+                on_change(job)
         self.now = now
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,
@@ -114,6 +131,7 @@ class Core:
             job.solo_time = solo
             job.remaining_estimate = job.remaining * job.solo_time
         self.policy.on_profile(job)
+        self.policy.on_change(job)
 
     def set_restart_overhead(self, job_id: int, seconds: float) -> None:
         """What a restart of this job was measured to cost (live trainers report it); a
@@ -142,6 +160,8 @@ class Core:
             job.preemptions += 1
             job.pending_mark = now
             job.group_key = ()
+            self._set_running(job, False)
+            self.policy.on_change(job)
         return job
 
     def set_remaining(self, job_id: int, remaining: float) -> None:
@@ -149,6 +169,7 @@ class Core:
         job = self._job(job_id)
         job.remaining = max(float(remaining), 0.0)
         job.remaining_estimate = job.remaining * job.solo_time
+        self.policy.on_change(job)
 
     def finish(self, job_id: int, now: float) -> Job:
         job = self._job(job_id)
@@ -156,6 +177,7 @@ class Core:
             raise SchedulingError(f"job {job_id} already finished")
         if job.status is Status.RUNNING:
             job.attained += now - job.last_update
+        self._set_running(job, False)
         job.status = Status.DONE
         job.finish_time = now
         job.remaining = 0.0
@@ -171,15 +193,19 @@ class Core:
         plan = self.policy.plan(RoundContext(now, tuple(self.queue), self.cluster, self.preset,
                                              previous))
         running = plan.running()
-        for job in self.queue:
-            group = running.get(job.id)
-            if group is None:
-                if job.status is Status.RUNNING:
-                    job.status = Status.PENDING
-                    job.preemptions += 1
-                    job.pending_mark = now
+        # Only jobs that ran or run now change; a waiting job stays as it is (no group).
+        for job in self.running_jobs():
+            if job.id not in running:
+                job.status = Status.PENDING
+                job.preemptions += 1
+                job.pending_mark = now
                 job.group_key = ()
-                continue
+                self._set_running(job, False)
+        jobs = self.jobs
+        for job_id, group in running.items():
+            job = jobs.get(job_id)
+            if job is None or job.status is Status.DONE:
+                continue  # not runnable: nothing to update (as for any job off the queue)
             if job.status is Status.PENDING:
                 job.status = Status.RUNNING
                 job.starts += 1
@@ -189,6 +215,7 @@ class Core:
                 if job.pending_mark is not None:
                     job.pending_since_run += now - job.pending_mark
                     job.pending_mark = None
+                self._set_running(job, True)
             job.group_tt = group.tt
             job.group_key = group.jobs
         self.plan_now = plan
@@ -203,5 +230,16 @@ class Core:
 
     def running_jobs(self) -> list[Job]:
         """Running jobs in submission order, whatever order a policy planned them in."""
-        running = Status.RUNNING
-        return [j for j in self.queue if j.status is running]
+        order = self._running_order
+        if order is None:
+            arrival = self._arrival
+            order = sorted(self._running.values(), key=lambda j: arrival[j.id])
+            self._running_order = order
+        return list(order)
+
+    def _set_running(self, job: Job, running: bool) -> None:
+        if running:
+            self._running[job.id] = job
+        elif self._running.pop(job.id, None) is None:
+            return
+        self._running_order = None

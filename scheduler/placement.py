@@ -67,6 +67,14 @@ class ClusterState:
         """
         if num_gpu > self.free_total:
             return None
+        if num_gpu <= self._per_node:
+            # the first node with room, switch by switch (nodes are numbered that way)
+            need_cpu = self.demand.cpus(num_gpu, num_gpu)
+            fg, fc = self.free_count, self.free_cpus
+            for node in range(len(fg)):
+                if fg[node] >= num_gpu and fc[node] >= need_cpu:
+                    return (self._take(node, num_gpu, num_gpu),)
+            return None
         for nodes in self._switches:
             found = self._fit(nodes, num_gpu)
             if found is not None:
@@ -80,12 +88,11 @@ class ClusterState:
         return self._keep(slices, job_gpus)
 
     def _keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
-        d = self.demand
+        d, fgs, fcs = self.demand, self.free_gpus, self.free_cpus
         for s in slices:
-            free = self.free_gpus[s.node]
-            free = range(self._per_node) if free is None else free
-            if (not all(g in free for g in s.gpus)
-                    or self.free_cpus[s.node] < d.cpus(len(s.gpus), job_gpus)):
+            free = fgs[s.node]
+            if (not set(s.gpus).issubset(range(self._per_node) if free is None else free)
+                    or fcs[s.node] < d.cpus(len(s.gpus), job_gpus)):
                 return False
         for s in slices:
             free = self.free_gpus[s.node]

@@ -6,6 +6,7 @@ knows it is simulated.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -65,10 +66,11 @@ class Simulator:
         preset, cost = self.preset, self._cost
         group_sum = preset.overhead_group_sum
         previous = self.runs
-        starting = set(plan_changes.compare(
+        charge_all = preset.overhead_every_event
+        # who (re)starts matters only where overheads are not charged at every event
+        starting = () if charge_all else set(plan_changes.compare(
             {j: (run.group, run.where) for j, run in previous.items()},
             {j: (g.jobs, g.placement) for g in plan.groups for j in g.jobs}, preset).starting)
-        charge_all = preset.overhead_every_event
         runs: dict[int, _Run] = {}
         for group in plan.groups:
             members = group.jobs
@@ -82,10 +84,13 @@ class Simulator:
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement)
         self.runs = runs
 
-    def _end_time(self, job_id: int, now: float) -> float:
-        run = self.runs[job_id]
-        lead = 0.0 if self.preset.overhead_every_event else run.overhead
-        return now + lead + self.core.jobs[job_id].remaining * run.tt
+    def _ends(self, now: float) -> list[tuple[float, int]]:
+        """(when it ends if nothing changes, job id) of each running job, in plan order."""
+        jobs = self.core.jobs
+        if self.preset.overhead_every_event:
+            return [(now + 0.0 + jobs[j].remaining * run.tt, j) for j, run in self.runs.items()]
+        return [(now + run.overhead + jobs[j].remaining * run.tt, j)
+                for j, run in self.runs.items()]
 
     def run(self) -> SimResult:
         started = time.perf_counter()
@@ -128,7 +133,7 @@ class Simulator:
             rounds += 1
             self._apply(plan, t)
             wakeup = plan.wakeup
-            ends = _grouped_ends([(self._end_time(j, t), j) for j in self.runs], self._end_rel)
+            ends = _grouped_ends(self._ends(t), self._end_rel)
             heapq.heapify(ends)
             utilisation.append((t, _busy_gpus(plan)))
             last = t
@@ -164,9 +169,55 @@ def _grouped_arrivals(records: Sequence[JobRecord], rel: float) -> list[float]:
 
 def _grouped_ends(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
     """With `rel` > 0 each end joins the first end event, in plan order, within relative
-    `rel` of it and takes its time (the artifact's end-event list); else unchanged."""
+    `rel` of it and takes its time (the artifact's end-event list); else unchanged.
+
+    The events are also kept sorted, so only those near an end are tried (within the bound
+    that `rel` allows) instead of every event so far; of those close enough, the first made
+    wins, as a scan in order would find."""
     if rel <= 0:
         return ends
+    if rel >= 0.5:
+        return _grouped_ends_scan(ends, rel)
+    # Most rounds no two ends are close, and every end is its own event. In sorted order it
+    # is enough to look at neighbours: were a < b < c with b within twice rel of neither,
+    # c - a would exceed 2 rel |c|, well beyond what rounding can bring within rel.
+    times = sorted([end for end, _ in ends])
+    if math.isfinite(sum(times)):
+        twice = 2.0 * rel
+        if not any(b - a <= twice * max(b, -a) for a, b in zip(times, times[1:])):
+            return ends
+    near = 2.0 * rel / (1.0 - rel)  # |a - b| <= rel * max(|a|, |b|) implies within near * |b|
+    events: list[float] = []  # in the order made
+    times: list[float] = []  # the same, ascending
+    made: list[int] = []  # index into events of each of times
+    out = []
+    isclose = math.isclose
+    for end, job_id in ends:
+        if not math.isfinite(end):
+            first = next((k for k, e in enumerate(events) if isclose(e, end, rel_tol=rel)), None)
+        else:
+            reach = near * abs(end)
+            top = end + reach
+            k = bisect.bisect_left(times, end - reach)
+            first = None
+            while k < len(times) and times[k] <= top:
+                index = made[k]
+                if (first is None or index < first) and isclose(times[k], end, rel_tol=rel):
+                    first = index
+                k += 1
+        if first is None:
+            k = bisect.bisect_right(times, end)
+            times.insert(k, end)
+            made.insert(k, len(events))
+            events.append(end)
+        else:
+            end = events[first]
+        out.append((end, job_id))
+    return out
+
+
+def _grouped_ends_scan(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
+    """_grouped_ends by trying every event so far (the definition)."""
     events: list[float] = []
     out = []
     for end, job_id in ends:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from scheduler.policies.base import Policy, RoundContext
+from scheduler.policies.order import CarriedOrder, Remaining
 from scheduler.state import Group, Job, NodeSlice, Plan, Status
 
 # A GPU's load as AntMan books it; opportunistic jobs go to the least-loaded GPUs below the
@@ -25,6 +26,7 @@ class _Gpu:
     owner: int | None = None  # the guaranteed job holding it (fully placed or not yet)
     load: float = 0.0
     guests: list[int] = field(default_factory=list)  # opportunistic jobs on it
+    stamp: int = 0  # AntMan._changes when it last changed
 
 
 @dataclass(slots=True)
@@ -77,20 +79,51 @@ class AntMan(Policy):
         self.gpus: list[list[_Gpu]] | None = None
         self.holds: dict[int, _Hold] = {}
         self.guest_gpus: dict[int, list[tuple[int, int]]] = {}
+        # The carried order by (priority, submit time): keys never change, so it is kept
+        # between rounds; and the live jobs by id, and those the last plan ran.
+        self._kept = CarriedOrder(lambda j: (j.priority, j.submit_time))
+        self._by_id: dict[int, Job] = {}
+        self._placed: list[Job] = []
+        self._changes = 0  # how many times GPU ownership or load changed
+        # job id -> (latest stamp of its GPUs, its solo time, its group): a group is the same
+        # while nothing on its GPUs changed
+        self._groups: dict[int, tuple[int, float, Group]] = {}
+        # jobs stopped outside a plan (the live driver) that still hold their GPUs or guest
+        # slots: the walk must reach them even when nothing is free
+        self._stopped: dict[int, Job] = {}
+
+    def on_submit(self, job: Job, now: float) -> None:
+        self._kept.add(job)
+        self._by_id[job.id] = job
 
     def _init(self, ctx: RoundContext) -> None:
         spec = ctx.cluster.spec
         self.gpus = [[_Gpu() for _ in range(spec.gpus_per_node)] for _ in range(spec.num_nodes)]
 
     def on_finish(self, job: Job, now: float) -> None:
+        self._kept.remove(job)
+        self._by_id.pop(job.id, None)
+        self._groups.pop(job.id, None)
+        self._stopped.pop(job.id, None)
+        self._changes += 1
+        stamp = self._changes
         for node, gpu in self.holds.pop(job.id, _Hold()).gpus:
             slot = self.gpus[node][gpu]
             slot.owner = None
             slot.load -= GUARANTEED_LOAD
+            slot.stamp = stamp
         for node, gpu in self.guest_gpus.pop(job.id, ()):
             slot = self.gpus[node][gpu]
             slot.guests.remove(job.id)
             slot.load -= GUEST_LOAD
+            slot.stamp = stamp
+
+    def on_profile(self, job: Job) -> None:
+        self._groups.clear()  # its group and its neighbours' are timed by its profile
+
+    def on_change(self, job: Job) -> None:
+        if job.status is Status.PENDING and (job.id in self.holds or job.id in self.guest_gpus):
+            self._stopped[job.id] = job
 
     # -- guaranteed jobs -------------------------------------------------------------------
     def _free(self, node: int) -> list[int]:
@@ -98,10 +131,13 @@ class AntMan(Policy):
 
     def _grab(self, job: Job, hold: _Hold, node: int, count: int) -> int:
         free = self._free(node)[:count]
+        if free:
+            self._changes += 1
         for gpu in free:
             slot = self.gpus[node][gpu]
             slot.owner = job.id
             slot.load += GUARANTEED_LOAD - COMPLETION_LOAD
+            slot.stamp = self._changes
             hold.gpus.append((node, gpu))
         hold.missing -= len(free)
         return len(free)
@@ -165,8 +201,11 @@ class AntMan(Policy):
     def _complete(self, hold: _Hold) -> bool:
         if hold.missing > 0:
             return False
+        self._changes += 1
         for node, gpu in hold.gpus:
-            self.gpus[node][gpu].load += COMPLETION_LOAD
+            slot = self.gpus[node][gpu]
+            slot.load += COMPLETION_LOAD
+            slot.stamp = self._changes
         return True
 
     # -- opportunistic jobs ----------------------------------------------------------------
@@ -178,10 +217,12 @@ class AntMan(Policy):
             return False
         open_gpus.sort(key=lambda e: e[0])
         chosen = [(node, gpu) for _, node, gpu in open_gpus[:job.num_gpu]]
+        self._changes += 1
         for node, gpu in chosen:
             slot = self.gpus[node][gpu]
             slot.guests.append(job.id)
             slot.load += GUEST_LOAD
+            slot.stamp = self._changes
         self.guest_gpus[job.id] = chosen
         return True
 
@@ -189,21 +230,68 @@ class AntMan(Policy):
     def plan(self, ctx: RoundContext) -> Plan:
         if self.gpus is None:
             self._init(ctx)
-        queue = self.carried_order(ctx.queue)
-        queue.sort(key=lambda j: (j.priority, j.submit_time))
-        running = {j.id for j in queue if j.status is Status.RUNNING}
+        queue = self._kept.sync()
+        if len(queue) != len(ctx.queue):  # a caller that did not report every job
+            queue = self._kept.rebuild(ctx.queue)
+            self._by_id = {j.id: j for j in queue}
+            self._placed = [j for j in queue if j.status is Status.RUNNING]
+        running = {j.id: j for j in self._placed if j.status is Status.RUNNING}
+        # A pending job is tried in order; one that cannot change anything is passed over
+        # without the search: a guaranteed job still missing GPUs when none is unowned, an
+        # opportunistic job wider than the GPUs open to guests. When both hold for every job
+        # left, the walk ends.
+        left = Remaining(self._kept.sizes)
+        seen = -1
         for job in queue:
+            if seen != self._changes:
+                seen = self._changes
+                unowned, open_gpus = self._room()
+            if unowned == 0 and open_gpus < left.smallest and not self._stopped:
+                break
+            left.visit(job.num_gpu)
             if job.status is not Status.PENDING:
                 continue
-            placed = (self._place_guaranteed(job) if job.priority == 0
-                      else self._place_opportunistic(job))
+            if job.priority == 0:
+                hold = self.holds.get(job.id)
+                if unowned == 0 and (job.num_gpu if hold is None else hold.missing) > 0:
+                    continue
+                placed = self._place_guaranteed(job)
+            else:
+                if open_gpus < job.num_gpu:
+                    continue
+                placed = self._place_opportunistic(job)
             if placed:
-                running.add(job.id)
-        by_id = {j.id: j for j in queue}
-        groups = [self._group(job, by_id) for job in queue if job.id in running]
+                running[job.id] = job
+                self._stopped.pop(job.id, None)
+        entry = self._kept.entry
+        self._placed = sorted(running.values(), key=entry)  # in the order's order
+        groups = [self._group(job, self._by_id) for job in self._placed]
         return Plan(tuple(groups), shared_gpus=True)
 
+    def _room(self) -> tuple[int, int]:
+        """GPUs no guaranteed job holds, and GPUs below the load cap (open to a guest)."""
+        unowned = open_gpus = 0
+        for row in self.gpus:
+            for slot in row:
+                if slot.owner is None:
+                    unowned += 1
+                if slot.load < LOAD_CAP:
+                    open_gpus += 1
+        return unowned, open_gpus
+
     def _group(self, job: Job, by_id: dict[int, Job]) -> Group:
+        """The job's group, from the cache while nothing on its GPUs changed."""
+        cells = self.holds[job.id].gpus if job.priority == 0 else self.guest_gpus[job.id]
+        gpus = self.gpus
+        stamp = max((gpus[node][gpu].stamp for node, gpu in cells), default=-1)
+        hit = self._groups.get(job.id)
+        if hit is not None and hit[0] == stamp and hit[1] == job.solo_time:
+            return hit[2]
+        group = self._make_group(job, by_id)
+        self._groups[job.id] = (stamp, job.solo_time, group)
+        return group
+
+    def _make_group(self, job: Job, by_id: dict[int, Job]) -> Group:
         if job.priority == 0:
             cells = self.holds[job.id].gpus
             tt = job.solo_time

@@ -1,10 +1,12 @@
 """What every policy shares: the round's inputs and the small hooks the core calls."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from scheduler.placement import ClusterState
+from scheduler.policies.order import fits_monotone
 from scheduler.presets import Preset
 from scheduler.state import Group, Job, NodeSlice, Plan, Status
 
@@ -42,6 +44,8 @@ class Policy:
         fall in the order of the previous event's last sort, and its results (which the paper
         preset reproduces) depend on that. The carried order is kept here, per policy, and
         never in the core's queue, whose order drivers see in `Core.running_jobs()`.
+        `order.CarriedOrder` gives the same order kept between rounds, without re-sorting
+        the backlog (the priority policies and AntMan use it).
         """
         live = {id(j) for j in queue}
         order = [j for j in self._order if id(j) in live]
@@ -58,6 +62,10 @@ class Policy:
 
     def on_profile(self, job: Job) -> None:
         """A job's measured profile replaced the old one: drop what was derived from it."""
+
+    def on_change(self, job: Job) -> None:
+        """The core changed a job's numbers (it ran, stopped, got a new estimate or profile):
+        an order kept between rounds must look at it again (see order.CarriedOrder)."""
 
     def on_finish(self, job: Job, now: float) -> None:
         """A job completed; release whatever the policy held for it."""
@@ -95,19 +103,63 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]]) -
     return result
 
 
-def place_in_order(ctx: RoundContext, order: Sequence[Job]) -> list[Group]:
+def place_in_order(ctx: RoundContext, order: Sequence[Job],
+                   sizes: Mapping[int, int] | None = None) -> list[Group]:
     """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits.
 
     With sticky placement, which jobs run is still decided greedily in priority order (on an
     empty cluster); where they run then prefers where they already are.
+
+    `sizes` counts the jobs of `order` by #GPUs (counted here when not given): the walk stops
+    once no job left could fit, so a round costs what runs, not the whole backlog.
     """
     cluster = ctx.cluster
-    if ctx.previous:
-        cluster.reset()
-        order = [job for job in order if cluster.can_place(job.num_gpu)]
-    placements = place_units(ctx, [(job.num_gpu, (job,)) for job in order])
-    return [solo_group(job, slices) for job, slices in zip(order, placements)
+    cluster.reset()
+    chosen, where = _greedy(cluster, order, sizes, fits_monotone(ctx.preset))
+    if not ctx.previous:
+        return [solo_group(job, slices) for job, slices in zip(chosen, where)]
+    placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
+    return [solo_group(job, slices) for job, slices in zip(chosen, placements)
             if slices is not None]
+
+
+def _greedy(cluster: ClusterState, order: Sequence[Job], sizes: Mapping[int, int] | None,
+            monotone: bool) -> tuple[list[Job], list]:
+    """Place each job of `order` in turn where it fits; the jobs placed and where.
+
+    Skips what cannot fit without asking the cluster: a request bigger than the free GPUs,
+    or (when requests are monotone, see order.fits_monotone) no smaller than one that failed;
+    and stops when that holds for every job left."""
+    if sizes is None:
+        sizes = {}
+        for job in order:
+            sizes[job.num_gpu] = sizes.get(job.num_gpu, 0) + 1
+    left = dict(sizes)  # what Remaining does, inlined: this loop runs for every job placed
+    smallest = min(left, default=math.inf)
+    failed = math.inf  # the smallest request that did not fit; room only shrinks
+    chosen: list[Job] = []
+    where: list = []
+    for job in order:
+        if cluster.free_total < smallest or failed <= smallest:
+            break
+        gpus = job.record.num_gpu
+        count = left[gpus] - 1
+        if count:
+            left[gpus] = count
+        else:
+            del left[gpus]
+            if gpus == smallest:
+                smallest = min(left, default=math.inf)
+        if gpus >= failed:
+            continue
+        slices = cluster.place(gpus)
+        if slices is None:
+            if monotone:
+                failed = gpus
+            continue
+        chosen.append(job)
+        where.append(slices)
+    return chosen, where
 
 
 def is_running(job: Job) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable
 
 from scheduler.policies.base import Policy, RoundContext, place_in_order
+from scheduler.policies.order import CarriedOrder
 from scheduler.state import Job, Plan
 
 
@@ -14,11 +15,22 @@ class PriorityPolicy(Policy):
         super().__init__(preset)
         self.name = name
         self.key = key
+        self._kept = CarriedOrder(key)  # the carried order, kept between rounds
+
+    def on_submit(self, job: Job, now: float) -> None:
+        self._kept.add(job)
+
+    def on_finish(self, job: Job, now: float) -> None:
+        self._kept.remove(job)
+
+    def on_change(self, job: Job) -> None:
+        self._kept.touch(job)
 
     def plan(self, ctx: RoundContext) -> Plan:
-        order = self.carried_order(ctx.queue)
-        order.sort(key=self.key)
-        return Plan(tuple(place_in_order(ctx, order)))
+        order = self._kept.sync()
+        if len(order) != len(ctx.queue):  # a caller that did not report every job
+            order = self._kept.rebuild(ctx.queue)
+        return Plan(tuple(place_in_order(ctx, order, self._kept.sizes)))
 
 
 def fifo(preset) -> PriorityPolicy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from scheduler.policies.base import Policy, RoundContext, place_units, solo_group
+from scheduler.policies.order import fits_monotone
 from scheduler.state import Job, Plan, Status
 
 
@@ -22,13 +23,20 @@ class Tiresias(Policy):
         super().__init__(preset)
         self.limits = tuple(preset.tiresias_limits)
         self.queues: list[list[Job]] = [[] for _ in range(len(self.limits) + 1)]
+        self.sizes: dict[int, int] = {}  # #GPUs -> how many jobs of that size are queued
 
     def on_submit(self, job: Job, now: float) -> None:
         job.queue = 0
         self.queues[0].append(job)
+        self.sizes[job.num_gpu] = self.sizes.get(job.num_gpu, 0) + 1
 
     def on_finish(self, job: Job, now: float) -> None:
         self.queues[job.queue].remove(job)
+        left = self.sizes[job.num_gpu] - 1
+        if left:
+            self.sizes[job.num_gpu] = left
+        else:
+            del self.sizes[job.num_gpu]
 
     def on_advance(self, job: Job, now: float) -> None:
         q = job.queue
@@ -71,13 +79,10 @@ class Tiresias(Policy):
         if self.preset.tiresias_promote > 0:
             self._promote_starved(ctx.now)
         if self.preset.admit_by_gpu_count:
-            chosen, admitted_at = self._admit_by_count(ctx), None
+            chosen, admitted_at, spots = self._admit_by_count(ctx)
         else:
-            chosen, admitted_at = self._admit_placed(ctx)
-        running = set(map(id, chosen))
-        for queue in self.queues:
-            queue[:] = ([j for j in queue if id(j) in running]
-                        + [j for j in queue if id(j) not in running])
+            chosen, admitted_at, spots = self._admit_placed(ctx)
+        self._to_front(spots)
         order = sorted(range(len(chosen)), key=lambda i: -chosen[i].num_gpu)
         chosen = [chosen[i] for i in order]
         placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
@@ -89,30 +94,90 @@ class Tiresias(Policy):
         groups = [solo_group(job, s if s is not None else ()) for job, s in zip(chosen, placements)]
         return Plan(tuple(groups), wakeup=self._next_demotion(chosen, ctx.now))
 
-    def _admit_by_count(self, ctx: RoundContext) -> list[Job]:
-        """The artifact's admission (paper preset): by free-GPU count, whatever the nodes."""
+    def _admit_by_count(self, ctx: RoundContext) -> tuple[list[Job], None, list[list[int]]]:
+        """The artifact's admission (paper preset): by free-GPU count, whatever the nodes.
+        Returns the jobs, no placements, and where each queue's admitted jobs stand in it."""
         free = ctx.cluster.spec.total_gpus
+        left = dict(self.sizes)  # order.Remaining, inlined (this loop is the round)
+        smallest = min(left, default=math.inf)
         chosen: list[Job] = []
+        spots: list[list[int]] = []
         for queue in self.queues:
-            for job in queue:
-                if free >= job.num_gpu:
+            here: list[int] = []
+            spots.append(here)
+            for i, job in enumerate(queue):
+                if free < smallest:
+                    break  # no job left is small enough
+                gpus = job.record.num_gpu
+                count = left[gpus] - 1
+                if count:
+                    left[gpus] = count
+                else:
+                    del left[gpus]
+                    if gpus == smallest:
+                        smallest = min(left, default=math.inf)
+                if free >= gpus:
                     chosen.append(job)
+                    here.append(i)
                     free -= job.num_gpu
-        return chosen
+            else:
+                continue
+            break
+        return chosen, None, spots
 
-    def _admit_placed(self, ctx: RoundContext) -> tuple[list[Job], list[tuple]]:
+    def _admit_placed(self, ctx: RoundContext) -> tuple[list[Job], list[tuple], list[list[int]]]:
         """Admission by placement, in queue order: a job no node can take now waits, and the
-        smaller jobs behind it may still fit. Returns the jobs and where each was placed."""
+        smaller jobs behind it may still fit. Returns the jobs, where each was placed, and
+        where each queue's admitted jobs stand in it.
+
+        Requests that cannot fit are skipped without searching the nodes (see
+        base._greedy), and the walk ends when no job left could fit."""
         cluster = ctx.cluster
         cluster.reset()
+        monotone = fits_monotone(ctx.preset)
+        failed = math.inf
+        left = dict(self.sizes)  # order.Remaining, inlined (this loop is the round)
+        smallest = min(left, default=math.inf)
         chosen, where = [], []
+        spots: list[list[int]] = []
         for queue in self.queues:
-            for job in queue:
-                slices = cluster.place(job.num_gpu)
-                if slices is not None:
-                    chosen.append(job)
-                    where.append(slices)
-        return chosen, where
+            here: list[int] = []
+            spots.append(here)
+            for i, job in enumerate(queue):
+                if cluster.free_total < smallest or failed <= smallest:
+                    break
+                gpus = job.record.num_gpu
+                count = left[gpus] - 1
+                if count:
+                    left[gpus] = count
+                else:
+                    del left[gpus]
+                    if gpus == smallest:
+                        smallest = min(left, default=math.inf)
+                if gpus >= failed:
+                    continue
+                slices = cluster.place(gpus)
+                if slices is None:
+                    if monotone:
+                        failed = gpus
+                    continue
+                chosen.append(job)
+                where.append(slices)
+                here.append(i)
+            else:
+                continue
+            break
+        return chosen, where, spots
+
+    def _to_front(self, spots: list[list[int]]) -> None:
+        """The admitted jobs go to the front of their queues, in order; those left waiting
+        keep their order behind them."""
+        for queue, here in zip(self.queues, spots):
+            if here and here[-1] != len(here) - 1:  # not already the front
+                front = [queue[i] for i in here]
+                for i in reversed(here):
+                    del queue[i]
+                queue[:0] = front
 
     def _demotion_time(self, job: Job, q: int, now: float) -> float:
         """When a job running from now on reaches queue q's limit (the artifact's arithmetic:

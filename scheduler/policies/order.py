@@ -1,0 +1,153 @@
+"""A policy's carried order kept from round to round instead of re-sorted from scratch.
+
+`Policy.carried_order` states the rule: each round the runnable jobs are the previous round's
+sorted list (jobs gone dropped, jobs new to it appended in submission order), sorted stably
+by the policy's key, so jobs of equal key stay in the previous round's order. The published
+artifact sorts this way and the paper preset's results depend on it.
+
+Re-sorting every job every round costs time in proportion to the backlog, yet only jobs whose
+key changed (those that ran) can move: the others are still in key order among themselves.
+So each job carries a tie label, and the order is (key, tie). A job whose key stays keeps its
+label; a job whose key grew was, in the previous order, before every job of its new key and
+gets a label below all labels given so far; one whose key shrank was after them and gets a
+label above all. Jobs new to the order get labels above all, in submission order, after the
+jobs that moved. Labels given in one round follow the previous order, so ties among them fall
+as the stable sort would.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from typing import Any, Callable, Iterable, Sequence
+
+from scheduler.state import Job
+
+
+class CarriedOrder:
+    """The runnable jobs sorted by `key` with the carried tie order, kept incrementally.
+
+    The owner reports jobs that arrive (`add`), leave (`remove`) and whose key may have
+    changed (`touch`); `sync` applies them and returns the order. A job whose key changed
+    without `touch` would be out of place: every change the core makes to a job is reported
+    through the policy hooks, and `rebuild` restores the order from scratch otherwise.
+    """
+
+    def __init__(self, key: Callable[[Job], Any]):
+        self.key = key
+        self._entries: list[tuple[Any, int]] = []  # (key, tie), ascending; ties are unique
+        self._jobs: list[Job] = []  # the jobs, aligned with _entries
+        self._entry: dict[int, tuple[Any, int]] = {}  # id(job) -> its entry
+        self._new: dict[int, Job] = {}  # id(job) -> job, added since the last sync
+        self._touched: dict[int, Job] = {}
+        self._up = 0  # the next label above all given
+        self._down = -1  # the next label below all given
+        self.sizes: dict[int, int] = {}  # #GPUs -> how many jobs of that size are in the order
+
+    def __len__(self) -> int:
+        return len(self._jobs) + len(self._new)
+
+    def add(self, job: Job) -> None:
+        self._new[id(job)] = job
+        self.sizes[job.num_gpu] = self.sizes.get(job.num_gpu, 0) + 1
+
+    def touch(self, job: Job) -> None:
+        if id(job) in self._entry:
+            self._touched[id(job)] = job
+
+    def remove(self, job: Job) -> None:
+        if self._new.pop(id(job), None) is None:
+            entry = self._entry.pop(id(job), None)
+            if entry is None:
+                return
+            self._touched.pop(id(job), None)
+            self._delete(job, entry)
+        left = self.sizes[job.num_gpu] - 1
+        if left:
+            self.sizes[job.num_gpu] = left
+        else:
+            del self.sizes[job.num_gpu]
+
+    def entry(self, job: Job) -> tuple[Any, int]:
+        """The job's place in the order as a sortable value (after `sync`)."""
+        return self._entry[id(job)]
+
+    def _delete(self, job: Job, entry: tuple[Any, int]) -> None:
+        i = bisect_left(self._entries, entry)
+        del self._entries[i], self._jobs[i]
+
+    def _insert(self, job: Job, entry: tuple[Any, int]) -> None:
+        i = bisect_left(self._entries, entry)
+        self._entries.insert(i, entry)
+        self._jobs.insert(i, job)
+        self._entry[id(job)] = entry
+
+    def sync(self) -> list[Job]:
+        """The order for this round (the caller must not change the list)."""
+        if self._touched:
+            moved = []
+            for job in self._touched.values():
+                old = self._entry[id(job)]
+                new_key = self.key(job)
+                if new_key < old[0] or old[0] < new_key:
+                    moved.append((old, new_key, job))
+            self._touched.clear()
+            moved.sort(key=lambda m: m[0])  # the previous order
+            for old, _, job in moved:
+                self._delete(job, old)
+            grew = [m for m in moved if m[0][0] < m[1]]
+            for old, new_key, job in reversed(grew):  # below all, in the previous order
+                self._insert(job, (new_key, self._down))
+                self._down -= 1
+            for old, new_key, job in moved:
+                if new_key < old[0]:  # above all, in the previous order
+                    self._insert(job, (new_key, self._up))
+                    self._up += 1
+        if self._new:
+            for job in self._new.values():
+                self._insert(job, (self.key(job), self._up))
+                self._up += 1
+            self._new.clear()
+        return self._jobs
+
+    def rebuild(self, queue: Sequence[Job]) -> list[Job]:
+        """Start again from `queue` (its jobs new to the order appended in its order), as
+        Policy.carried_order would: for a caller whose queue is not what it was told."""
+        self.sync()
+        live = {id(j) for j in queue}
+        order = [j for j in self._jobs if id(j) in live]
+        order.extend(j for j in queue if id(j) not in self._entry)
+        order.sort(key=self.key)
+        self.__init__(self.key)
+        for job in order:
+            self.add(job)
+        return self.sync()
+
+
+def fits_monotone(preset) -> bool:
+    """Whether a placement request that fails means every bigger one fails too: more GPUs
+    never need fewer CPUs (a 1-GPU job's CPUs are at most a 2-GPU job's)."""
+    return preset.cpu_single_gpu <= 2 * preset.cpu_per_gpu
+
+
+class Remaining:
+    """The smallest #GPUs among the jobs not yet visited, as a walk over an order visits
+    them: when no room is left for it, nothing later can be placed either."""
+
+    __slots__ = ("_left", "smallest")
+
+    def __init__(self, sizes: dict[int, int]):
+        self._left = dict(sizes)
+        self.smallest = min(self._left, default=math.inf)
+
+    def visit(self, gpus: int) -> None:
+        left = self._left[gpus] - 1
+        if left:
+            self._left[gpus] = left
+        else:
+            del self._left[gpus]
+            if gpus == self.smallest:
+                self.smallest = min(self._left, default=math.inf)
+
+    def visit_all(self, jobs: Iterable[Job]) -> None:
+        for job in jobs:
+            self.visit(job.num_gpu)
