@@ -39,6 +39,11 @@ from itertools import compress
 from math import inf, isclose
 from typing import Callable
 
+try:  # the same algorithm compiled (setup.py); optional, this module is the fallback
+    from scheduler import _blossom as _compiled
+except ImportError:  # not built: no compiler where it was installed
+    _compiled = None
+
 #: relative tolerance of the stop test (dual of an even vertex versus the step delta)
 REL_TOL = 1e-5
 
@@ -528,7 +533,8 @@ class _DenseBlossom:
                     self.expand(b)
 
 
-def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int, int]]:
+def blossom_pairs(n: int, weight: Callable[[int, int], float], *,
+                  compiled: bool | None = None) -> list[tuple[int, int]]:
     """Pairs (i, j), i < j, sorted by i, of a maximum-weight matching on nodes 0..n-1.
 
     weight is asked once for every ordered pair (i, j), i != j: weight(i, j) is the edge
@@ -540,9 +546,43 @@ def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int
     triangle would change the pairs it chooses.
     Equal-weight alternatives, and weights within a relative 1e-5 of each other, are
     resolved exactly as the Muri artifact's blossom implementation resolves them.
+    ``compiled`` as in blossom_pairs_flat.
     """
     if n < 0:
         raise ValueError(f"node count must be >= 0, got {n}")
+    flat = [0.0] * (n * n)
+    for i in range(n):
+        row = i * n
+        for j in range(n):
+            if j != i:
+                flat[row + j] = weight(i, j)
+    return blossom_pairs_flat(n, flat, compiled=compiled)
+
+
+def blossom_pairs_flat(n: int, weights: list[float], *,
+                       compiled: bool | None = None) -> list[tuple[int, int]]:
+    """blossom_pairs given every weight at once: weights[i * n + j] is weight(i, j) (the
+    diagonal is ignored), for callers that can compute the table faster than one call per
+    pair.
+
+    ``compiled``: None runs scheduler._blossom (the same algorithm in C, same pairs) when it
+    was built and this module otherwise; False always runs this module, the reference; True
+    insists on the compiled one (ImportError when it was not built).
+    """
+    if n < 0:
+        raise ValueError(f"node count must be >= 0, got {n}")
+    if len(weights) != n * n:
+        raise ValueError(f"weights must hold n*n = {n * n} values, got {len(weights)}")
+    if compiled is None:
+        compiled = _compiled is not None
+    if compiled:
+        if _compiled is None:
+            raise ImportError("scheduler._blossom was not built (pip install -e . with a C compiler)")
+        return _compiled.solve(n, weights)
+    return _pure_pairs(n, weights)
+
+
+def _pure_pairs(n: int, weights: list[float]) -> list[tuple[int, int]]:
     stride = n + n // 2 + 2
     table = [0.0] * (stride * stride)
     n1 = n + 1
@@ -558,7 +598,7 @@ def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int
         for j in range(n):
             if j == i:
                 continue
-            w = weight(i, j)
+            w = weights[i * n + j]
             if w > 0:
                 w = float(w)
                 c = j + 1

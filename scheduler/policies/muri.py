@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler import interleave
+from scheduler.blossom import blossom_pairs_flat
 from scheduler.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.policies.base import Policy, RoundContext, place_units
 from scheduler.state import Group, Job, Plan
@@ -34,6 +35,9 @@ class Muri(Policy):
         self.k = preset.max_group
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
+        # the same by rows: member ids -> {partner's member ids -> weight}; see _weight_rows
+        self._rows: dict[tuple, dict[tuple, float]] = {}
+        self._row_entries = 0
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
@@ -84,19 +88,24 @@ class Muri(Policy):
         return self._efficiency(a, b, key) if hit is None else hit
 
     def _efficiency(self, a: Packing, b: Packing, key: tuple) -> float:
-        jobs = a + b
-        tt, _ = self.group_timing(jobs)
-        value = 0.0
-        if tt > 0 and all(map(_profiled, jobs)):
-            k = interleave.slots(len(jobs[0].profile))
-            value = sum(sum(j.profile) for j in jobs) / (tt * k)
+        value = self._merged_efficiency(a + b)
         if len(self._weights) > 200_000:
             self._weights.clear()
         self._weights[key] = value
         return value
 
+    def _merged_efficiency(self, jobs: Packing) -> float:
+        """Busy stage time over slot time of the group `jobs` (in this member order: the
+        float sum follows it), 0 when a member has no profile yet."""
+        tt, _ = self.group_timing(jobs)
+        if tt > 0 and all(map(_profiled, jobs)):
+            k = interleave.slots(len(jobs[0].profile))
+            return sum(sum(j.profile) for j in jobs) / (tt * k)
+        return 0.0
+
     def on_profile(self, job: Job) -> None:
         self._weights.clear()
+        self._rows.clear()
         self._matchings.clear()
 
     # -- the round -------------------------------------------------------------------------
@@ -197,6 +206,9 @@ class Muri(Policy):
                                                rel_gap=self.preset.matching_rel_gap)
                 pairs.extend((lo + i, lo + j) for i, j in found)
             return self._remember(key, pairs)
+        if self.backend == "blossom":
+            flat = self._weight_rows(nodes, key[:n], bonus if hysteresis else None)
+            return self._remember(key, blossom_pairs_flat(n, flat))
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
 
@@ -212,6 +224,40 @@ class Muri(Policy):
             return value
 
         return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
+
+    def _weight_rows(self, nodes: list[Packing], ids: tuple, bonus: list[float] | None) -> list[float]:
+        """Every ordered pair's weight, row-major n x n, each what the pair-by-pair `weight`
+        gives (the artifact-compatible matcher reads both directions, see blossom_pairs).
+
+        Why rows: a round asks for every pair of its candidates, and most were asked in
+        an earlier round; remembering each candidate's row lets one C-level map over the
+        candidates' ids fetch a row, instead of a Python call per pair."""
+        rows, k = self._rows, self.k
+        if self._row_entries > 200_000:  # like _weights: bounded, refilled on demand
+            rows.clear()
+            self._row_entries = 0
+        flat: list[float] = []
+        for i, a in enumerate(ids):
+            row = rows.get(a)
+            if row is None:
+                row = rows[a] = {a: 0.0}  # the diagonal, which the matcher ignores
+            values = list(map(row.get, ids))
+            if None in values:
+                for j, value in enumerate(values):
+                    if value is None:
+                        b = ids[j]
+                        if len(a) + len(b) > k:
+                            value = 0.0
+                        else:
+                            value = self._merged_efficiency(nodes[i] + nodes[j])
+                        row[b] = values[j] = value
+                        self._row_entries += 1
+            if bonus is not None:
+                for j, value in enumerate(values):
+                    if j != i and _together(nodes[i], nodes[j]):
+                        values[j] = value * (1.0 + max(bonus[i], bonus[j]))
+            flat += values
+        return flat
 
     def _keep_bonus(self, node: Packing) -> float:
         """How much more a running group counts when matching: at least the preset's
