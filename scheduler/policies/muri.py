@@ -35,9 +35,10 @@ class Muri(Policy):
         self.k = preset.max_group
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
-        # the same by rows: member ids -> {partner's member ids -> weight}; see _weight_rows
-        self._rows: dict[tuple, dict[tuple, float]] = {}
-        self._row_entries = 0
+        # the same by rows, for the "blossom" backend (see _weight_rows): a number for each
+        # packing's member profiles, and per number {partner's number: weight}
+        self._shapes: dict[tuple, int] = {}
+        self._rows: dict[int, dict[int, float]] = {}
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
@@ -105,8 +106,9 @@ class Muri(Policy):
 
     def on_profile(self, job: Job) -> None:
         self._weights.clear()
-        self._rows.clear()
         self._matchings.clear()
+        self._rows.clear()  # by profiles they would stay valid, but not by ids ("none")
+        self._shapes.clear()
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
@@ -207,7 +209,7 @@ class Muri(Policy):
                 pairs.extend((lo + i, lo + j) for i, j in found)
             return self._remember(key, pairs)
         if self.backend == "blossom":
-            flat = self._weight_rows(nodes, key[:n], bonus if hysteresis else None)
+            flat = self._weight_rows(nodes, bonus if hysteresis else None)
             return self._remember(key, blossom_pairs_flat(n, flat))
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
@@ -225,33 +227,38 @@ class Muri(Policy):
 
         return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
 
-    def _weight_rows(self, nodes: list[Packing], ids: tuple, bonus: list[float] | None) -> list[float]:
+    def _weight_rows(self, nodes: list[Packing], bonus: list[float] | None) -> list[float]:
         """Every ordered pair's weight, row-major n x n, each what the pair-by-pair `weight`
         gives (the artifact-compatible matcher reads both directions, see blossom_pairs).
 
-        Why rows: a round asks for every pair of its candidates, and most were asked in
-        an earlier round; remembering each candidate's row lets one C-level map over the
-        candidates' ids fetch a row, instead of a Python call per pair."""
-        rows, k = self._rows, self.k
-        if self._row_entries > 200_000:  # like _weights: bounded, refilled on demand
+        Why rows, and why by profiles: a merged group's weight depends only on its members'
+        profiles in member order (and on the ids only where ordering "none" sorts by them),
+        and a trace has a few dozen distinct profiles.  So each candidate gets a small
+        number for its profiles, each number a row of weights remembered across rounds,
+        and a round's matrix is one C-level map per row instead of a Python call per pair.
+        """
+        numbers, rows, k = self._shapes, self._rows, self.k
+        if len(numbers) > 2_000:  # bounded: refilled on demand
+            numbers.clear()
             rows.clear()
-            self._row_entries = 0
+        by_id = self.ordering == "none"
+        keys = [numbers.setdefault(tuple(j.id if by_id else j.profile for j in node), len(numbers))
+                for node in nodes]
         flat: list[float] = []
-        for i, a in enumerate(ids):
+        for i, a in enumerate(keys):
             row = rows.get(a)
             if row is None:
-                row = rows[a] = {a: 0.0}  # the diagonal, which the matcher ignores
-            values = list(map(row.get, ids))
+                row = rows[a] = {}
+            values = list(map(row.get, keys))
             if None in values:
+                size = len(nodes[i])
                 for j, value in enumerate(values):
                     if value is None:
-                        b = ids[j]
-                        if len(a) + len(b) > k:
+                        if size + len(nodes[j]) > k:
                             value = 0.0
                         else:
                             value = self._merged_efficiency(nodes[i] + nodes[j])
-                        row[b] = values[j] = value
-                        self._row_entries += 1
+                        row[keys[j]] = values[j] = value
             if bonus is not None:
                 for j, value in enumerate(values):
                     if j != i and _together(nodes[i], nodes[j]):
