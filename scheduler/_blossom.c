@@ -540,23 +540,24 @@ static int stage(Solver *S)
             kend = S->nbr_start[u + 1];
             for (k = S->nbr_start[u]; k < kend; k++) {
                 int v = S->nbr[k], rv = root[v], lr;
+                double c = yu + y[v] - wu[v];  /* pure: computed also where unused */
                 if (rv == v) {
-                    double c = yu + y[v] - wu[v];
                     if (c > 0.0) {
-                        if (c < bestc[v]) {
-                            best[v] = u;
-                            bestc[v] = c;
-                        }
+                        /* the common case, without a branch to mispredict */
+                        double old = bestc[v];
+                        int better = c < old;
+                        best[v] = better ? u : best[v];
+                        bestc[v] = better ? c : old;
                         continue;
                     }
                 } else if (rv == ru) {
                     continue;
-                } else if (yu + y[v] - wu[v] > 0.0) {
+                } else if (c > 0.0) {
                     int bb = eb[base + rv];
-                    double c = yu + y[bb] - wu[bb];
-                    if (c < bestc[rv]) {
+                    double cb = yu + y[bb] - wu[bb];
+                    if (cb < bestc[rv]) {
                         best[rv] = u;
-                        bestc[rv] = c;
+                        bestc[rv] = cb;
                     }
                     continue;
                 }
