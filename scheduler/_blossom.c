@@ -779,56 +779,52 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     return 0;
 }
 
-PyDoc_STRVAR(solve_doc,
-"solve(n, weights) -> list of (i, j)\n\n"
-"blossom_pairs on a flat row-major n*n sequence of floats (weights[i*n+j] is the\n"
-"weight as seen from i; the diagonal is ignored; an edge exists where > 0).");
-
-static PyObject *solve(PyObject *self, PyObject *args)
+/* seq's floats into out[0..len); -1 with an exception set when seq is not that. */
+static int read_doubles(PyObject *seq, Py_ssize_t len, double *out, const char *what)
 {
-    Py_ssize_t n_arg, i, total;
-    PyObject *seq, *fast, *out = NULL;
-    double *w, w_max;
-    Solver S;
-    int n, rc, u;
-
-    if (!PyArg_ParseTuple(args, "nO:solve", &n_arg, &seq))
-        return NULL;
-    if (n_arg < 0) {
-        PyErr_Format(PyExc_ValueError, "node count must be >= 0, got %zd", n_arg);
-        return NULL;
-    }
-    if (n_arg > 46000) {
-        PyErr_SetString(PyExc_ValueError, "too many nodes for the compiled matcher");
-        return NULL;
-    }
-    n = (int)n_arg;
-    total = n_arg * n_arg;
-    fast = PySequence_Fast(seq, "weights must be a sequence");
+    Py_ssize_t i;
+    PyObject *fast = PySequence_Fast(seq, "weights must be a sequence");
     if (fast == NULL)
-        return NULL;
-    if (PySequence_Fast_GET_SIZE(fast) != total) {
-        PyErr_Format(PyExc_ValueError, "weights must hold n*n = %zd values, got %zd",
-                     total, PySequence_Fast_GET_SIZE(fast));
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != len) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zd values, got %zd", what, len,
+                     PySequence_Fast_GET_SIZE(fast));
         Py_DECREF(fast);
-        return NULL;
+        return -1;
     }
-    w = (double *)malloc((size_t)(total ? total : 1) * sizeof(double));
-    if (w == NULL) {
-        Py_DECREF(fast);
-        return PyErr_NoMemory();
-    }
-    for (i = 0; i < total; i++) {
+    for (i = 0; i < len; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
         double x = PyFloat_CheckExact(item) ? PyFloat_AS_DOUBLE(item) : PyFloat_AsDouble(item);
         if (x == -1.0 && PyErr_Occurred()) {
-            free(w);
             Py_DECREF(fast);
-            return NULL;
+            return -1;
         }
-        w[i] = x;
+        out[i] = x;
     }
     Py_DECREF(fast);
+    return 0;
+}
+
+static int check_count(Py_ssize_t n)
+{
+    if (n < 0) {
+        PyErr_Format(PyExc_ValueError, "node count must be >= 0, got %zd", n);
+        return -1;
+    }
+    if (n > 46000) {
+        PyErr_SetString(PyExc_ValueError, "too many nodes for the compiled matcher");
+        return -1;
+    }
+    return 0;
+}
+
+/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs. */
+static PyObject *run(int n, double *w)
+{
+    PyObject *out;
+    double w_max;
+    Solver S;
+    int rc, u;
 
     if (solver_init(&S, n, w, &w_max) < 0) {
         free(w);
@@ -877,8 +873,99 @@ static PyObject *solve(PyObject *self, PyObject *args)
     return out;
 }
 
+PyDoc_STRVAR(solve_doc,
+"solve(n, weights) -> list of (i, j)\n\n"
+"blossom_pairs on a flat row-major n*n sequence of floats (weights[i*n+j] is the\n"
+"weight as seen from i; the diagonal is ignored; an edge exists where > 0).");
+
+static PyObject *solve(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n;
+    PyObject *seq;
+    double *w;
+
+    if (!PyArg_ParseTuple(args, "nO:solve", &n, &seq) || check_count(n) < 0)
+        return NULL;
+    w = (double *)malloc((size_t)(n ? n * n : 1) * sizeof(double));
+    if (w == NULL)
+        return PyErr_NoMemory();
+    if (read_doubles(seq, n * n, w, "weights") < 0) {
+        free(w);
+        return NULL;
+    }
+    return run((int)n, w);
+}
+
+PyDoc_STRVAR(solve_indexed_doc,
+"solve_indexed(kinds, m, table) -> list of (i, j)\n\n"
+"solve(n, weights) where node i is of kind kinds[i] (0 <= kind < m) and\n"
+"weights[i*n+j] = table[kinds[i]*m + kinds[j]]: for callers whose weights depend\n"
+"only on the kinds of the two nodes (n = len(kinds)).");
+
+static PyObject *solve_indexed(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n, m, i, j;
+    PyObject *kinds_obj, *fast, *table_obj;
+    double *table, *w;
+    Py_ssize_t *kind;
+
+    if (!PyArg_ParseTuple(args, "OnO:solve_indexed", &kinds_obj, &m, &table_obj))
+        return NULL;
+    if (m < 0 || m > 46000) {
+        PyErr_Format(PyExc_ValueError, "kind count must be in 0..46000, got %zd", m);
+        return NULL;
+    }
+    fast = PySequence_Fast(kinds_obj, "kinds must be a sequence");
+    if (fast == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (check_count(n) < 0) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    kind = (Py_ssize_t *)malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    table = (double *)malloc((size_t)(m ? m * m : 1) * sizeof(double));
+    w = (double *)malloc((size_t)(n ? n * n : 1) * sizeof(double));
+    if (kind == NULL || table == NULL || w == NULL) {
+        free(kind);
+        free(table);
+        free(w);
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (i = 0; i < n; i++) {
+        Py_ssize_t k = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (k == -1 && PyErr_Occurred())
+            goto fail;
+        if (k < 0 || k >= m) {
+            PyErr_Format(PyExc_ValueError, "kind %zd of node %zd is not in 0..%zd", k, i, m - 1);
+            goto fail;
+        }
+        kind[i] = k;
+    }
+    if (read_doubles(table_obj, m * m, table, "table") < 0)
+        goto fail;
+    Py_DECREF(fast);
+    for (i = 0; i < n; i++) {
+        const double *row = table + kind[i] * m;
+        double *out = w + i * n;
+        for (j = 0; j < n; j++)
+            out[j] = row[kind[j]];
+    }
+    free(kind);
+    free(table);
+    return run((int)n, w);
+fail:
+    free(kind);
+    free(table);
+    free(w);
+    Py_DECREF(fast);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"solve", solve, METH_VARARGS, solve_doc},
+    {"solve_indexed", solve_indexed, METH_VARARGS, solve_indexed_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -582,6 +582,24 @@ def blossom_pairs_flat(n: int, weights: list[float], *,
     return _pure_pairs(n, weights)
 
 
+def blossom_pairs_indexed(kinds: list[int], m: int, table: list[float], *,
+                          compiled: bool | None = None) -> list[tuple[int, int]]:
+    """blossom_pairs_flat on n = len(kinds) nodes where the weight of (i, j) depends only on
+    their kinds: table[kinds[i] * m + kinds[j]], each kind in 0..m-1.  The same pairs as on
+    the expanded table; the compiled matcher expands it in C, saving the n*n list."""
+    if not all(0 <= x < m for x in kinds) or len(table) != m * m:
+        raise ValueError(f"kinds must be in 0..{m - 1} and the table hold {m * m} values")
+    if compiled is None:
+        compiled = _compiled is not None
+    if compiled:
+        if _compiled is None:
+            raise ImportError("scheduler._blossom was not built (pip install -e . with a C compiler)")
+        return _compiled.solve_indexed(kinds, m, table)
+    n = len(kinds)
+    flat = [table[x * m + y] for x in kinds for y in kinds]
+    return blossom_pairs_flat(n, flat, compiled=False)
+
+
 def _pure_pairs(n: int, weights: list[float]) -> list[tuple[int, int]]:
     stride = n + n // 2 + 2
     table = [0.0] * (stride * stride)

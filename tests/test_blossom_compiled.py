@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import blossom
-from scheduler.blossom import blossom_pairs, blossom_pairs_flat
+from scheduler.blossom import blossom_pairs, blossom_pairs_flat, blossom_pairs_indexed
 from tests.test_blossom import ARTIFACT_TIE_CASES, COUNTER1_WEIGHTS, weight_fn
 
 compiled_only = pytest.mark.skipif(
@@ -110,16 +110,20 @@ def test_compiled_on_matrices_recorded_from_real_rounds(monkeypatch):
 
     recorded = []
 
-    def record(n, flat, **kwargs):
-        recorded.append((n, list(flat)))
-        return blossom_pairs_flat(n, flat, **kwargs)
+    def record(kinds, m, table, **kwargs):
+        recorded.append((list(kinds), m, list(table)))
+        return blossom_pairs_indexed(kinds, m, table, **kwargs)
 
-    monkeypatch.setattr(muri, "blossom_pairs_flat", record)
+    monkeypatch.setattr(muri, "blossom_pairs_indexed", record)
     records = _contended_trace(random.Random(7), 80)
     simulate(records, spec(2, 8), "muri-s", get_preset("paper"))
-    assert len(recorded) > 10 and max(n for n, _ in recorded) >= 8
-    for n, flat in recorded:
-        assert blossom_pairs_flat(n, flat, compiled=True) == blossom_pairs_flat(n, flat, compiled=False)
+    assert len(recorded) > 10 and max(len(kinds) for kinds, _, _ in recorded) >= 8
+    for kinds, m, table in recorded:
+        n = len(kinds)
+        flat = [table[x * m + y] for x in kinds for y in kinds]
+        expected = blossom_pairs_flat(n, flat, compiled=False)
+        assert blossom_pairs_flat(n, flat, compiled=True) == expected
+        assert blossom_pairs_indexed(kinds, m, table, compiled=True) == expected
 
 
 def _contended_trace(rng, count):
@@ -155,3 +159,29 @@ def test_flat_input_checked(compiled):
     # the diagonal is ignored, an edge needs a weight > 0 in the direction read
     assert blossom_pairs_flat(2, [9.0, 0.0, 0.0, 9.0], compiled=compiled) == []
     assert blossom_pairs_flat(2, [0.0, 0.5, 0.5, 0.0], compiled=compiled) == [(0, 1)]
+
+
+@pytest.mark.parametrize("compiled", [
+    False, pytest.param(True, marks=compiled_only)])
+def test_indexed_equals_the_expanded_table(compiled):
+    """Nodes of a few kinds (weights by kind pair, directed): the same pairs as the table
+    expanded to n x n by hand, with kinds repeated and in any order."""
+    rng = random.Random(9)
+    for _ in range(60):
+        m = rng.randint(1, 6)
+        table = [rng.choice([0.0, 0.2261, 0.235, 0.3536, rng.uniform(0.1, 0.5)])
+                 for _ in range(m * m)]
+        kinds = [rng.randrange(m) for _ in range(rng.randint(0, 40))]
+        n = len(kinds)
+        flat = [table[x * m + y] for x in kinds for y in kinds]
+        expected = blossom_pairs_flat(n, flat, compiled=False)
+        assert blossom_pairs_indexed(kinds, m, table, compiled=compiled) == expected
+
+
+@pytest.mark.parametrize("compiled", [
+    False, pytest.param(True, marks=compiled_only)])
+def test_indexed_input_checked(compiled):
+    with pytest.raises(ValueError):
+        blossom_pairs_indexed([0, 2], 2, [0.5] * 4, compiled=compiled)
+    with pytest.raises(ValueError):
+        blossom_pairs_indexed([0, 1], 2, [0.5] * 3, compiled=compiled)

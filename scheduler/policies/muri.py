@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler import interleave
-from scheduler.blossom import blossom_pairs_flat
+from scheduler.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.policies.base import Policy, RoundContext, place_units
 from scheduler.state import Group, Job, Plan
@@ -209,8 +209,11 @@ class Muri(Policy):
                 pairs.extend((lo + i, lo + j) for i, j in found)
             return self._remember(key, pairs)
         if self.backend == "blossom":
-            flat = self._weight_rows(nodes, bonus if hysteresis else None)
-            return self._remember(key, blossom_pairs_flat(n, flat))
+            if hysteresis:
+                pairs = blossom_pairs_flat(n, self._weight_rows(nodes, bonus))
+            else:
+                pairs = blossom_pairs_indexed(*self._kind_table(nodes))
+            return self._remember(key, pairs)
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
 
@@ -227,38 +230,56 @@ class Muri(Policy):
 
         return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
 
-    def _weight_rows(self, nodes: list[Packing], bonus: list[float] | None) -> list[float]:
-        """Every ordered pair's weight, row-major n x n, each what the pair-by-pair `weight`
-        gives (the artifact-compatible matcher reads both directions, see blossom_pairs).
+    def _kind_table(self, nodes: list[Packing]) -> tuple[list[int], int, list[float]]:
+        """(kinds, m, table): candidate i is of kind kinds[i] < m, and the weight of merging
+        candidate i with j (i's members first) is table[kinds[i] * m + kinds[j]], what the
+        pair-by-pair `weight` gives, bit for bit.
 
-        Why rows, and why by profiles: a merged group's weight depends only on its members'
-        profiles in member order (and on the ids only where ordering "none" sorts by them),
-        and a trace has a few dozen distinct profiles.  So each candidate gets a small
-        number for its profiles, each number a row of weights remembered across rounds,
-        and a round's matrix is one C-level map per row instead of a Python call per pair.
+        Why kinds: a merged group's weight depends only on its members' profiles in member
+        order (on their ids where ordering "none" sorts by them), and a trace has a few
+        dozen distinct profiles.  Each shape of candidate gets a number whose row of
+        weights is remembered across rounds, and a round needs only the rows of the kinds
+        present, not a Python call per pair.
         """
         numbers, rows, k = self._shapes, self._rows, self.k
         if len(numbers) > 2_000:  # bounded: refilled on demand
             numbers.clear()
             rows.clear()
         by_id = self.ordering == "none"
-        keys = [numbers.setdefault(tuple(j.id if by_id else j.profile for j in node), len(numbers))
-                for node in nodes]
-        flat: list[float] = []
-        for i, a in enumerate(keys):
+        local: dict[int, int] = {}
+        kinds = [local.setdefault(numbers.setdefault(
+            tuple(j.id if by_id else j.profile for j in node), len(numbers)), len(local))
+            for node in nodes]
+        present = list(local)
+        first = [0] * len(present)  # one candidate of each kind (any: they weigh the same)
+        for i in range(len(kinds) - 1, -1, -1):
+            first[kinds[i]] = i
+        table: list[float] = []
+        for x, a in enumerate(present):
             row = rows.get(a)
             if row is None:
                 row = rows[a] = {}
-            values = list(map(row.get, keys))
+            values = list(map(row.get, present))
             if None in values:
-                size = len(nodes[i])
-                for j, value in enumerate(values):
+                node = nodes[first[x]]
+                for y, value in enumerate(values):
                     if value is None:
-                        if size + len(nodes[j]) > k:
-                            value = 0.0
+                        other = nodes[first[y]]
+                        if len(node) + len(other) > k or (by_id and x == y):
+                            value = 0.0  # too big, or a candidate with itself
                         else:
-                            value = self._merged_efficiency(nodes[i] + nodes[j])
-                        row[keys[j]] = values[j] = value
+                            value = self._merged_efficiency(node + other)
+                        row[present[y]] = values[y] = value
+            table += values
+        return kinds, len(present), table
+
+    def _weight_rows(self, nodes: list[Packing], bonus: list[float] | None) -> list[float]:
+        """Every ordered pair's weight, row-major n x n, from _kind_table, times the keep
+        bonus of pairs that run together now (when `bonus` is given)."""
+        kinds, m, table = self._kind_table(nodes)
+        flat: list[float] = []
+        for i, x in enumerate(kinds):
+            values = [table[x * m + y] for y in kinds]
             if bonus is not None:
                 for j, value in enumerate(values):
                     if j != i and _together(nodes[i], nodes[j]):
