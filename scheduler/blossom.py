@@ -31,6 +31,11 @@ Float rules (reproduced on purpose, they decide ties):
   within a relative 1e-5 of ``delta``; this tolerance is what lets nearly-equal weights
   count as equal;
 * a blossom is expanded when its dual is ``<= 0``.
+
+scheduler/_blossom.c is the same algorithm compiled (built by setup.py where a C compiler
+exists): the same steps on the same doubles in the same order, hence the same pairs, some
+tens of times faster.  The public functions run it when it is built; this module stays the
+readable reference and the fallback, and the tests hold the two against each other.
 """
 
 from __future__ import annotations

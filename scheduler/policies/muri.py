@@ -35,8 +35,8 @@ class Muri(Policy):
         self.k = preset.max_group
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
-        # the same by rows, for the "blossom" backend (see _weight_rows): a number for each
-        # packing's member profiles, and per number {partner's number: weight}
+        # the same by kind of candidate, for the "blossom" backend (see _kind_table): a number
+        # for each packing's member profiles, and per number {partner's number: weight}
         self._shapes: dict[tuple, int] = {}
         self._rows: dict[int, dict[int, float]] = {}
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
