@@ -57,7 +57,7 @@ def directed_matrices(draw, max_nodes=60):
 
 
 @compiled_only
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(directed_matrices())
 def test_compiled_equals_reference(matrix):
     n, flat = matrix
