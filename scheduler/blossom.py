@@ -31,6 +31,11 @@ Float rules (reproduced on purpose, they decide ties):
   within a relative 1e-5 of ``delta``; this tolerance is what lets nearly-equal weights
   count as equal;
 * a blossom is expanded when its dual is ``<= 0``.
+
+scheduler/_blossom.c is the same algorithm compiled (built by setup.py where a C compiler
+exists): the same steps on the same doubles in the same order, hence the same pairs, some
+tens of times faster.  The public functions run it when it is built; this module stays the
+readable reference and the fallback, and the tests hold the two against each other.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ from __future__ import annotations
 from itertools import compress
 from math import inf, isclose
 from typing import Callable
+
+try:  # the same algorithm compiled (setup.py); optional, this module is the fallback
+    from scheduler import _blossom as _compiled
+except ImportError:  # not built: no compiler where it was installed
+    _compiled = None
 
 #: relative tolerance of the stop test (dual of an even vertex versus the step delta)
 REL_TOL = 1e-5
@@ -528,7 +538,8 @@ class _DenseBlossom:
                     self.expand(b)
 
 
-def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int, int]]:
+def blossom_pairs(n: int, weight: Callable[[int, int], float], *,
+                  compiled: bool | None = None) -> list[tuple[int, int]]:
     """Pairs (i, j), i < j, sorted by i, of a maximum-weight matching on nodes 0..n-1.
 
     weight is asked once for every ordered pair (i, j), i != j: weight(i, j) is the edge
@@ -540,9 +551,61 @@ def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int
     triangle would change the pairs it chooses.
     Equal-weight alternatives, and weights within a relative 1e-5 of each other, are
     resolved exactly as the Muri artifact's blossom implementation resolves them.
+    ``compiled`` as in blossom_pairs_flat.
     """
     if n < 0:
         raise ValueError(f"node count must be >= 0, got {n}")
+    flat = [0.0] * (n * n)
+    for i in range(n):
+        row = i * n
+        for j in range(n):
+            if j != i:
+                flat[row + j] = weight(i, j)
+    return blossom_pairs_flat(n, flat, compiled=compiled)
+
+
+def blossom_pairs_flat(n: int, weights: list[float], *,
+                       compiled: bool | None = None) -> list[tuple[int, int]]:
+    """blossom_pairs given every weight at once: weights[i * n + j] is weight(i, j) (the
+    diagonal is ignored), for callers that can compute the table faster than one call per
+    pair.
+
+    ``compiled``: None runs scheduler._blossom (the same algorithm in C, same pairs) when it
+    was built and this module otherwise; False always runs this module, the reference; True
+    insists on the compiled one (ImportError when it was not built).
+    """
+    if n < 0:
+        raise ValueError(f"node count must be >= 0, got {n}")
+    if len(weights) != n * n:
+        raise ValueError(f"weights must hold n*n = {n * n} values, got {len(weights)}")
+    if compiled is None:
+        compiled = _compiled is not None
+    if compiled:
+        if _compiled is None:
+            raise ImportError("scheduler._blossom was not built (pip install -e . with a C compiler)")
+        return _compiled.solve(n, weights)
+    return _pure_pairs(n, weights)
+
+
+def blossom_pairs_indexed(kinds: list[int], m: int, table: list[float], *,
+                          compiled: bool | None = None) -> list[tuple[int, int]]:
+    """blossom_pairs_flat on n = len(kinds) nodes where the weight of (i, j) depends only on
+    their kinds: table[kinds[i] * m + kinds[j]], each kind in 0..m-1.  The same pairs as on
+    the expanded table; the compiled matcher expands it in C, saving the n*n list."""
+    if not all(0 <= x < m for x in kinds) or len(table) != m * m:
+        raise ValueError(f"kinds must be in 0..{m - 1} and the table hold {m * m} values")
+    if compiled is None:
+        compiled = _compiled is not None
+    if compiled:
+        if _compiled is None:
+            raise ImportError("scheduler._blossom was not built (pip install -e . with a C compiler)")
+        return _compiled.solve_indexed(kinds, m, table)
+    n = len(kinds)
+    flat = [table[x * m + y] for x in kinds for y in kinds]
+    return blossom_pairs_flat(n, flat, compiled=False)
+
+
+def _pure_pairs(n: int, weights: list[float]) -> list[tuple[int, int]]:
     stride = n + n // 2 + 2
     table = [0.0] * (stride * stride)
     n1 = n + 1
@@ -558,7 +621,7 @@ def blossom_pairs(n: int, weight: Callable[[int, int], float]) -> list[tuple[int
         for j in range(n):
             if j == i:
                 continue
-            w = weight(i, j)
+            w = weights[i * n + j]
             if w > 0:
                 w = float(w)
                 c = j + 1

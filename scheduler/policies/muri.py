@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler import interleave
+from scheduler.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.policies.base import Policy, RoundContext, place_units
 from scheduler.state import Group, Job, Plan
@@ -34,6 +35,10 @@ class Muri(Policy):
         self.k = preset.max_group
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
+        # the same by kind of candidate, for the "blossom" backend (see _kind_table): a number
+        # for each packing's member profiles, and per number {partner's number: weight}
+        self._shapes: dict[tuple, int] = {}
+        self._rows: dict[int, dict[int, float]] = {}
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
@@ -84,20 +89,26 @@ class Muri(Policy):
         return self._efficiency(a, b, key) if hit is None else hit
 
     def _efficiency(self, a: Packing, b: Packing, key: tuple) -> float:
-        jobs = a + b
-        tt, _ = self.group_timing(jobs)
-        value = 0.0
-        if tt > 0 and all(map(_profiled, jobs)):
-            k = interleave.slots(len(jobs[0].profile))
-            value = sum(sum(j.profile) for j in jobs) / (tt * k)
+        value = self._merged_efficiency(a + b)
         if len(self._weights) > 200_000:
             self._weights.clear()
         self._weights[key] = value
         return value
 
+    def _merged_efficiency(self, jobs: Packing) -> float:
+        """Busy stage time over slot time of the group `jobs` (in this member order: the
+        float sum follows it), 0 when a member has no profile yet."""
+        tt, _ = self.group_timing(jobs)
+        if tt > 0 and all(map(_profiled, jobs)):
+            k = interleave.slots(len(jobs[0].profile))
+            return sum(sum(j.profile) for j in jobs) / (tt * k)
+        return 0.0
+
     def on_profile(self, job: Job) -> None:
         self._weights.clear()
         self._matchings.clear()
+        self._rows.clear()  # by profiles they would stay valid, but not by ids ("none")
+        self._shapes.clear()
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
@@ -197,6 +208,12 @@ class Muri(Policy):
                                                rel_gap=self.preset.matching_rel_gap)
                 pairs.extend((lo + i, lo + j) for i, j in found)
             return self._remember(key, pairs)
+        if self.backend == "blossom":
+            if hysteresis:
+                pairs = blossom_pairs_flat(n, self._weight_rows(nodes, bonus))
+            else:
+                pairs = blossom_pairs_indexed(*self._kind_table(nodes))
+            return self._remember(key, pairs)
         k, cache, ids = self.k, self._weights, key[:n]
         sizes = [len(node) for node in nodes]
 
@@ -212,6 +229,63 @@ class Muri(Policy):
             return value
 
         return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
+
+    def _kind_table(self, nodes: list[Packing]) -> tuple[list[int], int, list[float]]:
+        """(kinds, m, table): candidate i is of kind kinds[i] < m, and the weight of merging
+        candidate i with j (i's members first) is table[kinds[i] * m + kinds[j]], what the
+        pair-by-pair `weight` gives, bit for bit.
+
+        Why kinds: a merged group's weight depends only on its members' profiles in member
+        order (on their ids where ordering "none" sorts by them), and a trace has a few
+        dozen distinct profiles.  Each shape of candidate gets a number whose row of
+        weights is remembered across rounds, and a round needs only the rows of the kinds
+        present, not a Python call per pair.
+        """
+        numbers, rows, k = self._shapes, self._rows, self.k
+        if len(numbers) > 2_000:  # bounded: refilled on demand
+            numbers.clear()
+            rows.clear()
+        by_id = self.ordering == "none"
+        local: dict[int, int] = {}
+        kinds = [local.setdefault(numbers.setdefault(
+            tuple(j.id if by_id else j.profile for j in node), len(numbers)), len(local))
+            for node in nodes]
+        present = list(local)
+        first = [0] * len(present)  # one candidate of each kind (any: they weigh the same)
+        for i in range(len(kinds) - 1, -1, -1):
+            first[kinds[i]] = i
+        table: list[float] = []
+        for x, a in enumerate(present):
+            row = rows.get(a)
+            if row is None:
+                row = rows[a] = {}
+            values = list(map(row.get, present))
+            if None in values:
+                node = nodes[first[x]]
+                for y, value in enumerate(values):
+                    if value is None:
+                        other = nodes[first[y]]
+                        if len(node) + len(other) > k or (by_id and x == y):
+                            value = 0.0  # too big, or a candidate with itself
+                        else:
+                            value = self._merged_efficiency(node + other)
+                        row[present[y]] = values[y] = value
+            table += values
+        return kinds, len(present), table
+
+    def _weight_rows(self, nodes: list[Packing], bonus: list[float] | None) -> list[float]:
+        """Every ordered pair's weight, row-major n x n, from _kind_table, times the keep
+        bonus of pairs that run together now (when `bonus` is given)."""
+        kinds, m, table = self._kind_table(nodes)
+        flat: list[float] = []
+        for i, x in enumerate(kinds):
+            values = [table[x * m + y] for y in kinds]
+            if bonus is not None:
+                for j, value in enumerate(values):
+                    if j != i and _together(nodes[i], nodes[j]):
+                        values[j] = value * (1.0 + max(bonus[i], bonus[j]))
+            flat += values
+        return flat
 
     def _keep_bonus(self, node: Packing) -> float:
         """How much more a running group counts when matching: at least the preset's

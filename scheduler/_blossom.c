@@ -1,0 +1,981 @@
+/* Compiled twin of scheduler/blossom.py: the same dense primal-dual blossom algorithm,
+ * step for step.
+ *
+ * Why a second implementation?  The paper preset matches with scheduler.blossom because
+ * only that traversal order and those float rules reproduce the Muri artifact's choice
+ * among tied matchings; in pure Python it is most of a simulation's time.  This file
+ * performs the same operations on the same doubles in the same order (every reduced cost
+ * is y[a] + y[b] - w2[a][b], left to right; math.isclose is reproduced as CPython
+ * computes it), so it returns the same pairs, ties included.  IEEE doubles give the same
+ * results as Python floats for + - * / and comparisons as long as the compiler neither
+ * reassociates nor fuses (no -ffast-math; FP_CONTRACT off, see setup.py).
+ *
+ * Read blossom.py for the algorithm and its conventions; the comments here only say
+ * where C differs in form (fixed-size arrays instead of lists, in-place rotations).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define ODD 1
+#define EVEN 0
+#define FREE (-1)
+#define REL_TOL 1e-5
+
+typedef struct {
+    int *data;
+    Py_ssize_t len, cap;
+} IntVec;
+
+static int vec_push(IntVec *v, int x)
+{
+    if (v->len == v->cap) {
+        Py_ssize_t cap = v->cap ? 2 * v->cap : 64;
+        int *grown = (int *)realloc(v->data, (size_t)cap * sizeof(int));
+        if (grown == NULL)
+            return -1;
+        v->data = grown;
+        v->cap = cap;
+    }
+    v->data[v->len++] = x;
+    return 0;
+}
+
+typedef struct {
+    int n, n1, s, top;
+    double *w2;     /* n1 x n1: doubled original weights */
+    int *ea, *eb;   /* s x s: endpoints of the stored extended edge */
+    double *ew;     /* s x s: its copied weight (0 = no edge) */
+    int *mate, *root, *parent, *label, *best, *seen;
+    double *bestc, *y;
+    int stamp;
+    int *children;  /* slot b's cycle at b * n1, length in nchild[b] */
+    int *nchild;
+    int *sub;       /* s x n1 */
+    int *nbr_start, *nbr;      /* CSR of nbrs (row r: c with weight > 0, increasing) */
+    int *innbr_start, *innbr;  /* CSR of innbrs (column c: r with weight > 0, increasing) */
+    IntVec queue;
+    IntVec scratch;  /* push's pending list, set_root's stack */
+    IntVec work;     /* match_through's stack of (x, other) */
+    int failed;      /* 1: out of memory, 2: slots exhausted */
+} Solver;
+
+/* math.isclose(a, b, rel_tol=REL_TOL) as CPython computes it (abs_tol = 0). */
+static int is_close(double a, double b)
+{
+    double diff;
+    if (a == b)
+        return 1;
+    if (isinf(a) || isinf(b))
+        return 0;
+    diff = fabs(b - a);
+    return (diff <= fabs(REL_TOL * b)) || (diff <= fabs(REL_TOL * a)) || (diff <= 0.0);
+}
+
+static inline double rcost(const Solver *S, int a, int b)
+{
+    return S->y[a] + S->y[b] - S->w2[a * S->n1 + b];
+}
+
+static void push(Solver *S, int x)
+{
+    Py_ssize_t i;
+    IntVec *p = &S->scratch;
+    if (x <= S->n) {
+        if (vec_push(&S->queue, x))
+            S->failed = 1;
+        return;
+    }
+    /* level by level through sub-blossoms, as blossom.py's pending list */
+    p->len = 0;
+    if (vec_push(p, x)) {
+        S->failed = 1;
+        return;
+    }
+    for (i = 0; i < p->len; i++) {
+        int z = p->data[i];
+        if (z <= S->n) {
+            if (vec_push(&S->queue, z)) {
+                S->failed = 1;
+                return;
+            }
+        } else {
+            int k, m = S->nchild[z];
+            const int *ch = S->children + (Py_ssize_t)z * S->n1;
+            for (k = 0; k < m; k++) {
+                if (vec_push(p, ch[k])) {
+                    S->failed = 1;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+static void rescan(Solver *S, int x)
+{
+    int bv = 0;
+    double bc = INFINITY;
+    const int *root = S->root, *label = S->label;
+    const double *y = S->y;
+    if (x <= S->n) {
+        double yx = y[x];
+        int k;
+        for (k = S->innbr_start[x]; k < S->innbr_start[x + 1]; k++) {
+            int v = S->innbr[k];
+            int rv = root[v];
+            if (rv != x && label[rv] == EVEN) {
+                double c = y[v] + yx - S->w2[v * S->n1 + x];
+                if (c < bc) {
+                    bv = v;
+                    bc = c;
+                }
+            }
+        }
+    } else {
+        int v, s = S->s;
+        Py_ssize_t k = x;
+        for (v = 1; v <= S->n; v++) {
+            k += s;
+            if (S->ew[k] > 0.0) {
+                int rv = root[v];
+                if (rv != x && label[rv] == EVEN) {
+                    int b = S->eb[k];
+                    double c = y[v] + y[b] - S->w2[v * S->n1 + b];
+                    if (c < bc) {
+                        bv = v;
+                        bc = c;
+                    }
+                }
+            }
+        }
+    }
+    S->best[x] = bv;
+    S->bestc[x] = bc;
+}
+
+static void set_root(Solver *S, int x, int b)
+{
+    IntVec *st = &S->scratch;
+    st->len = 0;
+    if (vec_push(st, x)) {
+        S->failed = 1;
+        return;
+    }
+    while (st->len) {
+        int z = st->data[--st->len];
+        S->root[z] = b;
+        if (z > S->n) {
+            int k, m = S->nchild[z];
+            const int *ch = S->children + (Py_ssize_t)z * S->n1;
+            for (k = 0; k < m; k++) {
+                if (vec_push(st, ch[k])) {
+                    S->failed = 1;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+static void reverse(int *a, int len)
+{
+    int i = 0, j = len - 1;
+    while (i < j) {
+        int t = a[i];
+        a[i++] = a[j];
+        a[j--] = t;
+    }
+}
+
+/* blossom.py's rotate_to: position of child in b's cycle, the cycle's tail reversed
+ * when that position is odd. */
+static int rotate_to(Solver *S, int b, int child)
+{
+    int *cyc = S->children + (Py_ssize_t)b * S->n1;
+    int len = S->nchild[b], pos = 0;
+    while (pos < len && cyc[pos] != child)
+        pos++;
+    if (pos % 2 == 1) {
+        reverse(cyc + 1, len - 1);
+        return len - pos;
+    }
+    return pos;
+}
+
+/* cyc[pos:] + cyc[:pos], in place */
+static void rotate_left(int *cyc, int len, int pos)
+{
+    if (pos <= 0 || pos >= len)
+        return;
+    reverse(cyc, pos);
+    reverse(cyc + pos, len - pos);
+    reverse(cyc, len);
+}
+
+static void match_through(Solver *S, int x, int other)
+{
+    int n = S->n, s = S->s;
+    IntVec *w = &S->work;
+    w->len = 0;
+    if (vec_push(w, x) || vec_push(w, other)) {
+        S->failed = 1;
+        return;
+    }
+    while (w->len) {
+        Py_ssize_t k;
+        int entry, pos, i, *cyc;
+        other = w->data[--w->len];
+        x = w->data[--w->len];
+        k = (Py_ssize_t)x * s + other;
+        S->mate[x] = S->eb[k];
+        if (x <= n)
+            continue;
+        entry = S->sub[(Py_ssize_t)x * S->n1 + S->ea[k]];
+        pos = rotate_to(S, x, entry);
+        cyc = S->children + (Py_ssize_t)x * S->n1;
+        for (i = 0; i < pos; i++) {
+            if (vec_push(w, cyc[i]) || vec_push(w, cyc[i ^ 1])) {
+                S->failed = 1;
+                return;
+            }
+        }
+        if (vec_push(w, entry) || vec_push(w, other)) {
+            S->failed = 1;
+            return;
+        }
+        rotate_left(cyc, S->nchild[x], pos);
+    }
+}
+
+static void flip_path(Solver *S, int x, int other)
+{
+    for (;;) {
+        int nxt = S->root[S->mate[x]], back;
+        match_through(S, x, other);
+        if (nxt == 0)
+            return;
+        back = S->root[S->parent[nxt]];
+        match_through(S, nxt, back);
+        x = back;
+        other = nxt;
+    }
+}
+
+static int common_ancestor(Solver *S, int a, int b)
+{
+    int stamp = ++S->stamp;
+    while (a || b) {
+        int t;
+        if (a) {
+            if (S->seen[a] == stamp)
+                return a;
+            S->seen[a] = stamp;
+            a = S->root[S->mate[a]];
+            if (a)
+                a = S->root[S->parent[a]];
+        }
+        t = a;
+        a = b;
+        b = t;
+    }
+    return 0;
+}
+
+static void contract(Solver *S, int a, int anc, int b)
+{
+    int n = S->n, s = S->s, n1 = S->n1;
+    int *root = S->root, *mate = S->mate, *parent = S->parent;
+    int *ea = S->ea, *eb = S->eb;
+    double *ew = S->ew, *y = S->y;
+    int nb = n + 1, top, c0, keep_a = 0, keep_b = 0, x, i, len, pass;
+    int *cyc;
+    Py_ssize_t row, srow, crow;
+    double *rc;
+    char *known;
+
+    while (nb <= S->top && root[nb] != 0)
+        nb++;
+    if (nb > S->top) {
+        if (nb >= s) {
+            S->failed = 2;
+            return;
+        }
+        S->top = nb;
+        parent[nb] = 0;
+        S->best[nb] = 0;
+        S->bestc[nb] = INFINITY;
+        S->seen[nb] = 0;
+    }
+    y[nb] = 0.0;
+    S->label[nb] = EVEN;
+    mate[nb] = mate[anc];
+    cyc = S->children + (Py_ssize_t)nb * n1;
+    len = 0;
+    cyc[len++] = anc;
+    for (pass = 0; pass < 2; pass++) {
+        int x0 = pass == 0 ? a : b;
+        x = x0;
+        while (x != anc) {
+            int z;
+            cyc[len++] = x;
+            z = root[mate[x]];
+            cyc[len++] = z;
+            push(S, z);
+            x = root[parent[z]];
+        }
+        if (pass == 0)
+            reverse(cyc + 1, len - 1);
+    }
+    S->nchild[nb] = len;
+    set_root(S, nb, nb);
+    if (S->failed)
+        return;
+
+    top = S->top;
+    row = (Py_ssize_t)nb * s;
+    for (x = 1; x <= top; x++) {
+        ew[row + x] = 0.0;
+        ew[(Py_ssize_t)x * s + nb] = 0.0;
+    }
+    srow = (Py_ssize_t)nb * n1;
+    for (x = 1; x <= n; x++)
+        S->sub[srow + x] = 0;
+
+    /* first child: copy its row, then its column (see blossom.py for the (nb, nb) entry) */
+    c0 = cyc[0];
+    crow = (Py_ssize_t)c0 * s;
+    if (c0 > nb) {
+        keep_a = ea[row + c0];
+        keep_b = eb[row + c0];
+    }
+    memcpy(ea + row + 1, ea + crow + 1, (size_t)top * sizeof(int));
+    memcpy(eb + row + 1, eb + crow + 1, (size_t)top * sizeof(int));
+    memcpy(ew + row + 1, ew + crow + 1, (size_t)top * sizeof(double));
+    for (x = 1; x <= top; x++) {
+        Py_ssize_t d = (Py_ssize_t)x * s + nb, f = (Py_ssize_t)x * s + c0;
+        ea[d] = ea[f];
+        eb[d] = eb[f];
+        ew[d] = ew[f];
+    }
+    if (c0 > nb) {
+        ea[row + nb] = keep_a;
+        eb[row + nb] = keep_b;
+        ew[row + nb] = 0.0;
+    }
+
+    /* later children, x = 1..top in order (blossom.py's three runs read nothing that an
+     * earlier step of the same run wrote, so one plain loop reads the same values) */
+    rc = (double *)malloc((size_t)(top + 1) * sizeof(double));
+    known = (char *)calloc((size_t)(top + 1), 1);
+    if (rc == NULL || known == NULL) {
+        free(rc);
+        free(known);
+        S->failed = 1;
+        return;
+    }
+    for (i = 0; i < len; i++) {
+        int c = cyc[i];
+        if (c == c0)
+            continue;
+        crow = (Py_ssize_t)c * s;
+        for (x = 1; x <= top; x++) {
+            Py_ssize_t kb = row + x, kb2, kc2;
+            int ca = ea[crow + x], cb = eb[crow + x];
+            double cw = ew[crow + x];
+            if (ew[kb] > 0.0) {
+                double h = y[ca] + y[cb] - S->w2[ca * n1 + cb], g;
+                if (known[x]) {
+                    g = rc[x];
+                } else {
+                    int ga = ea[kb], gb = eb[kb];
+                    g = y[ga] + y[gb] - S->w2[ga * n1 + gb];
+                }
+                if (!(h < g)) {
+                    rc[x] = g;
+                    known[x] = 1;
+                    continue;
+                }
+                rc[x] = h;
+                known[x] = 1;
+            } else {
+                known[x] = 0;
+            }
+            ea[kb] = ca;
+            eb[kb] = cb;
+            ew[kb] = cw;
+            kb2 = (Py_ssize_t)x * s + nb;
+            kc2 = (Py_ssize_t)x * s + c;
+            ea[kb2] = ea[kc2];
+            eb[kb2] = eb[kc2];
+            ew[kb2] = ew[kc2];
+        }
+        known[nb] = 0;
+    }
+    free(rc);
+    free(known);
+    for (i = 0; i < len; i++) {
+        int c = cyc[i];
+        if (c <= n) {
+            S->sub[srow + c] = c;
+        } else {
+            Py_ssize_t cs = (Py_ssize_t)c * n1;
+            int v;
+            for (v = 1; v <= n; v++)
+                if (S->sub[cs + v])
+                    S->sub[srow + v] = c;
+        }
+    }
+    rescan(S, nb);
+}
+
+static void expand(Solver *S, int b)
+{
+    int s = S->s, i, entry, pos, len;
+    int *cyc = S->children + (Py_ssize_t)b * S->n1;
+    len = S->nchild[b];
+    for (i = 0; i < len; i++)
+        set_root(S, cyc[i], cyc[i]);
+    entry = S->sub[(Py_ssize_t)b * S->n1 + S->ea[(Py_ssize_t)b * s + S->parent[b]]];
+    pos = rotate_to(S, b, entry);
+    for (i = 0; i < pos; i += 2) {
+        int c = cyc[i], d = cyc[i + 1];
+        S->parent[c] = S->ea[(Py_ssize_t)d * s + c];
+        S->label[c] = ODD;
+        S->label[d] = EVEN;
+        S->best[c] = 0;
+        S->bestc[c] = INFINITY;
+        rescan(S, d);
+        push(S, d);
+    }
+    S->label[entry] = ODD;
+    S->parent[entry] = S->parent[b];
+    if (S->best[entry]) {
+        Py_ssize_t k = (Py_ssize_t)S->best[entry] * s + entry;
+        S->bestc[entry] = rcost(S, S->ea[k], S->eb[k]);
+    } else {
+        S->bestc[entry] = INFINITY;
+    }
+    for (i = pos + 1; i < len; i++) {
+        int c = cyc[i];
+        S->label[c] = FREE;
+        rescan(S, c);
+    }
+    S->root[b] = 0;
+}
+
+static int tight_edge(Solver *S, int a0, int b0)
+{
+    int a = S->root[a0], b = S->root[b0];
+    if (S->label[b] == FREE) {
+        int m;
+        S->parent[b] = a0;
+        S->label[b] = ODD;
+        m = S->root[S->mate[b]];
+        S->best[b] = 0;
+        S->best[m] = 0;
+        S->bestc[b] = INFINITY;
+        S->bestc[m] = INFINITY;
+        S->label[m] = EVEN;
+        push(S, m);
+    } else if (S->label[b] == EVEN) {
+        int anc = common_ancestor(S, a, b);
+        if (anc == 0) {
+            flip_path(S, a, b);
+            flip_path(S, b, a);
+            return 1;
+        }
+        contract(S, a, anc, b);
+    }
+    return 0;
+}
+
+/* One stage; 1 augmented, 0 done, -1 failed (S->failed says why). */
+static int stage(Solver *S)
+{
+    int n = S->n, s = S->s, n1 = S->n1, top = S->top, x, u, b;
+    int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
+    int *parent = S->parent, *eb = S->eb;
+    double *bestc = S->bestc, *y = S->y;
+    IntVec *q = &S->queue;
+    double delta, lim, d2;
+
+    for (x = 0; x <= top; x++) {
+        label[x] = FREE;
+        best[x] = 0;
+        bestc[x] = INFINITY;
+    }
+    q->len = 0;
+    for (x = 1; x <= top; x++) {
+        if (root[x] == x && mate[x] <= 0) {
+            parent[x] = 0;
+            label[x] = EVEN;
+            push(S, x);
+        }
+    }
+    if (S->failed)
+        return -1;
+    if (q->len == 0)
+        return 0;
+    for (;;) {
+        Py_ssize_t i = 0;
+        while (i < q->len) {
+            int ru, k, kend;
+            double yu;
+            const double *wu;
+            Py_ssize_t base;
+            u = q->data[i++];
+            ru = root[u];
+            if (label[ru] == ODD)
+                continue;
+            yu = y[u];
+            wu = S->w2 + (Py_ssize_t)u * n1;
+            base = (Py_ssize_t)u * s;
+            kend = S->nbr_start[u + 1];
+            for (k = S->nbr_start[u]; k < kend; k++) {
+                int v = S->nbr[k], rv = root[v], lr;
+                double c = yu + y[v] - wu[v];  /* pure: computed also where unused */
+                if (rv == v) {
+                    if (c > 0.0) {
+                        /* the common case, without a branch to mispredict */
+                        double old = bestc[v];
+                        int better = c < old;
+                        best[v] = better ? u : best[v];
+                        bestc[v] = better ? c : old;
+                        continue;
+                    }
+                } else if (rv == ru) {
+                    continue;
+                } else if (c > 0.0) {
+                    int bb = eb[base + rv];
+                    double cb = yu + y[bb] - wu[bb];
+                    if (cb < bestc[rv]) {
+                        best[rv] = u;
+                        bestc[rv] = cb;
+                    }
+                    continue;
+                }
+                lr = label[rv];
+                if (lr == FREE) {
+                    int m;
+                    parent[rv] = u;
+                    label[rv] = ODD;
+                    m = root[mate[rv]];
+                    best[rv] = 0;
+                    best[m] = 0;
+                    bestc[rv] = INFINITY;
+                    bestc[m] = INFINITY;
+                    label[m] = EVEN;
+                    push(S, m);
+                    if (S->failed)
+                        return -1;
+                } else if (lr == EVEN) {
+                    int done = tight_edge(S, u, v);
+                    if (S->failed)
+                        return -1;
+                    if (done)
+                        return 1;
+                    ru = root[u];
+                }
+            }
+        }
+        q->len = 0;
+
+        top = S->top;
+        delta = INFINITY;
+        for (x = 1; x <= top; x++) {
+            if (root[x] == x) {
+                int lx = label[x];
+                if (lx == ODD) {
+                    if (x > n) {
+                        double h = y[x] / 2.0;
+                        if (h < delta)
+                            delta = h;
+                    }
+                } else if (best[x]) {
+                    double h = bestc[x];
+                    if (lx == EVEN)
+                        h = h / 2.0;
+                    if (h < delta)
+                        delta = h;
+                }
+            }
+        }
+        lim = delta > 0.0 ? delta * 1.001 : INFINITY;
+        for (u = 1; u <= n; u++) {
+            int lu = label[root[u]];
+            if (lu == EVEN) {
+                double yu = y[u];
+                if (yu <= lim && (yu <= delta || is_close(yu, delta)))
+                    return 0;
+                y[u] = yu - delta;
+            } else if (lu == ODD) {
+                y[u] += delta;
+            }
+        }
+        d2 = delta * 2;
+        for (b = n + 1; b <= top; b++) {
+            if (root[b] == b) {
+                if (label[b] == EVEN)
+                    y[b] += d2;
+                else if (label[b] == ODD)
+                    y[b] -= d2;
+            }
+        }
+        for (x = 1; x <= top; x++) {
+            int bx = best[x];
+            if (bx != 0 && root[x] == x) {
+                const double *wb = S->w2 + (Py_ssize_t)bx * n1;
+                int b0;
+                double c;
+                if (x <= n) {
+                    c = y[bx] + y[x] - wb[x];
+                    b0 = x;
+                } else {
+                    b0 = eb[(Py_ssize_t)bx * s + x];
+                    c = y[bx] + y[b0] - wb[b0];
+                }
+                bestc[x] = c;
+                if (c <= 0.0 && root[bx] != x) {
+                    int done = tight_edge(S, bx, b0);
+                    if (S->failed)
+                        return -1;
+                    if (done)
+                        return 1;
+                }
+            }
+        }
+        for (b = n + 1; b <= S->top; b++) {
+            if (root[b] == b && label[b] == ODD && y[b] <= 0.0) {
+                expand(S, b);
+                if (S->failed)
+                    return -1;
+            }
+        }
+    }
+}
+
+static void solver_free(Solver *S)
+{
+    free(S->w2);
+    free(S->ea);
+    free(S->eb);
+    free(S->ew);
+    free(S->mate);
+    free(S->root);
+    free(S->parent);
+    free(S->label);
+    free(S->best);
+    free(S->seen);
+    free(S->bestc);
+    free(S->y);
+    free(S->children);
+    free(S->nchild);
+    free(S->sub);
+    free(S->nbr_start);
+    free(S->nbr);
+    free(S->innbr_start);
+    free(S->innbr);
+    free(S->queue.data);
+    free(S->scratch.data);
+    free(S->work.data);
+}
+
+/* Set up the tables of blossom.py's _DenseBlossom from w (n x n, row-major, w[i*n+j] the
+ * weight as seen from i, already float; <= 0 or NaN means no edge).  Returns 0 or -1. */
+static int solver_init(Solver *S, int n, const double *w, double *w_max)
+{
+    int s = n + n / 2 + 2, n1 = n + 1, r, c, v, edges = 0;
+    size_t ss = (size_t)s * s;
+    memset(S, 0, sizeof(*S));
+    S->n = n;
+    S->n1 = n1;
+    S->s = s;
+    S->top = n;
+    S->w2 = (double *)calloc((size_t)n1 * n1, sizeof(double));
+    S->ea = (int *)calloc(ss, sizeof(int));
+    S->eb = (int *)calloc(ss, sizeof(int));
+    S->ew = (double *)calloc(ss, sizeof(double));
+    S->mate = (int *)calloc(s, sizeof(int));
+    S->root = (int *)calloc(s, sizeof(int));
+    S->parent = (int *)calloc(s, sizeof(int));
+    S->label = (int *)malloc((size_t)s * sizeof(int));
+    S->best = (int *)calloc(s, sizeof(int));
+    S->seen = (int *)calloc(s, sizeof(int));
+    S->bestc = (double *)malloc((size_t)s * sizeof(double));
+    S->y = (double *)calloc(s, sizeof(double));
+    S->children = (int *)calloc((size_t)s * n1, sizeof(int));
+    S->nchild = (int *)calloc(s, sizeof(int));
+    S->sub = (int *)calloc((size_t)s * n1, sizeof(int));
+    S->nbr_start = (int *)calloc((size_t)n1 + 1, sizeof(int));
+    S->innbr_start = (int *)calloc((size_t)n1 + 1, sizeof(int));
+    if (!S->w2 || !S->ea || !S->eb || !S->ew || !S->mate || !S->root || !S->parent
+        || !S->label || !S->best || !S->seen || !S->bestc || !S->y || !S->children
+        || !S->nchild || !S->sub || !S->nbr_start || !S->innbr_start)
+        return -1;
+    *w_max = 0.0;
+    for (r = 1; r <= n; r++) {
+        for (c = 1; c <= n; c++) {
+            double x;
+            if (c == r)
+                continue;
+            x = w[(Py_ssize_t)(r - 1) * n + (c - 1)];
+            if (x > 0) {
+                S->ew[(Py_ssize_t)r * s + c] = x;
+                S->w2[(Py_ssize_t)r * n1 + c] = x * 2.0;
+                S->nbr_start[r + 1]++;
+                S->innbr_start[c + 1]++;
+                edges++;
+                if (x > *w_max)
+                    *w_max = x;
+            }
+        }
+    }
+    for (r = 1; r <= n1; r++) {
+        S->nbr_start[r] += S->nbr_start[r - 1];
+        S->innbr_start[r] += S->innbr_start[r - 1];
+    }
+    S->nbr = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
+    S->innbr = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
+    if (!S->nbr || !S->innbr)
+        return -1;
+    {
+        /* rows in increasing r, columns in increasing c: both lists come out increasing */
+        int *fill = (int *)malloc((size_t)(n1 + 1) * sizeof(int));
+        int k = 0;
+        if (fill == NULL)
+            return -1;
+        memcpy(fill, S->innbr_start, (size_t)(n1 + 1) * sizeof(int));
+        for (r = 1; r <= n; r++) {
+            for (c = 1; c <= n; c++) {
+                if (c != r && S->w2[(Py_ssize_t)r * n1 + c] != 0.0) {
+                    S->nbr[k++] = c;
+                    S->innbr[fill[c]++] = r;
+                }
+            }
+        }
+        free(fill);
+    }
+    for (r = 0; r <= n; r++) {
+        Py_ssize_t base = (Py_ssize_t)r * s;
+        for (c = 0; c <= n; c++) {
+            S->ea[base + c] = r;
+            S->eb[base + c] = c;
+        }
+    }
+    for (r = 0; r < s; r++) {
+        S->root[r] = r <= n ? r : 0;
+        S->label[r] = FREE;
+        S->bestc[r] = INFINITY;
+    }
+    for (v = 1; v <= n; v++)
+        S->sub[(Py_ssize_t)v * n1 + v] = v;
+    return 0;
+}
+
+/* seq's floats into out[0..len); -1 with an exception set when seq is not that. */
+static int read_doubles(PyObject *seq, Py_ssize_t len, double *out, const char *what)
+{
+    Py_ssize_t i;
+    PyObject *fast = PySequence_Fast(seq, "weights must be a sequence");
+    if (fast == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(fast) != len) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zd values, got %zd", what, len,
+                     PySequence_Fast_GET_SIZE(fast));
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (i = 0; i < len; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        double x = PyFloat_CheckExact(item) ? PyFloat_AS_DOUBLE(item) : PyFloat_AsDouble(item);
+        if (x == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        out[i] = x;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static int check_count(Py_ssize_t n)
+{
+    if (n < 0) {
+        PyErr_Format(PyExc_ValueError, "node count must be >= 0, got %zd", n);
+        return -1;
+    }
+    if (n > 46000) {
+        PyErr_SetString(PyExc_ValueError, "too many nodes for the compiled matcher");
+        return -1;
+    }
+    return 0;
+}
+
+/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs. */
+static PyObject *run(int n, double *w)
+{
+    PyObject *out;
+    double w_max;
+    Solver S;
+    int rc, u;
+
+    if (solver_init(&S, n, w, &w_max) < 0) {
+        free(w);
+        solver_free(&S);
+        return PyErr_NoMemory();
+    }
+    free(w);
+    if (!(w_max > 0)) {
+        solver_free(&S);
+        return PyList_New(0);
+    }
+    for (u = 0; u <= n; u++)
+        S.y[u] = w_max;
+    Py_BEGIN_ALLOW_THREADS
+    do {
+        rc = stage(&S);
+    } while (rc == 1);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        if (S.failed == 2)
+            PyErr_SetString(PyExc_RuntimeError, "blossom slots exhausted");
+        else
+            PyErr_NoMemory();
+        solver_free(&S);
+        return NULL;
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        solver_free(&S);
+        return NULL;
+    }
+    for (u = 1; u <= n; u++) {
+        int m = S.mate[u];
+        if (m > u && S.mate[m] == u) {
+            PyObject *pair = Py_BuildValue("(ii)", u - 1, m - 1);
+            if (pair == NULL || PyList_Append(out, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(out);
+                solver_free(&S);
+                return NULL;
+            }
+            Py_DECREF(pair);
+        }
+    }
+    solver_free(&S);
+    return out;
+}
+
+PyDoc_STRVAR(solve_doc,
+"solve(n, weights) -> list of (i, j)\n\n"
+"blossom_pairs on a flat row-major n*n sequence of floats (weights[i*n+j] is the\n"
+"weight as seen from i; the diagonal is ignored; an edge exists where > 0).");
+
+static PyObject *solve(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n;
+    PyObject *seq;
+    double *w;
+
+    if (!PyArg_ParseTuple(args, "nO:solve", &n, &seq) || check_count(n) < 0)
+        return NULL;
+    w = (double *)malloc((size_t)(n ? n * n : 1) * sizeof(double));
+    if (w == NULL)
+        return PyErr_NoMemory();
+    if (read_doubles(seq, n * n, w, "weights") < 0) {
+        free(w);
+        return NULL;
+    }
+    return run((int)n, w);
+}
+
+PyDoc_STRVAR(solve_indexed_doc,
+"solve_indexed(kinds, m, table) -> list of (i, j)\n\n"
+"solve(n, weights) where node i is of kind kinds[i] (0 <= kind < m) and\n"
+"weights[i*n+j] = table[kinds[i]*m + kinds[j]]: for callers whose weights depend\n"
+"only on the kinds of the two nodes (n = len(kinds)).");
+
+static PyObject *solve_indexed(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n, m, i, j;
+    PyObject *kinds_obj, *fast, *table_obj;
+    double *table, *w;
+    Py_ssize_t *kind;
+
+    if (!PyArg_ParseTuple(args, "OnO:solve_indexed", &kinds_obj, &m, &table_obj))
+        return NULL;
+    if (m < 0 || m > 46000) {
+        PyErr_Format(PyExc_ValueError, "kind count must be in 0..46000, got %zd", m);
+        return NULL;
+    }
+    fast = PySequence_Fast(kinds_obj, "kinds must be a sequence");
+    if (fast == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(fast);
+    if (check_count(n) < 0) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    kind = (Py_ssize_t *)malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    table = (double *)malloc((size_t)(m ? m * m : 1) * sizeof(double));
+    w = (double *)malloc((size_t)(n ? n * n : 1) * sizeof(double));
+    if (kind == NULL || table == NULL || w == NULL) {
+        free(kind);
+        free(table);
+        free(w);
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (i = 0; i < n; i++) {
+        Py_ssize_t k = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (k == -1 && PyErr_Occurred())
+            goto fail;
+        if (k < 0 || k >= m) {
+            PyErr_Format(PyExc_ValueError, "kind %zd of node %zd is not in 0..%zd", k, i, m - 1);
+            goto fail;
+        }
+        kind[i] = k;
+    }
+    if (read_doubles(table_obj, m * m, table, "table") < 0)
+        goto fail;
+    Py_DECREF(fast);
+    for (i = 0; i < n; i++) {
+        const double *row = table + kind[i] * m;
+        double *out = w + i * n;
+        for (j = 0; j < n; j++)
+            out[j] = row[kind[j]];
+    }
+    free(kind);
+    free(table);
+    return run((int)n, w);
+fail:
+    free(kind);
+    free(table);
+    free(w);
+    Py_DECREF(fast);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"solve", solve, METH_VARARGS, solve_doc},
+    {"solve_indexed", solve_indexed, METH_VARARGS, solve_indexed_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_blossom",
+    "Compiled twin of scheduler.blossom (same algorithm, same floats, same pairs).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__blossom(void)
+{
+    return PyModule_Create(&module);
+}
