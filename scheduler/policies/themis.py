@@ -1,5 +1,9 @@
 """Themis: finish-time fairness. Each round finds the allocation that minimises the worst
-ratio of a job's finish time under sharing to its finish time in an isolated 1/n cluster."""
+ratio of a job's finish time under sharing to its finish time in an isolated 1/n cluster.
+
+The program often has many optima, and which one a round takes decides the job order: the
+preset's `themis_solver` picks the fast bisection, or ECOS on the artifact's own program
+(themis_ecos), which returns the artifact's optimum."""
 from __future__ import annotations
 
 import math

@@ -101,7 +101,8 @@ def ftf_allocation_ecos(age, remaining, tput, isolated, gpus, capacity: float) -
     return np.array(solution["x"][start:start + len(c) // 2], dtype=float)
 
 
-def ftf_allocation_artifact(age, remaining, tput, isolated, gpus, capacity: float) -> np.ndarray:
+def ftf_allocation_artifact(age, remaining, tput, isolated, gpus,
+                            capacity: float) -> np.ndarray:
     """The artifact's allocation with its fallbacks: ECOS; if ECOS fails, SCS on the same
     program (rare, so through cvxpy); if SCS fails as well, every job gets x = 1 (the
     artifact's "equal weight"). Where the artifact would crash (a solver leaving no x),
