@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import cvxpy as cp
+import pytest
 from hypothesis import given, reject, settings, strategies as st
 
 from scheduler.policies.themis import ftf_allocation, ftf_allocation_cvxpy
@@ -38,3 +39,23 @@ def test_solver_matches_cvxpy_objective_and_respects_constraints(inst):
 def test_when_everyone_fits_everyone_gets_a_full_share():
     x = ftf_allocation([0, 0], [10, 20], [10, 20], [1, 1], 4)
     assert np.allclose(x, 1.0)
+
+
+def test_presets_pick_their_solver_and_both_reach_the_optimum_of_a_many_optima_program():
+    """Two 1-GPU jobs on 4 GPUs: both fit, and the worst ratio is job 1's at its full share,
+    whatever job 0 gets above its need. Bisection (default) hands out full shares; ECOS
+    (paper, the artifact's solver) an interior optimum: the same objective, other x."""
+    from scheduler.policies.themis import SOLVERS, Themis
+    from scheduler.presets import get_preset
+
+    assert Themis(get_preset("default")).solver is SOLVERS["bisection"]
+    assert Themis(get_preset("paper")).solver is SOLVERS["ecos"]
+    age, remaining, solo, isolated, gpus = [0.0, 0.0], [100.0, 100.0], [1.0, 1.0], \
+        [400.0, 100.0], [1, 1]
+    full = SOLVERS["bisection"](age, remaining, solo, isolated, gpus, 4)
+    interior = SOLVERS["ecos"](age, remaining, solo, isolated, gpus, 4)
+    b = np.asarray(remaining) * np.asarray(solo)
+    assert np.allclose(full, 1.0)
+    assert _worst_ratio(interior, age, b, isolated) == pytest.approx(
+        _worst_ratio(full, age, b, isolated), rel=1e-6)
+    assert interior[0] < 0.9  # job 0 needs only x >= 0.25 to stay within the worst ratio

@@ -1,5 +1,9 @@
 """Themis: finish-time fairness. Each round finds the allocation that minimises the worst
-ratio of a job's finish time under sharing to its finish time in an isolated 1/n cluster."""
+ratio of a job's finish time under sharing to its finish time in an isolated 1/n cluster.
+
+The program often has many optima, and which one a round takes decides the job order: the
+preset's `themis_solver` picks the fast bisection, or ECOS on the artifact's own program
+(themis_ecos), which returns the artifact's optimum."""
 from __future__ import annotations
 
 import math
@@ -7,6 +11,7 @@ import math
 import numpy as np
 
 from scheduler.policies.base import Policy, RoundContext, place_units, solo_group
+from scheduler.policies.themis_ecos import ftf_allocation_artifact
 from scheduler.state import Job, Plan
 
 
@@ -63,12 +68,29 @@ def ftf_allocation_cvxpy(a, b, c, gpus, capacity: float) -> np.ndarray:
     return np.asarray(x.value, dtype=float)
 
 
+def ftf_bisection(age, remaining, solo_time, isolated, gpus, capacity: float) -> np.ndarray:
+    """`ftf_allocation` on a job's terms: b_i is its remaining solo time."""
+    b = [r * s for r, s in zip(remaining, solo_time)]
+    return ftf_allocation(age, b, isolated, gpus, capacity)
+
+
+def ftf_artifact(age, remaining, solo_time, isolated, gpus, capacity: float) -> np.ndarray:
+    """The artifact's ECOS optimum, its throughput the reciprocal of the solo time."""
+    tput = [1 / s for s in solo_time]
+    return ftf_allocation_artifact(age, remaining, tput, isolated, gpus, capacity)
+
+
+# Preset `themis_solver` -> solver. Both find an optimum of the same program; where it has
+# many, "ecos" returns the artifact's (its interior point), "bisection" full shares.
+SOLVERS = {"bisection": ftf_bisection, "ecos": ftf_artifact}
+
+
 class Themis(Policy):
     name = "themis"
 
-    def __init__(self, preset, solver=ftf_allocation):
+    def __init__(self, preset, solver=None):
         super().__init__(preset)
-        self.solver = solver
+        self.solver = solver or SOLVERS[preset.themis_solver]
         self.last_round = 0.0
 
     def on_submit(self, job: Job, now: float) -> None:
@@ -81,7 +103,7 @@ class Themis(Policy):
             return Plan(())
         capacity = ctx.cluster.spec.total_gpus
         share = math.ceil(capacity / len(queue))
-        a, b, c = [], [], []
+        a, c = [], []
         for job in queue:
             d = job.policy_data
             if "prev_remaining" in d:
@@ -89,9 +111,9 @@ class Themis(Policy):
             iso = min(share / job.num_gpu, 1.0)
             d["prev_remaining"], d["prev_iso"] = job.remaining, iso
             a.append(now - job.submit_time)
-            b.append(job.remaining * job.solo_time)
             c.append(d["iso_time"] + job.remaining / iso)
-        x = self.solver(a, b, c, [j.num_gpu for j in queue], capacity)
+        x = self.solver(a, [j.remaining for j in queue], [j.solo_time for j in queue], c,
+                        [j.num_gpu for j in queue], capacity)
         for job, xi in zip(queue, x):
             d = job.policy_data
             d["rank"] = xi * 1e9 if job.attained == 0 else xi / job.attained
