@@ -1,0 +1,51 @@
+"""One simulation in a process of its own, so the parent can read its peak memory and cap its time.
+
+Usage (what bench/subrun.py runs):  python bench/sim_child.py '<JSON task>'
+The task names the trace (a CSV file, or `generate` arguments), the cluster (a spec file or
+its five fields), the policy and the preset; one JSON line with the outcome goes to stdout.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scheduler.presets import get_preset  # noqa: E402
+from scheduler.simulator import simulate  # noqa: E402
+from specs import ClusterSpec, load_spec  # noqa: E402
+from traces import generate, read_trace  # noqa: E402
+
+
+def records_of(task: dict) -> list:
+    """The trace a task names: a file it reads, or the seeded generator's arguments."""
+    if "trace_file" in task:
+        return read_trace(task["trace_file"])
+    return generate(**task["generate"])
+
+
+def spec_of(task: dict) -> ClusterSpec:
+    if "spec_file" in task:
+        return load_spec(task["spec_file"])
+    return ClusterSpec(**task["spec"])
+
+
+def run_task(task: dict) -> dict:
+    """Simulate the task; the figures a benchmark table reports."""
+    records = records_of(task)
+    result = simulate(records, spec_of(task), task["policy"], get_preset(task["preset"]))
+    s = result.summary
+    return {"jobs": len(records), "finished": sum(o.end is not None for o in result.outcomes),
+            "rounds": result.rounds, "wall_s": result.wall_s, "avg_jct": s.avg_jct,
+            "p99_jct": s.p99_jct, "makespan": s.makespan}
+
+
+def main() -> int:
+    print(json.dumps(run_task(json.loads(sys.argv[1]))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
