@@ -136,7 +136,7 @@ def run(sizes: list[int], policies: list[str], preset: str, limit: float | None,
             if "error" in row:
                 out["error"] = row["error"]
             else:
-                out.update(wall_s=round(row["wall_s"], 3), events=row["rounds"],
+                out.update(wall_s=row["wall_s"], events=row["rounds"],
                            ms_per_event=round(1000 * row["wall_s"] / max(row["rounds"], 1), 4),
                            finished=row["finished"])
             if artifact is not None and task["policy"] in ARTIFACT_SCHEDULE:
