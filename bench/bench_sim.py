@@ -52,10 +52,11 @@ CASES = [
 ]
 
 
-def time_artifact(artifact: Path, trace: str, schedule: str) -> float:
+def time_artifact(artifact: Path, trace: str, schedule: str,
+                  python: str = sys.executable) -> float:
     with tempfile.TemporaryDirectory() as logs:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "run_sim.py", f"--cluster_spec={REFERENCE / 'n8g8.csv'}",
+        subprocess.run([python, "run_sim.py", f"--cluster_spec={REFERENCE / 'n8g8.csv'}",
                         "--scheme=yarn", f"--trace_file={REFERENCE / (trace + '.csv')}",
                         f"--schedule={schedule}", f"--log_path={logs}", "--multi_resource", "4"],
                        cwd=artifact, check=True, stdout=subprocess.DEVNULL,
@@ -100,6 +101,8 @@ def steady_round_ms(queued: int, spec: str, arrivals: int = 20) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", type=Path, help="the artifact's simulator/ folder, to time it here")
+    ap.add_argument("--artifact-python", default=os.environ.get("ARTIFACT_PYTHON", sys.executable),
+                    help="the Python that runs the artifact (needs numpy, cvxpy, ecos)")
     ap.add_argument("--skip-large", action="store_true", help="skip the 20,000-job run")
     scale = ap.add_argument_group("scaling mode")
     scale.add_argument("--scaling", action="store_true", help="run the scaling benchmark instead")
@@ -109,9 +112,6 @@ def main() -> int:
     scale.add_argument("--preset", default="default")
     scale.add_argument("--limit", type=float, default=300.0,
                        help="seconds per run of ours (shown as '> limit' past it)")
-    scale.add_argument("--artifact-python", default=os.environ.get("ARTIFACT_PYTHON",
-                                                                   sys.executable),
-                       help="the Python that runs the artifact (needs numpy, cvxpy, ecos)")
     scale.add_argument("--artifact-limit", type=float, default=300.0,
                        help="seconds per artifact run")
     scale.add_argument("--workers", type=int, default=1,
@@ -133,7 +133,8 @@ def main() -> int:
         for trace, policy, schedule, quoted, target in CASES:
             records = read_trace(REFERENCE / f"{trace}.csv")
             result = simulate(records, spec, policy, paper)
-            baseline = time_artifact(args.artifact, trace, schedule) if args.artifact else quoted
+            baseline = (time_artifact(args.artifact, trace, schedule, args.artifact_python)
+                        if args.artifact else quoted)
             rows.append({"case": f"{policy} {trace} (paper preset)", "seconds": round(result.wall_s, 3),
                          "target_s": target, "artifact_s": round(baseline, 1),
                          "speedup": round(baseline / result.wall_s, 1),

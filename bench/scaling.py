@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 import tempfile
 import time
