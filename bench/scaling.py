@@ -131,12 +131,15 @@ def run(sizes: list[int], policies: list[str], preset: str, limit: float | None,
             out = {"jobs": jobs, "gpus": spec.total_gpus, "nodes": spec.num_nodes,
                    "policy": task["policy"], "preset": preset, "limit_s": limit,
                    "timed_out": row["timed_out"], "peak_rss_mb": round(row["peak_rss_mb"], 1),
-                   "process_s": round(row["child_wall_s"], 3)}
+                   "process_s": round(row["child_wall_s"], 3),
+                   "process_cpu_s": round(row["child_cpu_s"], 3)}
             if "error" in row:
                 out["error"] = row["error"]
             else:
-                out.update(wall_s=row["wall_s"], events=row["rounds"],
-                           ms_per_event=round(1000 * row["wall_s"] / max(row["rounds"], 1), 4),
+                per_event = 1000 / max(row["rounds"], 1)
+                out.update(wall_s=row["wall_s"], cpu_s=row["cpu_s"], events=row["rounds"],
+                           ms_per_event=round(row["wall_s"] * per_event, 4),
+                           cpu_ms_per_event=round(row["cpu_s"] * per_event, 4),
                            finished=row["finished"])
             if artifact is not None and task["policy"] in ARTIFACT_SCHEDULE:
                 out.update(time_artifact(artifact, artifact_python, Path(task["trace_file"]),
@@ -162,19 +165,21 @@ def ratio(row: dict) -> str:
 
 def table(rows: list[dict]) -> str:
     artifact = any("artifact_s" in r for r in rows)
-    head = (f"{'jobs':>7} {'GPUs':>5} {'policy':9} {'wall s':>9} {'events':>8} "
-            f"{'ms/event':>9} {'peak RSS MB':>11}")
+    head = (f"{'jobs':>7} {'GPUs':>5} {'policy':9} {'wall s':>9} {'CPU s':>9} {'events':>8} "
+            f"{'ms/event':>9} {'CPU ms/ev':>9} {'peak RSS MB':>11}")
     if artifact:
         head += f" {'process s':>9} {'artifact s':>11} {'artifact/ours':>14}"
     lines = [head]
     for r in rows:
-        if "error" in r:
-            wall, events, per = r["error"], "-", "-"
+        if "error" in r:  # the CPU time is the whole child's, up to the cap
+            wall, cpu, events, per, cpu_per = (r["error"], f"> {r['process_cpu_s']:.0f}", "-",
+                                               "-", "-")
         else:
-            wall, events, per = f"{r['wall_s']:.2f}", str(r["events"]), f"{r['ms_per_event']:.3f}"
+            wall, cpu, events = f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", str(r["events"])
+            per, cpu_per = f"{r['ms_per_event']:.3f}", f"{r['cpu_ms_per_event']:.3f}"
         rss = f"{'> ' if r['timed_out'] else ''}{r['peak_rss_mb']:.0f}"
-        line = (f"{r['jobs']:>7} {r['gpus']:>5} {r['policy']:9} {wall:>9} {events:>8} "
-                f"{per:>9} {rss:>11}")
+        line = (f"{r['jobs']:>7} {r['gpus']:>5} {r['policy']:9} {wall:>9} {cpu:>9} {events:>8} "
+                f"{per:>9} {cpu_per:>9} {rss:>11}")
         if artifact:
             art = ("-" if "artifact_s" not in r else
                    f"{'> ' if r['artifact_timed_out'] else ''}{r['artifact_s']:.1f}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,10 +36,12 @@ def spec_of(task: dict) -> ClusterSpec:
 def run_task(task: dict) -> dict:
     """Simulate the task; the figures a benchmark table reports."""
     records = records_of(task)
+    cpu = time.process_time()
     result = simulate(records, spec_of(task), task["policy"], get_preset(task["preset"]))
+    cpu = time.process_time() - cpu
     s = result.summary
     return {"jobs": len(records), "finished": sum(o.end is not None for o in result.outcomes),
-            "rounds": result.rounds, "wall_s": result.wall_s, "avg_jct": s.avg_jct,
+            "rounds": result.rounds, "wall_s": result.wall_s, "cpu_s": cpu, "avg_jct": s.avg_jct,
             "p99_jct": s.p99_jct, "makespan": s.makespan}
 
 

@@ -24,13 +24,15 @@ _RSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 @dataclass
 class ChildRun:
-    """How a child ended: its stdout, whether the cap stopped it, wall seconds, peak RSS."""
+    """How a child ended: its stdout, whether the cap stopped it, wall seconds, CPU seconds
+    (user + system: what a loaded machine inflates less than wall time), peak RSS."""
 
     stdout: str
     stderr: str
     returncode: int
     timed_out: bool
     wall_s: float
+    cpu_s: float
     peak_rss_bytes: int
 
 
@@ -58,15 +60,15 @@ def run_capped(cmd: Sequence[str], limit: float | None, cwd: str | None = None) 
         out.seek(0)
         err.seek(0)
         return ChildRun(out.read(), err.read(), proc.returncode, stopped.is_set(), wall,
-                        usage.ru_maxrss * _RSS_UNIT)
+                        usage.ru_utime + usage.ru_stime, usage.ru_maxrss * _RSS_UNIT)
 
 
 def simulate_capped(task: dict, limit: float | None, python: str = sys.executable) -> dict:
     """Simulate one task (see sim_child.py) in a child: its figures, or why there are none,
-    plus `timed_out`, `child_wall_s` and `peak_rss_mb`."""
+    plus `timed_out`, `child_wall_s`, `child_cpu_s` and `peak_rss_mb` of the whole child."""
     run = run_capped([python, str(CHILD), json.dumps(task)], limit)
     row: dict = {"timed_out": run.timed_out, "child_wall_s": run.wall_s,
-                 "peak_rss_mb": run.peak_rss_bytes / 2**20}
+                 "child_cpu_s": run.cpu_s, "peak_rss_mb": run.peak_rss_bytes / 2**20}
     if run.timed_out:
         row["error"] = f"> {limit:g} s"
     elif run.returncode != 0:

@@ -124,6 +124,8 @@ def test_scaling_csv_and_json_hold_sane_figures(scaling_run):
         assert int(r["events"]) >= jobs
         assert float(r["peak_rss_mb"]) > 0
         assert float(r["wall_s"]) > 0
+        # the child's CPU time covers its start-up and the trace too, the simulation's does not
+        assert 0 <= float(r["cpu_s"]) < float(r["process_cpu_s"])
         assert float(r["ms_per_event"]) == pytest.approx(
             1000 * float(r["wall_s"]) / int(r["events"]), abs=1e-4)
 
