@@ -66,18 +66,20 @@ def relative_errors(row: dict, published: dict[str, float] | None) -> dict[str, 
 
 
 HEADER = (f"{'trace':10} {'policy':9} {'avg JCT s':>12} {'err':>10} {'p99 JCT s':>12} "
-          f"{'err':>10} {'makespan s':>12} {'err':>10} {'wall s':>8}")
+          f"{'err':>10} {'makespan s':>12} {'err':>10} {'wall s':>8} {'CPU s':>8}")
 
 
 def format_row(row: dict, published: dict[str, float] | None) -> str:
     if "error" in row:
-        return f"{row['trace']:10} {row['policy']:9} {row['error']}"
+        return (f"{row['trace']:10} {row['policy']:9} {row['error']} "
+                f"(CPU {row.get('child_cpu_s', 0):.0f} s)")
     errors = relative_errors(row, published)
     cells = []
     for ours, _ in METRICS:
         err = f"{100 * errors[ours]:+9.4f}%" if ours in errors else "       n/a"
         cells.append(f"{row[ours]:12.0f} {err}")
-    return f"{row['trace']:10} {row['policy']:9} {' '.join(cells)} {row['wall_s']:8.2f}"
+    return (f"{row['trace']:10} {row['policy']:9} {' '.join(cells)} {row['wall_s']:8.2f} "
+            f"{row['cpu_s']:8.2f}")
 
 
 def published_lines(rows: list[dict], published: dict) -> list[str]:
@@ -117,10 +119,12 @@ def run_in_process(traces: dict[str, Path], policies: list[str]):
     for name, path in traces.items():
         records = read_trace(path)
         for policy in policies:
+            cpu = time.process_time()
             result = simulate(records, spec, policy, get_preset("paper"))
             s = result.summary
             yield {"trace": name, "policy": policy, "avg_jct": s.avg_jct, "p99_jct": s.p99_jct,
-                   "makespan": s.makespan, "wall_s": result.wall_s}
+                   "makespan": s.makespan, "wall_s": result.wall_s,
+                   "cpu_s": time.process_time() - cpu}
 
 
 def main(argv: list[str] | None = None) -> int:

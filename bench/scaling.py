@@ -135,6 +135,14 @@ def run(sizes: list[int], policies: list[str], preset: str, limit: float | None,
                    "process_cpu_s": round(row["child_cpu_s"], 3)}
             if "error" in row:
                 out["error"] = row["error"]
+                beat = row.get("partial")
+                if beat and beat["events"]:  # how far a capped run got, and how fast
+                    out.update(partial_events=beat["events"], partial_finished=beat["finished"],
+                               partial_cpu_s=round(beat["cpu_s"], 3),
+                               partial_ms_per_event=round(
+                                   1000 * beat["wall_s"] / beat["events"], 4),
+                               partial_cpu_ms_per_event=round(
+                                   1000 * beat["cpu_s"] / beat["events"], 4))
             else:
                 per_event = 1000 / max(row["rounds"], 1)
                 out.update(wall_s=row["wall_s"], cpu_s=row["cpu_s"], events=row["rounds"],
@@ -171,7 +179,11 @@ def table(rows: list[dict]) -> str:
         head += f" {'process s':>9} {'artifact s':>11} {'artifact/ours':>14}"
     lines = [head]
     for r in rows:
-        if "error" in r:  # the CPU time is the whole child's, up to the cap
+        if "error" in r and "partial_events" in r:  # capped: how far it got, how fast
+            wall, cpu, events = r["error"], f"> {r['process_cpu_s']:.0f}", f">{r['partial_events']}"
+            per = f"~{r['partial_ms_per_event']:.3f}"
+            cpu_per = f"~{r['partial_cpu_ms_per_event']:.3f}"
+        elif "error" in r:  # the CPU time is the whole child's, up to the cap
             wall, cpu, events, per, cpu_per = (r["error"], f"> {r['process_cpu_s']:.0f}", "-",
                                                "-", "-")
         else:

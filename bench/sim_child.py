@@ -33,11 +33,31 @@ def spec_of(task: dict) -> ClusterSpec:
     return ClusterSpec(**task["spec"])
 
 
+class _Heartbeat:
+    """Every `every` seconds a JSON line on stderr: events so far, jobs done, CPU and wall
+    seconds, so that a run stopped at its cap still tells how far it got and how fast."""
+
+    def __init__(self, every: float = 5.0):
+        self.every, self.events = every, 0
+        self.cpu, self.wall = time.process_time(), time.perf_counter()
+        self.next = self.wall + every
+
+    def __call__(self, finished: int, n: int) -> None:
+        self.events += 1
+        now = time.perf_counter()
+        if now >= self.next:
+            self.next = now + self.every
+            print(json.dumps({"events": self.events, "finished": finished,
+                              "cpu_s": time.process_time() - self.cpu,
+                              "wall_s": now - self.wall}), file=sys.stderr, flush=True)
+
+
 def run_task(task: dict) -> dict:
     """Simulate the task; the figures a benchmark table reports."""
     records = records_of(task)
     cpu = time.process_time()
-    result = simulate(records, spec_of(task), task["policy"], get_preset(task["preset"]))
+    result = simulate(records, spec_of(task), task["policy"], get_preset(task["preset"]),
+                      progress=_Heartbeat())
     cpu = time.process_time() - cpu
     s = result.summary
     return {"jobs": len(records), "finished": sum(o.end is not None for o in result.outcomes),

@@ -71,11 +71,27 @@ def simulate_capped(task: dict, limit: float | None, python: str = sys.executabl
                  "child_cpu_s": run.cpu_s, "peak_rss_mb": run.peak_rss_bytes / 2**20}
     if run.timed_out:
         row["error"] = f"> {limit:g} s"
+        partial = last_heartbeat(run.stderr)
+        if partial:
+            row["partial"] = partial
     elif run.returncode != 0:
         row["error"] = f"failed ({run.returncode}): {run.stderr.strip()[-300:]}"
     else:
         row.update(json.loads(run.stdout.strip().splitlines()[-1]))
     return row
+
+
+def last_heartbeat(stderr: str) -> dict | None:
+    """The last progress line sim_child wrote (events, finished, cpu_s, wall_s), if any."""
+    for line in reversed(stderr.splitlines()):
+        if line.startswith("{"):
+            try:
+                beat = json.loads(line)
+            except ValueError:
+                continue
+            if "events" in beat:
+                return beat
+    return None
 
 
 def run_all(tasks: Iterable[dict], limit: float | None, workers: int,

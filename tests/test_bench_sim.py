@@ -189,3 +189,25 @@ def test_fidelity_all_names_the_runs_past_the_limit(capsys):
     assert code == 0
     assert "past the 0.01 s limit: trace3 srtf, trace3 srsf" in out
     assert out.count("> 0.01 s") == 2
+
+
+# -- how far a capped run got ------------------------------------------------------------------
+def test_the_last_heartbeat_tells_how_far_a_run_got():
+    stderr = ('{"events": 10, "finished": 2, "cpu_s": 1.0, "wall_s": 2.0}\n'
+              "some warning\n"
+              '{"events": 30, "finished": 9, "cpu_s": 3.0, "wall_s": 6.5}\n'
+              "Traceback (most recent call last):\n")
+    assert subrun.last_heartbeat(stderr) == {"events": 30, "finished": 9, "cpu_s": 3.0,
+                                             "wall_s": 6.5}
+    assert subrun.last_heartbeat("no progress at all\n") is None
+
+
+def test_the_child_heartbeat_counts_every_event(capsys):
+    import sim_child
+
+    beat = sim_child._Heartbeat(every=0.0)
+    for finished in (0, 1, 1):
+        beat(finished, 5)
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
+    assert [(b["events"], b["finished"]) for b in lines] == [(1, 0), (2, 1), (3, 1)]
+    assert subrun.last_heartbeat("\n".join(json.dumps(b) for b in lines))["events"] == 3
