@@ -106,6 +106,33 @@ def _progress(task: dict, row: dict, k: int, n: int) -> None:
           flush=True)
 
 
+def figures(task: dict, row: dict, limit: float | None) -> dict:
+    """A table row from a child's outcome: the cluster, times, events, per event, peak RSS;
+    for a capped run how far it got and how fast (its last heartbeat)."""
+    jobs = task["jobs_label"]
+    spec = cluster_for(jobs)
+    out = {"jobs": jobs, "gpus": spec.total_gpus, "nodes": spec.num_nodes,
+           "policy": task["policy"], "preset": task["preset"], "limit_s": limit,
+           "timed_out": row["timed_out"], "peak_rss_mb": round(row["peak_rss_mb"], 1),
+           "process_s": round(row["child_wall_s"], 3),
+           "process_cpu_s": round(row["child_cpu_s"], 3)}
+    if "error" in row:
+        out["error"] = row["error"]
+        beat = row.get("partial")
+        if beat and beat["events"]:
+            out.update(partial_events=beat["events"], partial_finished=beat["finished"],
+                       partial_cpu_s=round(beat["cpu_s"], 3),
+                       partial_ms_per_event=round(1000 * beat["wall_s"] / beat["events"], 4),
+                       partial_cpu_ms_per_event=round(1000 * beat["cpu_s"] / beat["events"], 4))
+    else:
+        per_event = 1000 / max(row["rounds"], 1)
+        out.update(wall_s=row["wall_s"], cpu_s=row["cpu_s"], events=row["rounds"],
+                   ms_per_event=round(row["wall_s"] * per_event, 4),
+                   cpu_ms_per_event=round(row["cpu_s"] * per_event, 4),
+                   finished=row["finished"])
+    return out
+
+
 def run(sizes: list[int], policies: list[str], preset: str, limit: float | None,
         artifact: Path | None = None, artifact_python: str = sys.executable,
         artifact_limit: float | None = None, workers: int = 1, progress: bool = True) -> list[dict]:
@@ -126,29 +153,8 @@ def run(sizes: list[int], policies: list[str], preset: str, limit: float | None,
                 task["generate"] = trace_args(jobs)
             tasks += [dict(task, policy=p) for p in policies]
         for task, row in subrun.run_all(tasks, limit, workers, _progress if progress else None):
-            jobs = task["jobs_label"]
-            spec = cluster_for(jobs)
-            out = {"jobs": jobs, "gpus": spec.total_gpus, "nodes": spec.num_nodes,
-                   "policy": task["policy"], "preset": preset, "limit_s": limit,
-                   "timed_out": row["timed_out"], "peak_rss_mb": round(row["peak_rss_mb"], 1),
-                   "process_s": round(row["child_wall_s"], 3),
-                   "process_cpu_s": round(row["child_cpu_s"], 3)}
-            if "error" in row:
-                out["error"] = row["error"]
-                beat = row.get("partial")
-                if beat and beat["events"]:  # how far a capped run got, and how fast
-                    out.update(partial_events=beat["events"], partial_finished=beat["finished"],
-                               partial_cpu_s=round(beat["cpu_s"], 3),
-                               partial_ms_per_event=round(
-                                   1000 * beat["wall_s"] / beat["events"], 4),
-                               partial_cpu_ms_per_event=round(
-                                   1000 * beat["cpu_s"] / beat["events"], 4))
-            else:
-                per_event = 1000 / max(row["rounds"], 1)
-                out.update(wall_s=row["wall_s"], cpu_s=row["cpu_s"], events=row["rounds"],
-                           ms_per_event=round(row["wall_s"] * per_event, 4),
-                           cpu_ms_per_event=round(row["cpu_s"] * per_event, 4),
-                           finished=row["finished"])
+            out = figures(task, row, limit)
+            jobs = out["jobs"]
             if artifact is not None and task["policy"] in ARTIFACT_SCHEDULE:
                 out.update(time_artifact(artifact, artifact_python, Path(task["trace_file"]),
                                          Path(task["spec_file"]), task["policy"], artifact_limit))

@@ -211,3 +211,15 @@ def test_the_child_heartbeat_counts_every_event(capsys):
     lines = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
     assert [(b["events"], b["finished"]) for b in lines] == [(1, 0), (2, 1), (3, 1)]
     assert subrun.last_heartbeat("\n".join(json.dumps(b) for b in lines))["events"] == 3
+
+
+def test_a_capped_row_reports_time_per_event_from_its_last_heartbeat():
+    task = {"jobs_label": 1_000, "policy": "muri-s", "preset": "default"}
+    row = {"timed_out": True, "child_wall_s": 300.2, "child_cpu_s": 150.0, "peak_rss_mb": 90.0,
+           "error": "> 300 s", "partial": {"events": 400, "finished": 150, "cpu_s": 100.0,
+                                           "wall_s": 200.0}}
+    out = scaling.figures(task, row, 300)
+    assert out["gpus"] == scaling.cluster_for(1_000).total_gpus
+    assert (out["partial_events"], out["partial_finished"]) == (400, 150)
+    assert out["partial_ms_per_event"] == 500.0 and out["partial_cpu_ms_per_event"] == 250.0
+    assert "events" not in out and "~500.000" in scaling.table([out])
