@@ -223,3 +223,17 @@ def test_a_capped_row_reports_time_per_event_from_its_last_heartbeat():
     assert (out["partial_events"], out["partial_finished"]) == (400, 150)
     assert out["partial_ms_per_event"] == 500.0 and out["partial_cpu_ms_per_event"] == 250.0
     assert "events" not in out and "~500.000" in scaling.table([out])
+
+
+@pytest.mark.parametrize("policy", ["fifo", "muri-s"])
+def test_the_warm_up_leaves_the_measured_run_unchanged(policy):
+    """The warm-up simulates first in the same process: the run measured after it has the same
+    events and outcome as a cold one (no state carried over)."""
+    import sim_child
+
+    task = {"generate": scaling.trace_args(60), "spec": {
+        "num_switch": 1, "nodes_per_switch": 1, "gpus_per_node": 8, "cpus_per_node": 92,
+        "mem_per_node": 520}, "policy": policy, "preset": "default"}
+    warm, cold = sim_child.run_task(task), sim_child.run_task(dict(task, warm_up=False))
+    keys = ("jobs", "finished", "rounds", "avg_jct", "p99_jct", "makespan")
+    assert [warm[k] for k in keys] == [cold[k] for k in keys]
