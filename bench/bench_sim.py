@@ -1,6 +1,11 @@
 """Simulator speed against the published artifact, and one planning round's latency.
 
 Run from the repository root:  python bench/bench_sim.py [--artifact DIR] [--skip-large]
+Scaling mode (bench/scaling.py):  python bench/bench_sim.py --scaling [--sizes 1000,10000,100000]
+    [--policies fifo,...] [--preset default] [--limit S] [--artifact DIR] [--artifact-limit S]
+    [--out DIR]: 1k, 10k, 100k generated jobs at one offered load on clusters in proportion
+    (100,000 jobs on 2,048 GPUs), each run in its own process (peak RSS, a time cap); a table,
+    scaling.csv/.json and a log-log plot of time per event.
 
 Targets (issue 2): Muri-S on trace3 < 1.5 s and on trace3_pr < 5 s, Themis on trace3 < 10 s,
 SRSF on trace3 < 0.5 s, a generated 20,000-job trace on 512 GPUs < 60 s for Muri-S, and one
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -26,12 +32,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler.core import Core  # noqa: E402
-from scheduler.policies import make_policy  # noqa: E402
+from scheduler.policies import POLICIES, make_policy  # noqa: E402
 from scheduler.presets import get_preset  # noqa: E402
 from scheduler.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace  # noqa: E402
 from traces.generate import generate  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scaling  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference"
 # (trace, policy, artifact schedule name, artifact seconds quoted by the issue, target seconds)
@@ -43,10 +52,11 @@ CASES = [
 ]
 
 
-def time_artifact(artifact: Path, trace: str, schedule: str) -> float:
+def time_artifact(artifact: Path, trace: str, schedule: str,
+                  python: str = sys.executable) -> float:
     with tempfile.TemporaryDirectory() as logs:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "run_sim.py", f"--cluster_spec={REFERENCE / 'n8g8.csv'}",
+        subprocess.run([python, "run_sim.py", f"--cluster_spec={REFERENCE / 'n8g8.csv'}",
                         "--scheme=yarn", f"--trace_file={REFERENCE / (trace + '.csv')}",
                         f"--schedule={schedule}", f"--log_path={logs}", "--multi_resource", "4"],
                        cwd=artifact, check=True, stdout=subprocess.DEVNULL,
@@ -91,8 +101,31 @@ def steady_round_ms(queued: int, spec: str, arrivals: int = 20) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifact", type=Path, help="the artifact's simulator/ folder, to time it here")
+    ap.add_argument("--artifact-python", default=os.environ.get("ARTIFACT_PYTHON", sys.executable),
+                    help="the Python that runs the artifact (needs numpy, cvxpy, ecos)")
     ap.add_argument("--skip-large", action="store_true", help="skip the 20,000-job run")
+    scale = ap.add_argument_group("scaling mode")
+    scale.add_argument("--scaling", action="store_true", help="run the scaling benchmark instead")
+    scale.add_argument("--sizes", default=",".join(map(str, scaling.SIZES)),
+                       help="comma-separated job counts")
+    scale.add_argument("--policies", default=",".join(scaling.POLICIES))
+    scale.add_argument("--preset", default="default")
+    scale.add_argument("--limit", type=float, default=300.0,
+                       help="seconds per run of ours (shown as '> limit' past it)")
+    scale.add_argument("--artifact-limit", type=float, default=300.0,
+                       help="seconds per artifact run")
+    scale.add_argument("--workers", type=int, default=1,
+                       help="runs at a time (1 keeps the timings apart)")
+    scale.add_argument("--out", type=Path, default=Path("out") / "scaling",
+                       help="folder for scaling.csv, scaling.json, scaling.png")
     args = ap.parse_args()
+    if args.scaling:
+        unknown = [p for p in args.policies.split(",") if p and p not in POLICIES]
+        if unknown:
+            ap.error(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+        if args.artifact is not None and not (args.artifact / "run_sim.py").is_file():
+            ap.error(f"no run_sim.py in {args.artifact}")
+        return scaling.main(args)
     rows = []
     paper = get_preset("paper")
     if (REFERENCE / "n8g8.csv").is_file():
@@ -100,7 +133,8 @@ def main() -> int:
         for trace, policy, schedule, quoted, target in CASES:
             records = read_trace(REFERENCE / f"{trace}.csv")
             result = simulate(records, spec, policy, paper)
-            baseline = time_artifact(args.artifact, trace, schedule) if args.artifact else quoted
+            baseline = (time_artifact(args.artifact, trace, schedule, args.artifact_python)
+                        if args.artifact else quoted)
             rows.append({"case": f"{policy} {trace} (paper preset)", "seconds": round(result.wall_s, 3),
                          "target_s": target, "artifact_s": round(baseline, 1),
                          "speedup": round(baseline / result.wall_s, 1),

@@ -1,57 +1,178 @@
 """Our `paper` preset against the published Muri numbers, as a table.
 
-Run from the repository root:  python bench/fidelity.py [--traces trace3,trace3_pr]
+Run from the repository root:
+    python bench/fidelity.py [--traces trace3,trace3_pr] [--policies ...]
+    python bench/fidelity.py --all [--trace-dir DIR] [--jobs N] [--limit S]
 
 Reads the artifact's traces and published figures from ../shared/reference/ (never part of
 this repository) and prints, per trace and policy, our avg / p99 JCT and makespan, the
-published ones, the relative errors and our wall time.
+published ones where there are any, the relative errors and our wall time. `--all` runs every
+trace of the artifact's set that is present (trace1..4 and their _pr variants, looked for in
+../shared/reference/ and in --trace-dir, e.g. the artifact's simulator/trace-data) on the
+n8g8 cluster, each run in its own process, N at a time and capped at --limit seconds.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from scheduler.presets import get_preset  # noqa: E402
 from scheduler.simulator import simulate  # noqa: E402
-from specs import load_spec  # noqa: E402
+from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace  # noqa: E402
+
+import subrun  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference"
 POLICIES = ["srtf", "srsf", "tiresias", "themis", "antman", "muri-s", "muri-l"]
+ALL_TRACES = [f"trace{i}{pr}" for i in range(1, 5) for pr in ("", "_pr")]
+METRICS = (("avg_jct", "avg_jct_s"), ("p99_jct", "p99_jct_s"), ("makespan", "makespan_s"))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", default="trace3,trace3_pr")
-    ap.add_argument("--policies", default=",".join(POLICIES))
-    args = ap.parse_args()
-    published_file = REFERENCE / "published_results.csv"
-    if not published_file.is_file():
-        print(f"no reference data at {REFERENCE}", file=sys.stderr)
-        return 1
-    with open(published_file) as fh:
-        published = {(r["trace"], r["policy"]): r for r in csv.DictReader(fh)}
-    spec = load_spec(REFERENCE / "n8g8.csv")
-    print(f"{'trace':10} {'policy':9} {'avg JCT s':>12} {'err':>10} {'p99 JCT s':>12} {'err':>10} "
-          f"{'makespan s':>12} {'err':>10} {'wall s':>7}")
-    for trace in args.traces.split(","):
-        records = read_trace(REFERENCE / f"{trace}.csv")
-        for policy in args.policies.split(","):
+def find_traces(names: list[str], folders: list[Path]) -> dict[str, Path]:
+    """name -> file for each named trace present in a folder (the first folder wins)."""
+    found = {}
+    for name in names:
+        for folder in folders:
+            if (folder / f"{name}.csv").is_file():
+                found[name] = folder / f"{name}.csv"
+                break
+    return found
+
+
+def load_published(path: Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(trace, policy) -> published figures; empty where the file is absent."""
+    if not path.is_file():
+        return {}
+    with open(path) as fh:
+        return {(r["trace"], r["policy"]): {k: float(v) for k, v in r.items() if k.endswith("_s")}
+                for r in csv.DictReader(fh)}
+
+
+def relative_errors(row: dict, published: dict[str, float] | None) -> dict[str, float]:
+    """metric -> ours / published - 1, for the metrics the run and the paper both have."""
+    if not published or "error" in row:
+        return {}
+    return {ours: row[ours] / published[theirs] - 1 for ours, theirs in METRICS
+            if theirs in published}
+
+
+HEADER = (f"{'trace':10} {'policy':9} {'avg JCT s':>12} {'err':>10} {'p99 JCT s':>12} "
+          f"{'err':>10} {'makespan s':>12} {'err':>10} {'wall s':>8} {'CPU s':>8}")
+
+
+def format_row(row: dict, published: dict[str, float] | None) -> str:
+    if "error" in row:
+        return (f"{row['trace']:10} {row['policy']:9} {row['error']} "
+                f"(CPU {row.get('child_cpu_s', 0):.0f} s)")
+    errors = relative_errors(row, published)
+    cells = []
+    for ours, _ in METRICS:
+        err = f"{100 * errors[ours]:+9.4f}%" if ours in errors else "       n/a"
+        cells.append(f"{row[ours]:12.0f} {err}")
+    return (f"{row['trace']:10} {row['policy']:9} {' '.join(cells)} {row['wall_s']:8.2f} "
+            f"{row['cpu_s']:8.2f}")
+
+
+def published_lines(rows: list[dict], published: dict) -> list[str]:
+    """The published figures the errors are against, one line per (trace, policy)."""
+    out = []
+    for r in rows:
+        ref = published.get((r["trace"], r["policy"]))
+        if ref:
+            out.append(f"{r['trace']:10} {r['policy']:9} "
+                       + " ".join(f"{ref[k]:12.0f} {'':10}" for _, k in METRICS))
+    return out
+
+
+def run_all(traces: dict[str, Path], policies: list[str], limit: float | None, jobs: int,
+            progress: bool = True) -> list[dict]:
+    """Every (trace, policy) in its own process, `jobs` at a time; rows in trace order."""
+    spec = spec_path("n8g8")
+    tasks = [{"trace_file": str(path), "spec_file": str(spec), "policy": policy,
+              "preset": "paper", "trace": name} for name, path in traces.items()
+             for policy in policies]
+
+    def done(task: dict, row: dict, k: int, n: int) -> None:
+        if progress:
+            state = row.get("error") or f"{row['wall_s']:.1f} s"
+            print(f"[{k}/{n}] {task['trace']} {task['policy']}: {state}", file=sys.stderr,
+                  flush=True)
+
+    rows = []
+    for task, row in subrun.run_all(tasks, limit, jobs, done):
+        rows.append(dict(row, trace=task["trace"], policy=task["policy"]))
+    return rows
+
+
+def run_in_process(traces: dict[str, Path], policies: list[str]):
+    """The plain mode: one run after another in this process, yielding rows as they end."""
+    spec = load_spec(spec_path("n8g8"))
+    for name, path in traces.items():
+        records = read_trace(path)
+        for policy in policies:
+            cpu = time.process_time()
             result = simulate(records, spec, policy, get_preset("paper"))
-            s, ref = result.summary, published.get((trace, policy))
+            s = result.summary
+            yield {"trace": name, "policy": policy, "avg_jct": s.avg_jct, "p99_jct": s.p99_jct,
+                   "makespan": s.makespan, "wall_s": result.wall_s,
+                   "cpu_s": time.process_time() - cpu}
 
-            def err(ours: float, key: str) -> str:
-                return f"{100 * (ours / float(ref[key]) - 1):+9.4f}%" if ref else "       n/a"
 
-            print(f"{trace:10} {policy:9} {s.avg_jct:12.0f} {err(s.avg_jct, 'avg_jct_s')} "
-                  f"{s.p99_jct:12.0f} {err(s.p99_jct, 'p99_jct_s')} {s.makespan:12.0f} "
-                  f"{err(s.makespan, 'makespan_s')} {result.wall_s:7.2f}", flush=True)
-    return 0
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", help="comma-separated trace names (default trace3,trace3_pr; "
+                                     "with --all every one of trace1..4 and _pr present)")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--all", action="store_true",
+                    help="every trace present, in parallel processes")
+    ap.add_argument("--trace-dir", type=Path, action="append", default=[],
+                    help="another folder to find traces in (repeatable)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="runs at a time (--all)")
+    ap.add_argument("--limit", type=float, default=None, help="seconds per run (--all)")
+    args = ap.parse_args(argv)
+    policies = [p for p in args.policies.split(",") if p]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+    names = (args.traces.split(",") if args.traces
+             else ALL_TRACES if args.all else ["trace3", "trace3_pr"])
+    folders = [REFERENCE, *args.trace_dir]
+    traces = find_traces(names, folders)
+    missing = [n for n in names if n not in traces]
+    if missing:
+        print(f"not found in {', '.join(map(str, folders))}: {', '.join(missing)}",
+              file=sys.stderr)
+    if not traces:
+        return 1
+    published = load_published(REFERENCE / "published_results.csv")
+    started = time.perf_counter()
+    print(HEADER)
+    if args.all:
+        rows = run_all(traces, policies, args.limit, args.jobs)
+        for row in rows:
+            print(format_row(row, published.get((row["trace"], row["policy"]))))
+    else:
+        rows = []
+        for row in run_in_process(traces, policies):
+            rows.append(row)
+            print(format_row(row, published.get((row["trace"], row["policy"]))), flush=True)
+    reference = published_lines(rows, published)
+    if reference:
+        print("\npublished figures (err above is ours / published - 1):")
+        print("\n".join(reference))
+    capped = [f"{r['trace']} {r['policy']}" for r in rows if r.get("timed_out")]
+    print(f"\n{len(rows)} runs, total wall {time.perf_counter() - started:.1f} s"
+          + (f"; past the {args.limit:g} s limit: {', '.join(capped)}" if capped else ""))
+    return 1 if any("error" in r and not r.get("timed_out") for r in rows) else 0
 
 
 if __name__ == "__main__":
