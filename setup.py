@@ -1,7 +1,7 @@
-"""Build hook for the one compiled part: scheduler._blossom (everything else is in setup.cfg).
+"""Build hook for the one compiled part: scheduler.core._blossom (everything else is in setup.cfg).
 
 Optional on purpose: where no C compiler is available the install still succeeds, and
-scheduler.blossom runs its pure-Python twin, which gives the same pairs, only slower.
+scheduler.core.blossom runs its pure-Python twin, which gives the same pairs, only slower.
 """
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -19,6 +19,6 @@ class BuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("scheduler._blossom", ["scheduler/_blossom.c"], optional=True)],
+    ext_modules=[Extension("scheduler.core._blossom", ["scheduler/core/_blossom.c"], optional=True)],
     cmdclass={"build_ext": BuildExt},
 )

@@ -6,7 +6,7 @@ Run from the repository root:  python bench/bench_interleave.py [--iterations 30
 
 Targets (issue "Real trainers"): two complementary jobs run as a group >= 1.6x the combined
 throughput of running them one after another, with the measured group iteration time within
-15% of the cyclic model's TT for the order used (scheduler.interleave.best_order); four
+15% of the cyclic model's TT for the order used (scheduler.core.interleave.best_order); four
 complementary jobs >= 2.8x; an uncontended acquire -> grant round trip, median < 1 ms (p99
 reported, next to a bare zmq ROUTER echo measured in the same run for scale).
 
@@ -40,7 +40,7 @@ import zmq  # noqa: E402
 
 from broker.logs import configure_logging  # noqa: E402
 from node_agent.gate import StageGate  # noqa: E402
-from scheduler.interleave import best_order  # noqa: E402
+from scheduler.core.interleave import best_order  # noqa: E402
 from trainer.gate_client import GateClient, NullGate  # noqa: E402
 from workloads.emulated import run_gated  # noqa: E402
 

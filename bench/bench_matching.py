@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduler import interleave  # noqa: E402
-from scheduler.matching import max_weight_pairs, matching_weight  # noqa: E402
+from scheduler.core.matching import max_weight_pairs, matching_weight  # noqa: E402
 
 
 def per_call(fn, items, min_seconds=0.3):
@@ -103,11 +103,11 @@ def profile_like_matrix(rng, n, kinds=40):
 
 def bench_blossom(rng, sizes, budget):
     """The artifact-compatible matcher: pure Python reference versus the compiled twin."""
-    from scheduler.blossom import _compiled, blossom_pairs_flat
+    from scheduler.core.blossom import _compiled, blossom_pairs_flat
 
     print("blossom_pairs_flat, 40 job kinds (ms per call)")
     if _compiled is None:
-        print("  scheduler._blossom not built: python setup.py build_ext --inplace")
+        print("  scheduler.core._blossom not built: python setup.py build_ext --inplace")
         return
     print(f"  {'nodes':>6}{'python':>12}{'compiled':>12}{'ratio':>8}   same pairs")
     for n in sizes:

@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler.core import Core  # noqa: E402
-from scheduler.policies import POLICIES, make_policy  # noqa: E402
-from scheduler.presets import get_preset  # noqa: E402
-from scheduler.simulator import simulate  # noqa: E402
+from scheduler.core.engine import Core  # noqa: E402
+from scheduler.core.policies import POLICIES, make_policy  # noqa: E402
+from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace  # noqa: E402
 from traces.generate import generate  # noqa: E402

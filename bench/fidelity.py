@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from scheduler.presets import get_preset  # noqa: E402
-from scheduler.simulator import simulate  # noqa: E402
+from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace  # noqa: E402
 

@@ -21,8 +21,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
-from scheduler.presets import get_preset  # noqa: E402
-from scheduler.simulator import Simulator  # noqa: E402
+from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.sim.simulator import Simulator  # noqa: E402
 from traces import generate  # noqa: E402
 
 import scaling  # noqa: E402

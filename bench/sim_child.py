@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler.presets import get_preset  # noqa: E402
-from scheduler.simulator import simulate  # noqa: E402
+from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import ClusterSpec, load_spec  # noqa: E402
 from traces import generate, read_trace  # noqa: E402
 

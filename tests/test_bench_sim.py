@@ -66,7 +66,9 @@ def test_peak_rss_is_each_childs_own():
     small = subrun.run_capped([sys.executable, "-c", "pass"], 60)
     assert big.returncode == small.returncode == 0
     assert big.peak_rss_bytes >= 300 * 2**20
-    assert 0 < small.peak_rss_bytes < 100 * 2**20
+    # (not an absolute bound: a child forked from a large test process starts from that
+    # process's pages, so its high-water mark can exceed a bare interpreter's)
+    assert 0 < small.peak_rss_bytes < big.peak_rss_bytes - 200 * 2**20
 
 
 def test_a_run_past_its_cap_is_stopped_and_reported():

@@ -1,4 +1,4 @@
-"""The artifact-faithful blossom matcher (scheduler.blossom) against the exhaustive oracle,
+"""The artifact-faithful blossom matcher (scheduler.core.blossom) against the exhaustive oracle,
 plus tie cases whose expected answers come from the published Muri artifact."""
 
 import random
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.blossom import REL_TOL, blossom_pairs
-from scheduler.matching import brute_force_pairs, matching_weight, max_weight_pairs
+from scheduler.core.blossom import REL_TOL, blossom_pairs
+from scheduler.core.matching import brute_force_pairs, matching_weight, max_weight_pairs
 from tests.helpers import EDGE_WEIGHTS
 from tests.helpers import graphs as helper_graphs
 

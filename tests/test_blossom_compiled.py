@@ -1,4 +1,4 @@
-"""The compiled matcher (scheduler._blossom) against its pure-Python reference: the same
+"""The compiled matcher (scheduler.core._blossom) against its pure-Python reference: the same
 pairs on every input, ties and near-ties included, and the fallback when it is absent."""
 
 import random
@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import blossom
-from scheduler.blossom import blossom_pairs, blossom_pairs_flat, blossom_pairs_indexed
+from scheduler.core import blossom
+from scheduler.core.blossom import blossom_pairs, blossom_pairs_flat, blossom_pairs_indexed
 from tests.test_blossom import ARTIFACT_TIE_CASES, COUNTER1_WEIGHTS, weight_fn
 
 compiled_only = pytest.mark.skipif(
     blossom._compiled is None,
-    reason="scheduler._blossom not built (python setup.py build_ext --inplace)")
+    reason="scheduler.core._blossom not built (python setup.py build_ext --inplace)")
 
 # A few values that tie exactly, their neighbours in the last bit, values within the
 # 1e-5 relative tolerance of the stop test, and plain random ones: ties are where two
@@ -103,9 +103,9 @@ def test_real_matrix_with_last_bit_asymmetry_both_ways(compiled):
 @compiled_only
 def test_compiled_on_matrices_recorded_from_real_rounds(monkeypatch):
     """Every matrix Muri's paper preset matches in a short simulation, solved both ways."""
-    from scheduler.policies import muri
-    from scheduler.presets import get_preset
-    from scheduler.simulator import simulate
+    from scheduler.core.policies import muri
+    from scheduler.core.presets import get_preset
+    from scheduler.sim.simulator import simulate
     from tests.helpers import spec
 
     recorded = []

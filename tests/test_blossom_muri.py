@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.matching import max_weight_pairs
-from scheduler.policies import make_policy
-from scheduler.policies.muri import _together
-from scheduler.presets import get_preset
-from scheduler.state import Job
+from scheduler.core.matching import max_weight_pairs
+from scheduler.core.policies import make_policy
+from scheduler.core.policies.muri import _together
+from scheduler.core.presets import get_preset
+from scheduler.core.state import Job
 from tests.helpers import job
 
 # few distinct profiles, as in a trace (rows are shared by profile); one unmeasured
@@ -41,7 +41,7 @@ def make_nodes(rnd, count, together):
 
 
 def pairwise(policy, nodes, bonus):
-    """The pair-by-pair weight of scheduler.policies.muri before rows existed."""
+    """The pair-by-pair weight of scheduler.core.policies.muri before rows existed."""
     def weight(i, j):
         if len(nodes[i]) + len(nodes[j]) > policy.k:
             return 0.0

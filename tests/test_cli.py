@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from scheduler.cli import main
+from scheduler.sim.cli import main
 
 KEYS = {"policy", "jobs", "avg_jct", "p50_jct", "p99_jct", "makespan", "wall_s"}
 
@@ -83,7 +83,7 @@ def no_simulation(monkeypatch):
     """Fails the test if a policy is simulated: output problems must be found before."""
     def refuse(*_args, **_kwargs):
         raise AssertionError("simulated before checking the outputs")
-    monkeypatch.setattr("scheduler.cli.simulate", refuse)
+    monkeypatch.setattr("scheduler.sim.cli.simulate", refuse)
 
 
 @pytest.mark.parametrize("option, value, says", [
@@ -180,7 +180,7 @@ def test_explain_needs_two_policies_and_a_table(capsys):
 def test_on_a_terminal_a_bar_and_no_lines():
     import io
 
-    from scheduler.cli import _Bar
+    from scheduler.sim.cli import _Bar
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.policies.tiresias import Tiresias
-from scheduler.presets import get_preset
-from scheduler.simulator import simulate
-from scheduler.state import Job
+from scheduler.core.policies.tiresias import Tiresias
+from scheduler.core.presets import get_preset
+from scheduler.sim.simulator import simulate
+from scheduler.core.state import Job
 from specs import load_spec
 from traces import read_trace, write_trace
 from traces.generate import generate

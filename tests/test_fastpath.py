@@ -11,17 +11,17 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from scheduler.core import Core
-from scheduler.placement import ClusterState, Demand
-from scheduler.policies import make_policy
-from scheduler.policies.antman import AntMan
-from scheduler.policies.base import Policy, RoundContext, place_in_order, place_units, solo_group
-from scheduler.policies.order import CarriedOrder
-from scheduler.policies.priority import PriorityPolicy
-from scheduler.policies.tiresias import Tiresias
-from scheduler.presets import get_preset
-from scheduler.simulator import Simulator, _grouped_ends, _grouped_ends_scan
-from scheduler.state import Job, NodeSlice, Plan, Status
+from scheduler.core.engine import Core
+from scheduler.core.placement import ClusterState, Demand
+from scheduler.core.policies import make_policy
+from scheduler.core.policies.antman import AntMan
+from scheduler.core.policies.base import Policy, RoundContext, place_in_order, place_units, solo_group
+from scheduler.core.policies.order import CarriedOrder
+from scheduler.core.policies.priority import PriorityPolicy
+from scheduler.core.policies.tiresias import Tiresias
+from scheduler.core.presets import get_preset
+from scheduler.sim.simulator import Simulator, _grouped_ends, _grouped_ends_scan
+from scheduler.core.state import Job, NodeSlice, Plan, Status
 from tests.helpers import job as record, spec
 
 SLOW = settings(max_examples=40, deadline=None)

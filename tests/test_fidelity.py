@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.presets import get_preset
-from scheduler.simulator import simulate
+from scheduler.core.presets import get_preset
+from scheduler.sim.simulator import simulate
 from specs import load_spec
 from traces import read_trace
 

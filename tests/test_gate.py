@@ -13,7 +13,7 @@ import zmq
 
 from node_agent.gate import StageGate
 from node_agent.gate_turns import TurnTable
-from scheduler.interleave import cyclic_tt
+from scheduler.core.interleave import cyclic_tt
 from trainer.gate_client import GateClient, GateUnavailable, NullGate
 from workloads.emulated import run_gated
 

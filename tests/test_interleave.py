@@ -1,4 +1,4 @@
-"""Properties and hand-worked cases of the two TT models (scheduler.interleave).
+"""Properties and hand-worked cases of the two TT models (scheduler.core.interleave).
 
 Only properties that truly hold are asserted.  Where the pipeline model breaks an intuition
 (data-stage sums, adding a member), a test pins the counterexample so the quirk stays known.
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import interleave as il
+from scheduler.core import interleave as il
 
 REL = 1e-9  # slack for bounds whose two sides add the same floats in different orders
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from scheduler.presets import get_preset
-from scheduler.simulator import simulate
+from scheduler.core.presets import get_preset
+from scheduler.sim.simulator import simulate
 from specs import load_spec, spec_path
 from tests.live import ROOT, LiveCluster, log_records, wait_for
 from traces import write_trace

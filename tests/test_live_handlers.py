@@ -16,7 +16,7 @@ from scheduler.live.handlers import Handlers
 from scheduler.live.ledger import Placed
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
-from scheduler.state import NodeSlice, Status
+from scheduler.core.state import NodeSlice, Status
 from tests.helpers import job, spec
 from traces.record import record_to_map
 

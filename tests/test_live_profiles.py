@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from broker.client import Publisher
-from scheduler.profiles import ProfileEstimator, as_layout, moved
+from scheduler.core.profiles import ProfileEstimator, as_layout, moved
 from tests.helpers import job
 from tests.test_service import harness, wait_for  # noqa: F401  (the fixture)
 

@@ -1,4 +1,4 @@
-"""Both matching backends against the exhaustive oracle (scheduler.matching)."""
+"""Both matching backends against the exhaustive oracle (scheduler.core.matching)."""
 
 import random
 
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from tests.helpers import graphs
 import numpy as np
 
-import scheduler.matching as matching
-from scheduler.matching import (
+import scheduler.core.matching as matching
+from scheduler.core.matching import (
     BACKENDS,
     brute_force_pairs,
     matching_weight,

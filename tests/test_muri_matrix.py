@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Core
-from scheduler.policies import make_policy
-from scheduler.presets import get_preset
-from scheduler.state import Job
+from scheduler.core.engine import Core
+from scheduler.core.policies import make_policy
+from scheduler.core.presets import get_preset
+from scheduler.core.state import Job
 from tests.helpers import job, spec
 
 
@@ -67,12 +67,12 @@ def test_matrix_equals_pairwise_weights(profiles, rnd, hysteresis):
 
 
 def interleave_slots(job_):
-    from scheduler.interleave import slots
+    from scheduler.core.interleave import slots
     return slots(len(job_.profile))
 
 
 def policy_together(a, b):
-    from scheduler.policies.muri import _together
+    from scheduler.core.policies.muri import _together
     return _together(a, b)
 
 
@@ -138,7 +138,7 @@ def test_a_running_group_changes_order_when_the_gain_outweighs_the_restart():
     # (23% faster): worth a restart when restarts are free, not when one costs 500 s of the
     # ~650 s of work left
     measured = (0.3, 0.1, 0.2, 0.05)
-    from scheduler import interleave
+    from scheduler.core import interleave
 
     assert interleave.group_tt(((0.1, 0.2, 0.05, 0.3), measured)) == pytest.approx(0.8)
     assert interleave.group_tt((measured, (0.1, 0.2, 0.05, 0.3))) == pytest.approx(0.65)
@@ -149,7 +149,7 @@ def test_a_running_group_changes_order_when_the_gain_outweighs_the_restart():
 
 
 def test_windows_split_candidates_evenly_and_cover_them():
-    from scheduler.policies.muri import _windows
+    from scheduler.core.policies.muri import _windows
 
     assert _windows(10, 0) == [(0, 10)]
     assert _windows(10, 10) == [(0, 10)]
@@ -163,7 +163,7 @@ def test_windows_split_candidates_evenly_and_cover_them():
 
 
 def test_windowed_matching_pairs_only_within_windows(monkeypatch):
-    import scheduler.policies.muri as muri
+    import scheduler.core.policies.muri as muri
     from traces.generate import generate
 
     sizes = []

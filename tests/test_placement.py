@@ -1,6 +1,6 @@
 from hypothesis import given, settings, strategies as st
 
-from scheduler.placement import ClusterState, Demand
+from scheduler.core.placement import ClusterState, Demand
 from tests.helpers import spec
 
 

@@ -3,7 +3,7 @@ sockets, no scheduler. Each test states one rule of where jobs run and what beco
 from __future__ import annotations
 
 from scheduler.live.ledger import Ledger, Placed, node_name
-from scheduler.state import NodeSlice
+from scheduler.core.state import NodeSlice
 
 
 def on(*nodes: int, group: tuple[int, ...] = (1,)) -> Placed:

@@ -1,4 +1,4 @@
-"""The one comparison of a plan with the next (scheduler/plan_changes.py), and both drivers
+"""The one comparison of a plan with the next (scheduler/core/plan_changes.py), and both drivers
 using it: the simulator's overhead charging and the live service's stops, regroups and
 launches."""
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from scheduler import plan_changes
-from scheduler.plan_changes import Change
-from scheduler.presets import get_preset
-from scheduler.simulator import simulate
-from scheduler.state import NodeSlice
+from scheduler.core import plan_changes
+from scheduler.core.plan_changes import Change
+from scheduler.core.presets import get_preset
+from scheduler.sim.simulator import simulate
+from scheduler.core.state import NodeSlice
 from tests.helpers import job, spec
 from tests.test_service import DEADLINE, harness, wait_for  # noqa: F401 (fixture)
 from scheduler.live.journal import Journal

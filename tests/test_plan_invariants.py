@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from scheduler.core import Core
-from scheduler.policies import make_policy
-from scheduler.presets import get_preset
-from scheduler.simulator import Simulator
-from scheduler.state import Plan, Status
+from scheduler.core.engine import Core
+from scheduler.core.policies import make_policy
+from scheduler.core.presets import get_preset
+from scheduler.sim.simulator import Simulator
+from scheduler.core.state import Plan, Status
 from tests.helpers import job, spec
 
 DEFAULT = get_preset("default")

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from scheduler.core import Core, SchedulingError
-from scheduler.policies import POLICIES, make_policy
-from scheduler.presets import get_preset
-from scheduler.simulator import simulate
-from scheduler.state import Status
+from scheduler.core.engine import Core, SchedulingError
+from scheduler.core.policies import POLICIES, make_policy
+from scheduler.core.presets import get_preset
+from scheduler.sim.simulator import simulate
+from scheduler.core.state import Status
 from tests.helpers import job, spec
 from traces.generate import generate
 

@@ -23,10 +23,10 @@ import tests.test_service as test_service
 from broker.client import _open
 from broker.messages import Message, MessageError, decode, encode, make
 from broker.wire import EVENT_HWM
-from scheduler.core import Core, SchedulingError
-from scheduler.policies import make_policy
-from scheduler.presets import get_preset
-from scheduler.profiles import ProfileEstimator, as_layout
+from scheduler.core.engine import Core, SchedulingError
+from scheduler.core.policies import make_policy
+from scheduler.core.presets import get_preset
+from scheduler.core.profiles import ProfileEstimator, as_layout
 from scheduler.live.service import SchedulerService
 from tests.helpers import job, spec
 from tests.test_service import harness, wait_for  # noqa: F401  (the fixture)

@@ -6,7 +6,7 @@ import cvxpy as cp
 import pytest
 from hypothesis import given, reject, settings, strategies as st
 
-from scheduler.policies.themis import ftf_allocation, ftf_allocation_cvxpy
+from scheduler.core.policies.themis import ftf_allocation, ftf_allocation_cvxpy
 
 
 def _worst_ratio(x, a, b, c):
@@ -45,8 +45,8 @@ def test_presets_pick_their_solver_and_both_reach_the_optimum_of_a_many_optima_p
     """Two 1-GPU jobs on 4 GPUs: both fit, and the worst ratio is job 1's at its full share,
     whatever job 0 gets above its need. Bisection (default) hands out full shares; ECOS
     (paper, the artifact's solver) an interior optimum: the same objective, other x."""
-    from scheduler.policies.themis import SOLVERS, Themis
-    from scheduler.presets import get_preset
+    from scheduler.core.policies.themis import SOLVERS, Themis
+    from scheduler.core.presets import get_preset
 
     assert Themis(get_preset("default")).solver is SOLVERS["bisection"]
     assert Themis(get_preset("paper")).solver is SOLVERS["ecos"]

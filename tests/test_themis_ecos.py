@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduler.policies.themis_ecos import (
+from scheduler.core.policies.themis_ecos import (
     EcosFailed, artifact_problem, ecos_form, ftf_allocation_artifact, ftf_allocation_ecos)
 
 

@@ -128,7 +128,7 @@ def test_help_is_exit_0(capsys):
 
 
 def test_a_header_only_trace_is_refused_as_interlace_sim_refuses_it(tmp_path, capsys):
-    from scheduler import cli
+    from scheduler.sim import cli
 
     path = tmp_path / "t.csv"
     path.write_text(HEADER + "\n")

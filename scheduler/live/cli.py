@@ -18,8 +18,8 @@ from scheduler.live.gateway import SERVICE
 from scheduler.live.journal import Journal
 from scheduler.live.options import Options
 from scheduler.live.service import SchedulerService
-from scheduler.policies import POLICIES
-from scheduler.presets import get_preset
+from scheduler.core.policies import POLICIES
+from scheduler.core.presets import get_preset
 from specs import spec_path
 from specs.spec import ClusterSpec, SpecError, load_spec
 

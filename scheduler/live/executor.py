@@ -1,7 +1,7 @@
 """The round executor: advance the core, plan, and make the agents run the plan.
 
 The plan is compared with what the ledger says agents run by the core's own comparison
-(scheduler/plan_changes.py, shared with the simulator); the differences are applied as stops
+(scheduler/core/plan_changes.py, shared with the simulator); the differences are applied as stops
 and in-place regroups first (a job's GPUs are free only once it checkpointed), then strays,
 then launches. Each batch fans out over the gateway's worker threads, and every request goes
 out *without* the lock, re-checking afterwards what changed meanwhile.
@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from scheduler import plan_changes
+from scheduler.core import plan_changes
 from scheduler.live.gateway import AgentGateway
 from scheduler.live.launches import Launcher
 from scheduler.live.ledger import Placed, node_name
 from scheduler.live.state import LiveState
 from scheduler.live.stops import Stopper
-from scheduler.state import Status
+from scheduler.core.state import Status
 
 
 class RoundExecutor:

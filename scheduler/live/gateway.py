@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from scheduler.live.ledger import node_name
 from scheduler.live.state import LiveState
-from scheduler.state import NodeSlice
+from scheduler.core.state import NodeSlice
 
 SERVICE = "scheduler"
 

@@ -15,7 +15,7 @@ from scheduler.live import status
 from scheduler.live.gateway import AgentSeen
 from scheduler.live.ledger import node_name
 from scheduler.live.state import LiveState
-from scheduler.state import Status
+from scheduler.core.state import Status
 from traces.record import JobRecord, record_from_map
 from traces.validate import validate
 

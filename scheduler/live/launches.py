@@ -13,7 +13,7 @@ from scheduler.live.gateway import AgentGateway
 from scheduler.live.ledger import Launch, Placed, node_name
 from scheduler.live.state import LiveState
 from scheduler.live.status import job_state
-from scheduler.state import Status
+from scheduler.core.state import Status
 
 
 def stage_list(stages: Sequence[float]) -> list[float]:

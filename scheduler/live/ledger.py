@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
-from scheduler.state import NodeSlice
+from scheduler.core.state import NodeSlice
 
 Launch = tuple[str | None, int]  # (agent incarnation, launch number) of one launch
 

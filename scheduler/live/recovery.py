@@ -7,7 +7,7 @@ the restart is found as a stray and stopped before its job could start a second 
 """
 from __future__ import annotations
 
-from scheduler.core import SchedulingError
+from scheduler.core.engine import SchedulingError
 from scheduler.live.state import LiveState
 
 

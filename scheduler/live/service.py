@@ -37,7 +37,7 @@ from scheduler.live.gateway import SERVICE, AgentGateway
 from scheduler.live.handlers import Handlers
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
-from scheduler.state import Status
+from scheduler.core.state import Status
 
 
 class SchedulerService:

@@ -11,14 +11,14 @@ import math
 import threading
 from typing import Any, Callable
 
-from scheduler.core import Core
+from scheduler.core.engine import Core
 from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger, Placed, node_name
 from scheduler.live.options import Options
 from scheduler.live.stopwaits import StopWaits
-from scheduler.policies import make_policy
-from scheduler.presets import get_preset
-from scheduler.profiles import ProfileEstimator
+from scheduler.core.policies import make_policy
+from scheduler.core.presets import get_preset
+from scheduler.core.profiles import ProfileEstimator
 from trainer import checkpoint
 
 

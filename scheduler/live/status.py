@@ -5,7 +5,7 @@ from typing import Any
 
 from scheduler.live.ledger import Placed, node_name  # noqa: F401  (Placed: for callers' tests)
 from scheduler.live.state import LiveState
-from scheduler.state import Status
+from scheduler.core.state import Status
 
 # a status reply lists at most this many jobs (~120 bytes each; frames are capped at 256 KiB)
 STATUS_JOBS_LIMIT = 1500

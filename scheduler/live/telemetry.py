@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.core import SchedulingError
+from scheduler.core.engine import SchedulingError
 from scheduler.live.state import LiveState
-from scheduler.state import Status
+from scheduler.core.state import Status
 
 
 def pump(state: LiveState, subscriber: Any, wait: float) -> None:

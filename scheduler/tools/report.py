@@ -23,8 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from scheduler.metrics import JobOutcome, dumps, summarize, summary_dict
-from scheduler.simulator import SimResult
+from scheduler.core.metrics import JobOutcome, dumps, summarize, summary_dict
+from scheduler.sim.simulator import SimResult
 
 PROG = "interlace-report"
 LOG_NAME = "scheduler.log"
@@ -300,7 +300,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from scheduler.cli import format_table, plot_cdf
+    from scheduler.sim.cli import format_table, plot_cdf
 
     try:
         live = load_run(args.run_dir)

@@ -75,11 +75,11 @@ def max_weight_pairs(n: int, weight: Weight, *, backend: str = "auto") -> list[P
     (the "blossom" backend asks both directions, as the artifact did: its float weights differ
     in the last bit between directions, and that decides between tied matchings).
     ``backend`` is "networkx", "rustworkx", or "auto" (rustworkx when installed); or
-    "blossom", the pure-Python matcher of scheduler.blossom that breaks ties (and treats
+    "blossom", the pure-Python matcher of scheduler.core.blossom that breaks ties (and treats
     weights within a relative 1e-5 as tied) exactly as the Muri artifact does.
     """
     if backend == "blossom":
-        from scheduler.blossom import blossom_pairs
+        from scheduler.core.blossom import blossom_pairs
 
         return blossom_pairs(n, weight)
     if backend not in BACKENDS:

@@ -5,10 +5,10 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from scheduler.placement import ClusterState
-from scheduler.policies.order import fits_monotone
-from scheduler.presets import Preset
-from scheduler.state import Group, Job, NodeSlice, Plan, Status
+from scheduler.core.placement import ClusterState
+from scheduler.core.policies.order import fits_monotone
+from scheduler.core.presets import Preset
+from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from scheduler.state import Job
+from scheduler.core.state import Job
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 /* Compiled twin of scheduler/blossom.py: the same dense primal-dual blossom algorithm,
  * step for step.
  *
- * Why a second implementation?  The paper preset matches with scheduler.blossom because
+ * Why a second implementation?  The paper preset matches with scheduler.core.blossom because
  * only that traversal order and those float rules reproduce the Muri artifact's choice
  * among tied matchings; in pure Python it is most of a simulation's time.  This file
  * performs the same operations on the same doubles in the same order (every reduced cost
@@ -971,7 +971,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_blossom",
-    "Compiled twin of scheduler.blossom (same algorithm, same floats, same pairs).",
+    "Compiled twin of scheduler.core.blossom (same algorithm, same floats, same pairs).",
     -1, methods,
 };
 

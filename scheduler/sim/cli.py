@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from scheduler.metrics import dumps, summary_dict, write_jobs_csv
-from scheduler.policies import POLICIES
-from scheduler.presets import PRESETS, get_preset
-from scheduler.simulator import SimResult, simulate
+from scheduler.core.metrics import dumps, summary_dict, write_jobs_csv
+from scheduler.core.policies import POLICIES
+from scheduler.core.presets import PRESETS, get_preset
+from scheduler.sim.simulator import SimResult, simulate
 from specs import SpecError, available_specs, load_spec, spec_path
 from traces import TraceError, available_traces, default_trace_path, read_trace
 from traces.validate import no_jobs_problem

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Callable
 
-from scheduler.policies.antman import AntMan
-from scheduler.policies.base import Policy, RoundContext
-from scheduler.policies.muri import Muri
-from scheduler.policies.priority import fifo, srsf, srtf
-from scheduler.policies.themis import Themis
-from scheduler.policies.tiresias import Tiresias
-from scheduler.presets import Preset
+from scheduler.core.policies.antman import AntMan
+from scheduler.core.policies.base import Policy, RoundContext
+from scheduler.core.policies.muri import Muri
+from scheduler.core.policies.priority import fifo, srsf, srtf
+from scheduler.core.policies.themis import Themis
+from scheduler.core.policies.tiresias import Tiresias
+from scheduler.core.presets import Preset
 
 def _backend(preset: Preset) -> str:
     return preset.matching_backend

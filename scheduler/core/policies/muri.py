@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler import interleave
-from scheduler.blossom import blossom_pairs_flat, blossom_pairs_indexed
-from scheduler.matching import max_weight_pairs, max_weight_pairs_dense
-from scheduler.policies.base import Policy, RoundContext, place_units
-from scheduler.state import Group, Job, Plan
+from scheduler.core import interleave
+from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
+from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
+from scheduler.core.policies.base import Policy, RoundContext, place_units
+from scheduler.core.state import Group, Job, Plan
 
 Packing = list  # the jobs of one prospective group, in matching order
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import math
 
-from scheduler.policies.base import Policy, RoundContext, place_units, solo_group
-from scheduler.policies.order import fits_monotone
-from scheduler.state import Job, Plan, Status
+from scheduler.core.policies.base import Policy, RoundContext, place_units, solo_group
+from scheduler.core.policies.order import fits_monotone
+from scheduler.core.state import Job, Plan, Status
 
 
 class Tiresias(Policy):

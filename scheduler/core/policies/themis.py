@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from scheduler.policies.base import Policy, RoundContext, place_units, solo_group
-from scheduler.policies.themis_ecos import ftf_allocation_artifact
-from scheduler.state import Job, Plan
+from scheduler.core.policies.base import Policy, RoundContext, place_units, solo_group
+from scheduler.core.policies.themis_ecos import ftf_allocation_artifact
+from scheduler.core.state import Job, Plan
 
 
 def ftf_allocation(a, b, c, gpus, capacity: float) -> np.ndarray:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from scheduler.policies.base import Policy, RoundContext, place_in_order
-from scheduler.policies.order import CarriedOrder
-from scheduler.state import Job, Plan
+from scheduler.core.policies.base import Policy, RoundContext, place_in_order
+from scheduler.core.policies.order import CarriedOrder
+from scheduler.core.state import Job, Plan
 
 
 class PriorityPolicy(Policy):

@@ -32,7 +32,7 @@ Float rules (reproduced on purpose, they decide ties):
   count as equal;
 * a blossom is expanded when its dual is ``<= 0``.
 
-scheduler/_blossom.c is the same algorithm compiled (built by setup.py where a C compiler
+scheduler/core/_blossom.c is the same algorithm compiled (built by setup.py where a C compiler
 exists): the same steps on the same doubles in the same order, hence the same pairs, some
 tens of times faster.  The public functions run it when it is built; this module stays the
 readable reference and the fallback, and the tests hold the two against each other.
@@ -45,7 +45,7 @@ from math import inf, isclose
 from typing import Callable
 
 try:  # the same algorithm compiled (setup.py); optional, this module is the fallback
-    from scheduler import _blossom as _compiled
+    from scheduler.core import _blossom as _compiled
 except ImportError:  # not built: no compiler where it was installed
     _compiled = None
 
@@ -570,7 +570,7 @@ def blossom_pairs_flat(n: int, weights: list[float], *,
     diagonal is ignored), for callers that can compute the table faster than one call per
     pair.
 
-    ``compiled``: None runs scheduler._blossom (the same algorithm in C, same pairs) when it
+    ``compiled``: None runs scheduler.core._blossom (the same algorithm in C, same pairs) when it
     was built and this module otherwise; False always runs this module, the reference; True
     insists on the compiled one (ImportError when it was not built).
     """
@@ -582,7 +582,7 @@ def blossom_pairs_flat(n: int, weights: list[float], *,
         compiled = _compiled is not None
     if compiled:
         if _compiled is None:
-            raise ImportError("scheduler._blossom was not built (pip install -e . with a C compiler)")
+            raise ImportError("scheduler.core._blossom was not built (pip install -e . with a C compiler)")
         return _compiled.solve(n, weights)
     return _pure_pairs(n, weights)
 
@@ -598,7 +598,7 @@ def blossom_pairs_indexed(kinds: list[int], m: int, table: list[float], *,
         compiled = _compiled is not None
     if compiled:
         if _compiled is None:
-            raise ImportError("scheduler._blossom was not built (pip install -e . with a C compiler)")
+            raise ImportError("scheduler.core._blossom was not built (pip install -e . with a C compiler)")
         return _compiled.solve_indexed(kinds, m, table)
     n = len(kinds)
     flat = [table[x * m + y] for x in kinds for y in kinds]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scheduler.policies.base import Policy, RoundContext
-from scheduler.policies.order import CarriedOrder, Remaining
-from scheduler.state import Group, Job, NodeSlice, Plan, Status
+from scheduler.core.policies.base import Policy, RoundContext
+from scheduler.core.policies.order import CarriedOrder, Remaining
+from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
 
 # A GPU's load as AntMan books it; opportunistic jobs go to the least-loaded GPUs below the
 # cap. A guaranteed job's load is booked in two steps (most when it takes a GPU, the rest once

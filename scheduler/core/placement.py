@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specs.spec import ClusterSpec
-from scheduler.state import NodeSlice
+from scheduler.core.state import NodeSlice
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Hashable, Mapping
 
-from scheduler.presets import Preset
+from scheduler.core.presets import Preset
 
 # job id -> (the ids of its group's members in slot order, where the group runs)
 Where = Mapping[int, tuple[tuple[int, ...], Hashable]]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping
 
-from scheduler.placement import ClusterState, Demand
-from scheduler.policies.base import Policy, RoundContext
-from scheduler.presets import Preset
-from scheduler.state import Job, Plan, Status
+from scheduler.core.placement import ClusterState, Demand
+from scheduler.core.policies.base import Policy, RoundContext
+from scheduler.core.presets import Preset
+from scheduler.core.state import Job, Plan, Status
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 

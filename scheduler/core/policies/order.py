@@ -20,7 +20,7 @@ import math
 from bisect import bisect_left
 from typing import Any, Callable, Iterable, Sequence
 
-from scheduler.state import Job
+from scheduler.core.state import Job
 
 
 class CarriedOrder:

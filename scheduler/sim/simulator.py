@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from scheduler import plan_changes
-from scheduler.core import Core
-from scheduler.metrics import JobOutcome, Summary, summarize
-from scheduler.policies import make_policy
-from scheduler.presets import Preset
-from scheduler.state import Plan
+from scheduler.core import plan_changes
+from scheduler.core.engine import Core
+from scheduler.core.metrics import JobOutcome, Summary, summarize
+from scheduler.core.policies import make_policy
+from scheduler.core.presets import Preset
+from scheduler.core.state import Plan
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 

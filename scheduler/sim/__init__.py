@@ -1,0 +1,1 @@
+"""The trace-driven simulator: a driver that replays a trace against the core."""
