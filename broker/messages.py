@@ -80,7 +80,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 # measurement reaches the planner's arithmetic (a weight of inf stops every later round).
 # So every number that senders measure or count is checked here, where it enters, against
 # bounds no honest sender comes near. A violation is a MessageError("bad_value").
-MAX_SECONDS = 1e6  # a stage, iteration or restart time (trace s): ~11.6 days is a broken clock
+from specs.limits import MAX_SECONDS  # noqa: E402  (a stage, iteration or restart time)
 MAX_ITERATIONS = 1e15  # iterations done or reported; any real job is many orders below
 MAX_CPUS = 1_000_000  # cores an agent may announce
 MAX_MEM = 1e9  # memory an agent may announce (GB)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from broker.messages import MAX_SECONDS  # the wire's ceiling on a stage time, kept here too
+from specs.limits import MAX_SECONDS  # the wire's ceiling on a stage time, kept here too
 
 #: Stage names per profile layout (DESIGN.md: a trace may merge io+cpu into data).
 LAYOUTS = {3: ("data", "gpu", "net"), 4: ("io", "cpu", "gpu", "net")}
