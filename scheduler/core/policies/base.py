@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from scheduler.core.placement import ClusterState
 from scheduler.core.policies.order import fits_monotone
@@ -115,7 +115,7 @@ def place_in_order(ctx: RoundContext, order: Sequence[Job],
     """
     cluster = ctx.cluster
     cluster.reset()
-    chosen, where = _greedy(cluster, order, sizes, fits_monotone(ctx.preset))
+    chosen, where, _ = greedy(cluster, order, sizes, fits_monotone(ctx.preset))
     if not ctx.previous:
         return [solo_group(job, slices) for job, slices in zip(chosen, where)]
     placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
@@ -123,9 +123,10 @@ def place_in_order(ctx: RoundContext, order: Sequence[Job],
             if slices is not None]
 
 
-def _greedy(cluster: ClusterState, order: Sequence[Job], sizes: Mapping[int, int] | None,
-            monotone: bool) -> tuple[list[Job], list]:
-    """Place each job of `order` in turn where it fits; the jobs placed and where.
+def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int] | None,
+           monotone: bool) -> tuple[list[Job], list, list[int]]:
+    """Place each job of `order` in turn where it fits; the jobs placed, where, and their
+    positions in `order` (which may be a lazy iterable when `sizes` is given).
 
     Skips what cannot fit without asking the cluster: a request bigger than the free GPUs,
     or (when requests are monotone, see order.fits_monotone) no smaller than one that failed;
@@ -139,7 +140,8 @@ def _greedy(cluster: ClusterState, order: Sequence[Job], sizes: Mapping[int, int
     failed = math.inf  # the smallest request that did not fit; room only shrinks
     chosen: list[Job] = []
     where: list = []
-    for job in order:
+    positions: list[int] = []
+    for position, job in enumerate(order):
         if cluster.free_total < smallest or failed <= smallest:
             break
         gpus = job.record.num_gpu
@@ -159,7 +161,8 @@ def _greedy(cluster: ClusterState, order: Sequence[Job], sizes: Mapping[int, int
             continue
         chosen.append(job)
         where.append(slices)
-    return chosen, where
+        positions.append(position)
+    return chosen, where, positions
 
 
 def is_running(job: Job) -> bool:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+from itertools import chain
 
-from scheduler.core.policies.base import Policy, RoundContext, place_units, solo_group
+from scheduler.core.policies.base import Policy, RoundContext, greedy, place_units, solo_group
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.state import Job, Plan, Status
 
@@ -131,42 +132,19 @@ class Tiresias(Policy):
         where each queue's admitted jobs stand in it.
 
         Requests that cannot fit are skipped without searching the nodes (see
-        base._greedy), and the walk ends when no job left could fit."""
+        base.greedy), and the walk ends when no job left could fit."""
         cluster = ctx.cluster
         cluster.reset()
-        monotone = fits_monotone(ctx.preset)
-        failed = math.inf
-        left = dict(self.sizes)  # order.Remaining, inlined (this loop is the round)
-        smallest = min(left, default=math.inf)
-        chosen, where = [], []
-        spots: list[list[int]] = []
-        for queue in self.queues:
-            here: list[int] = []
-            spots.append(here)
-            for i, job in enumerate(queue):
-                if cluster.free_total < smallest or failed <= smallest:
-                    break
-                gpus = job.record.num_gpu
-                count = left[gpus] - 1
-                if count:
-                    left[gpus] = count
-                else:
-                    del left[gpus]
-                    if gpus == smallest:
-                        smallest = min(left, default=math.inf)
-                if gpus >= failed:
-                    continue
-                slices = cluster.place(gpus)
-                if slices is None:
-                    if monotone:
-                        failed = gpus
-                    continue
-                chosen.append(job)
-                where.append(slices)
-                here.append(i)
-            else:
-                continue
-            break
+        chosen, where, positions = greedy(cluster, chain.from_iterable(self.queues), self.sizes,
+                                          fits_monotone(ctx.preset))
+        # positions count over the queues end to end: turn them into (queue, place in it)
+        spots: list[list[int]] = [[] for _ in self.queues]
+        queue, start = 0, 0
+        for position in positions:
+            while position >= start + len(self.queues[queue]):
+                start += len(self.queues[queue])
+                queue += 1
+            spots[queue].append(position - start)
         return chosen, where, spots
 
     def _to_front(self, spots: list[list[int]]) -> None:
