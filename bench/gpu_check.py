@@ -1,25 +1,45 @@
-"""GPU check (not part of CI): a two-job interleaved group on CUDA against the same jobs in turn.
+"""GPU check (not part of CI): the honest interleaving benchmark with `gpu` on CUDA.
 
-    python bench/gpu_check.py [--iterations 200] [--models resnet18,gpt2]
+    python bench/gpu_check.py [--iterations 20] [--out gpu_check.json]
 
-It checks NCCL with a one-rank process group and an all-reduce on the GPU, then runs two
-real trainers (trainer.run, --device cuda) one after the other, then both at once as a group
-whose members take turns through a node stage gate, and prints the throughput of each way
-as JSON lines. Without CUDA it says so and exits 0.
+On a CUDA machine it checks NCCL with a one-rank all-reduce, then runs bench/interleave_real.py's
+cases (solo profiles, the model's prediction, the pair through the stage gate, gate off,
+sequential) with every member's `gpu` stage on the GPU and its `net` stage on NCCL, the peer
+rank on a second GPU. NCCL cannot put two ranks of one job on one device, so with a single GPU
+`net` runs gloo over the CUDA tensors, and the JSON says so. The `gpu-heavy` job gets a model
+that keeps a GPU busy for tens of milliseconds. All rows go to stdout as JSON lines and, with
+`--out`, to one JSON file. Without CUDA it says so (in both places) and exits 0.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+#: Job kinds for a GPU: the compute-heavy model is far wider than on a CPU core.
+GPU_JOBS = {
+    "io-heavy": {"side": 1024, "codec": "raw", "blur": 0, "width": 8, "depth": 1},
+    "cpu-heavy": {"side": 192, "codec": "zlib", "blur": 1, "width": 8, "depth": 1},
+    "gpu-heavy": {"side": 256, "codec": "zlib", "blur": 0, "input_side": 128, "width": 256,
+                  "depth": 6},
+}
+
+
+def plan(device_count: int) -> dict:
+    """Where members, peers and the all-reduce run, given the number of CUDA devices."""
+    if device_count < 1:
+        raise ValueError("no CUDA device")
+    if device_count >= 2:
+        return {"device": "cuda:0", "peer_device": "cuda:1", "backend": "nccl",
+                "note": "net: NCCL between cuda:0 (member) and cuda:1 (peer)"}
+    return {"device": "cuda:0", "peer_device": "cuda:0", "backend": "gloo",
+            "note": "one GPU: NCCL needs a device per rank, so net runs gloo on CUDA tensors"}
 
 
 def nccl_selftest() -> dict:
@@ -40,68 +60,49 @@ def nccl_selftest() -> dict:
         dist.destroy_process_group()
 
 
-def trainer(job_id: int, model: str, iterations: int, run_dir: Path, gate: str | None,
-            config: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "trainer.run", "--job-id", str(job_id), "--node", "gpu0",
-           "--checkpoint-dir", str(run_dir / f"ck-{job_id}-{time.monotonic_ns()}"),
-           "--iterations", str(iterations), "--workload", model, "--device", "cuda",
-           "--workload-config", config, "--checkpoint-every", str(10 * iterations)]
-    if gate:
-        cmd += ["--gate", gate]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    return subprocess.Popen(cmd, cwd=ROOT, env=env)
-
-
-def timed(procs_of) -> float:
-    start = time.perf_counter()
-    for batch in procs_of():
-        for proc in batch:
-            if proc.wait() != 0:
-                raise SystemExit(f"a trainer failed with exit status {proc.returncode}")
-    return time.perf_counter() - start
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iterations", type=int, default=20, help="per member per phase")
+    ap.add_argument("--out", default=None, help="write all rows to this JSON file")
+    args = ap.parse_args(argv)
+    if args.iterations < 7:
+        ap.error("--iterations must be at least 7")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iterations", type=int, default=200)
-    ap.add_argument("--models", default="resnet18,gpt2")
-    ap.add_argument("--config", default='{"input_size": 64}',
-                    help="workload settings (JSON) for both jobs")
-    args = ap.parse_args(argv)
+    args = parse(argv)
+    rows: list[dict] = []
+
+    def emit(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
     try:
-        import torch
-    except ImportError:
-        print(json.dumps({"cuda": False, "reason": "torch is not installed (the train extra)"}))
+        try:
+            import torch
+        except ImportError:
+            emit({"cuda": False, "reason": "torch is not installed (the train extra)"})
+            return 0
+        if not torch.cuda.is_available():
+            emit({"cuda": False, "reason": "no CUDA device here; nothing to check"})
+            return 0
+        run_cuda(emit, args.iterations, torch.cuda.device_count(),
+                 torch.cuda.get_device_name(0))
         return 0
-    if not torch.cuda.is_available():
-        print(json.dumps({"cuda": False, "reason": "no CUDA device here; nothing to check"}))
-        return 0
-    from node_agent.gate import StageGate
-    from trainer.stages import STAGES
+    finally:
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
 
-    print(json.dumps({"cuda": True, "device": torch.cuda.get_device_name(0), **nccl_selftest()}))
-    models = args.models.split(",")[:2]
-    run_dir = Path(tempfile.mkdtemp(prefix="interlace-gpu-check-"))
-    n = args.iterations
 
-    def one_by_one():
-        for i, model in enumerate(models):
-            yield [trainer(i, model, n, run_dir, None, args.config)]
+def run_cuda(emit: Callable[[dict], None], iterations: int, device_count: int,
+             name: str) -> None:
+    import interleave_real
 
-    sequential = timed(one_by_one)
-    with StageGate(list(range(len(models))), STAGES) as gate:
-        def together():
-            yield [trainer(i, m, n, run_dir, gate.endpoint, args.config)
-                   for i, m in enumerate(models)]
-
-        grouped = timed(together)
-    both = n * len(models)
-    print(json.dumps({"case": f"two jobs ({', '.join(models)}), {n} iterations each, CUDA",
-                      "sequential_s": round(sequential, 2), "interleaved_s": round(grouped, 2),
-                      "sequential_it_per_s": round(both / sequential, 1),
-                      "interleaved_it_per_s": round(both / grouped, 1),
-                      "speedup": round(sequential / grouped, 2)}))
-    return 0
+    where = plan(device_count)
+    emit({"cuda": True, "device": name, "devices": device_count, **nccl_selftest(), **where})
+    interleave_real.run(emit, iterations=iterations, jobs=GPU_JOBS, device=where["device"],
+                        backend=where["backend"], peer_device=where["peer_device"], pin=False)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def data_dir(tmp_path_factory):
 
 def test_registry_names_cover_the_trace_models():
     assert set(SMALL) == set(registry.TORCH_NAMES)
-    assert set(registry.NAMES) == set(registry.TORCH_NAMES) | {"emulated"}
+    assert set(registry.NAMES) == set(registry.TORCH_NAMES) | {"emulated", "real"}
     spec = registry.make("emulated", total=10, iteration_time=1.0, stages=(1, 1, 1))
     assert spec.stage_map() == {"data": 1.0, "gpu": 1.0, "net": 1.0}
     with pytest.raises(ValueError, match="unknown workload"):

@@ -1,8 +1,9 @@
 """Trace model names -> workloads. Imports lazily, so listing names never loads torch.
 
 `make(name, **config)` builds a torch `Workload` (workloads/base.py) for the model names the
-traces use; `emulated` builds the torch-free `EmulatedSpec` (config: total, iteration_time,
-stages, time_scale). Unknown names and unknown settings are a ValueError.
+traces use; `real` builds `workloads.real.RealStages` (every stage on the real resource it
+names, for measuring interleaving; not a trace model); `emulated` builds the torch-free
+`EmulatedSpec` (config: total, iteration_time, stages, time_scale). Unknown names and unknown settings are a ValueError.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ CV = ("resnet18", "vgg16", "vgg19", "shufflenet_v2_x1_0")
 NLP = ("bert", "gpt2")
 RL = ("dqn", "a2c")
 TORCH_NAMES = CV + NLP + RL
-NAMES = TORCH_NAMES + ("emulated",)
+REAL = "real"
+NAMES = TORCH_NAMES + (REAL, "emulated")
 
 
 def make(name: str, **config: Any) -> Any:
@@ -28,6 +30,10 @@ def make(name: str, **config: Any) -> Any:
         from workloads import rl
 
         return rl.make(name, **config)
+    if name == REAL:
+        from workloads import real
+
+        return real.make(**config)
     if name == "emulated":
         from workloads.emulated import EmulatedSpec
 
