@@ -12,7 +12,23 @@ the sequential baseline (running jobs one after another is running each alone). 
 pair of kinds): the model's TT from the solo profiles only (scheduler.core.interleave.best_order,
 whose order then gives the gate's slots), then the group through a StageGate, then the group
 with the gate off (both at once, no turns: plain co-location). Iteration times are steady
-state: the first and last SKIP iterations of each member are left out.
+state: the first and last SKIP iterations of each member are left out, and a group's figures
+count only the time when both members were running (`overlap_iterations`).
+
+What a 2-core VM can and cannot show (the dev machine; figures in the rows it emits):
+* io overlaps with compute only because the read blocks: with O_DIRECT the device writes into
+  the buffer and the reading thread sleeps; `io_cpu_fraction` (the thread's CPU time over the
+  stage's wall time, ~0.1 here) says how far that holds. The disk is a virtio block device,
+  itself likely cached by the host: `disk` rows compare a cold read with a cached one (a few
+  times slower cold), so io is real but faster than a remote store would be.
+* There is no accelerator: the `gpu` stage is one core. Pinned (the default on a CPU), cpu
+  stages share core 1 and gpu stages core 0, as two jobs would share a node's decoder core
+  and its one accelerator. Unpinned (`--no-pin`), two same-shape jobs with the gate off just
+  run on the two cores at once, which says nothing about sharing one device.
+* `net` over loopback is a memory copy by the kernel: it uses CPU on both ranks, not a NIC;
+  the models here are small, so it stays a light stage.
+* Everything else on the machine (other processes) takes cores from both stages; the figures
+  move with the load average, reported at the start and the end.
 """
 from __future__ import annotations
 

@@ -124,3 +124,24 @@ def test_settings_are_checked(tmp_path):
         registry.make("real", io_bandwidth=1e6)
     with pytest.raises(ValueError, match="input_side"):
         registry.make("real", side=16, input_side=32)
+
+
+def test_the_trainer_runs_it_like_any_other_workload(tmp_path):
+    """`trainer.run --workload real`: the registry's name reaches the torch trainer."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1",
+               INTERLACE_DATA=str(tmp_path / "data"))
+    out = subprocess.run(
+        [sys.executable, "-m", "trainer.run", "--job-id", "7", "--node", "n0",
+         "--checkpoint-dir", str(tmp_path / "ck"), "--iterations", "3", "--workload", "real",
+         "--device", "cpu", "--workload-config", json.dumps({"side": 32, "width": 4}),
+         "--checkpoint-every", "2"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((tmp_path / "ck" / "7.json").read_text())["iterations"] == 3
+    assert list((tmp_path / "data" / "real").glob("zlib-32-32-*.bin"))  # made at first use
