@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 #: Job kinds for a GPU: the compute-heavy model is far wider than on a CPU core.
 GPU_JOBS = {
     "io-heavy": {"side": 1024, "codec": "raw", "blur": 0, "width": 8, "depth": 1},
-    "cpu-heavy": {"side": 192, "codec": "zlib", "blur": 1, "width": 8, "depth": 1},
+    "cpu-heavy": {"side": 224, "codec": "zlib", "blur": 1, "width": 8, "depth": 1},
     "gpu-heavy": {"side": 256, "codec": "zlib", "blur": 0, "input_side": 128, "width": 256,
                   "depth": 6},
 }

@@ -144,4 +144,4 @@ def test_the_trainer_runs_it_like_any_other_workload(tmp_path):
         cwd=root, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "ck" / "7.json").read_text())["iterations"] == 3
-    assert list((tmp_path / "data" / "real").glob("zlib-32-32-*.bin"))  # made at first use
+    assert list((tmp_path / "data" / "real").glob(f"v{real.FORMAT}-zlib-32-32-*.bin"))  # made at first use

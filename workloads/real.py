@@ -42,6 +42,8 @@ from workloads.data import _atomic_write
 CODECS = ("raw", "zlib")
 NUM_CLASSES = 10
 _HEADER = np.dtype("<u8")
+#: Version of make_batch_file's content, in the file names: a changed maker makes new files.
+FORMAT = 1
 _ALIGN = mmap.PAGESIZE  # O_DIRECT wants buffer, offset and length aligned
 
 
@@ -66,7 +68,7 @@ def make_batch_file(side: int, batch: int, codec: str, seed: int) -> bytes:
 
 def batch_file_name(config: dict, index: int) -> str:
     """File `index` of the batch files for a config's codec, side and batch size."""
-    return (f"{config.get('codec', 'zlib')}-{config.get('side', 64)}-"
+    return (f"v{FORMAT}-{config.get('codec', 'zlib')}-{config.get('side', 64)}-"
             f"{config.get('batch_size') or 32}-{index}.bin")
 
 
