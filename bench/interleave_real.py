@@ -28,11 +28,13 @@ What a 2-core VM can and cannot show (the dev machine; figures in the rows it em
 * `net` over loopback is a memory copy by the kernel: it uses CPU on both ranks, not a NIC;
   the models here are small, so it stays a light stage.
 * Everything else on the machine (other processes) takes cores from both stages; the figures
-  move with the load average, reported at the start and the end. Under such load the figures
-  lean towards the gate: Linux's scheduler favours a thread that has just slept, and a gated
-  member sleeps while it waits for its turn, so its stages then run faster than they did
-  alone. `gated_over_solo_work` (a member's stage time per iteration in the group over its
-  solo profile) shows it: near 1 on a quiet machine, well below 1 when the speed-ups overstate.
+  move with the load average, reported at the start and the end. Under heavy load (load
+  average 10-16 from other work) the gated members' stages ran faster than the same stages
+  alone, so speed-ups measured then overstate; the cause is not pinned down (a job that
+  sleeps before each gpu stage, as a gated member does, showed no such gain).
+  `gated_over_solo_work` (a member's stage time per iteration in the group over its solo
+  profile) shows it: near 1 when the load is steady, well below 1 when the speed-ups overstate.
+  `on_cpu` gives the share of a cpu or gpu stage's wall time its thread was running.
 """
 from __future__ import annotations
 
@@ -129,6 +131,7 @@ def run_phase(job: str, workload: Any, reducer: "CheckedReducer", endpoint: str 
 
     gate = GateClient(endpoint, job, timeout_s=120) if endpoint else NullGate()
     io0 = (workload.io_bytes, workload.io_reads, workload.io_cpu_s)
+    busy0 = dict(workload.busy)
     try:
         gate.join()
         loop = StageLoop(workload, gate, reducer)
@@ -143,6 +146,7 @@ def run_phase(job: str, workload: Any, reducer: "CheckedReducer", endpoint: str 
     return {"started": started, "ends": ends, "stages": stages,
             "io_bytes": workload.io_bytes - io0[0], "io_reads": workload.io_reads - io0[1],
             "io_cpu_s": workload.io_cpu_s - io0[2],
+            "busy_s": {k: v - busy0[k] for k, v in workload.busy.items()},
             "read_sizes": [p.stat().st_size for p in workload.batch_paths()]}
 
 
@@ -278,6 +282,13 @@ def io_check(r: dict) -> dict:
                                                                    for s in r["stages"])), 3)}
 
 
+def on_cpu(r: dict) -> dict:
+    """Per compute stage, the share of its wall time its thread was running: below 1, the
+    stage waited for its core (held by another member, or by anything else on the machine)."""
+    return {s: round(r["busy_s"][s] / max(1e-9, sum(st[s] for st in r["stages"])), 3)
+            for s in ("cpu", "gpu")}
+
+
 def net_check(closed: dict, iterations: int) -> dict:
     """The peer took part in every all-reduce and ended with the member's averaged gradients."""
     out = {}
@@ -343,6 +354,9 @@ def bench_case(spawn, case: str, kinds: Sequence[str], jobs: dict, iterations: i
                                           / sum(p), 3) for j, p in zip(ids, profiles)},
         "gate_off_stage_ms": {j: {s: ms(v) for s, v in stage_means(r["stages"]).items()}
                               for j, r in off.items()},
+        "on_cpu": {"solo": {j: on_cpu(r) for j, r in solo.items()},
+                   "gated": {j: on_cpu(r) for j, r in gated.items()},
+                   "gate_off": {j: on_cpu(r) for j, r in off.items()}},
         "io": {j: io_check(r) for j, r in solo.items()},
         "net": net_check(closed, 3 * iterations + 1),
         "run_s": round(wall, 1),

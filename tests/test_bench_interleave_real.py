@@ -29,7 +29,7 @@ CASE_FIELDS = {
     "sequential_sum_ms", "predicted_tt_ms", "gate_rule_tt_ms", "measured_tt_ms",
     "predicted_over_measured", "gate_rule_over_measured", "predicted_speedup",
     "speedup_gated", "gate_off_tt_ms", "speedup_gate_off", "member_tt_ms",
-    "gate_off_member_tt_ms", "gated_stage_ms", "gate_off_stage_ms", "gated_over_solo_work",
+    "gate_off_member_tt_ms", "gated_stage_ms", "gate_off_stage_ms", "gated_over_solo_work", "on_cpu",
     "io", "net", "run_s"}
 
 

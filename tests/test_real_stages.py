@@ -93,6 +93,8 @@ def test_iterations_read_every_batch_file_whole_and_train(tmp_path):
                       blur=1, width=4, depth=1, files=2)
     loop = StageLoop(w)
     its = [loop.run(step) for step in range(4)]
+    for stage in ("cpu", "gpu"):  # the stage thread's CPU time: some, at most its wall time
+        assert 0 < w.busy[stage] <= sum(it.stages[stage] for it in its) + 1e-3
     sizes = [p.stat().st_size for p in w.batch_paths()]
     assert w.io_reads == 4 and w.io_bytes == 2 * sum(sizes)
     assert all(math.isfinite(it.loss) for it in its)

@@ -198,6 +198,9 @@ class RealStages(Workload):
         self.io_bytes = 0  # totals over this workload's life: what the io stage really read
         self.io_cpu_s = 0.0
         self.io_reads = 0
+        #: this thread's CPU seconds in prepare and compute: against a stage's wall time it
+        #: says how long the stage waited for its core (other processes on the machine)
+        self.busy = {"cpu": 0.0, "gpu": 0.0}
         self._paths: list[Path] | None = None
         self._buf: mmap.mmap | None = None  # reused by every read: one batch in flight
 
@@ -233,7 +236,7 @@ class RealStages(Workload):
 
     def prepare(self, raw: tuple[int, memoryview]) -> tuple[torch.Tensor, torch.Tensor]:
         step, data = raw
-        with pinned(self.pin.get("cpu")):
+        with pinned(self.pin.get("cpu")), self._busy("cpu"):
             labels, payloads = parse_batch_file(data)
             s, stride = self.side, self.side // self.input_side
             x = np.stack([self._decode(p, s, stride) for p in payloads])
@@ -244,6 +247,14 @@ class RealStages(Workload):
             dy, dx = torch.randint(0, 5, (2,), generator=g).tolist()
             t = F.pad(t, [2, 2, 2, 2])[:, :, dy:dy + self.input_side, dx:dx + self.input_side]
             return t.contiguous(), torch.from_numpy(labels.astype(np.int64))
+
+    @contextlib.contextmanager
+    def _busy(self, stage: str) -> Iterator[None]:
+        t0 = time.thread_time()
+        try:
+            yield
+        finally:
+            self.busy[stage] += time.thread_time() - t0
 
     def _decode(self, payload: memoryview, s: int, stride: int) -> np.ndarray:
         """One record: decoded, blurred at stored resolution, downsampled to the input side."""
@@ -256,7 +267,7 @@ class RealStages(Workload):
 
     def compute(self, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
         x, y = batch
-        with pinned(self.pin.get("gpu")):
+        with pinned(self.pin.get("gpu")), self._busy("gpu"):
             self.model.train()
             loss = F.cross_entropy(self.model(x.to(self.device)), y.to(self.device))
             loss.backward()
