@@ -3,9 +3,10 @@
 Why: an interleaving measurement is only as honest as its stages. The emulated workload holds
 each stage with a sleep, which measures the gate's turn-taking and nothing else. Here:
 
-* `io` (load) reads one batch file whole from local disk. The file's pages are dropped from
-  the page cache before and after the read (`posix_fadvise(DONTNEED)`), so the bytes come from
-  the block device and the read blocks in the kernel instead of spinning a core.
+* `io` (load) reads one batch file whole from local disk, with O_DIRECT where the filesystem
+  allows it, and the file's pages dropped from the page cache before and after the read
+  (`posix_fadvise(DONTNEED)`), so the bytes come from the block device and the read blocks
+  in the kernel instead of spinning a core. The workload counts the bytes read.
 * `cpu` (prepare) decodes the records (zlib, or raw arrays) and augments them with numpy on the
   calling thread: `blur` separable box-blur passes at stored resolution, a nearest-neighbour
   downsample to the model's input, a random flip and crop.
@@ -20,7 +21,8 @@ on a small machine two jobs' stages contend for the one core each stage is given
 decoders would for a node's CPU and their kernels for its accelerator.
 
 Batch files are made at first use in `<data_dir>/real/` (seeded, nothing downloaded), written
-atomically, `files` of them per shape; step s reads file s mod `files`.
+atomically, `files` of them per shape; rank r reads file (step * world_size + r) mod `files`.
+The batch read is a view into one reused buffer: a batch must be prepared before the next load.
 """
 from __future__ import annotations
 
