@@ -2,7 +2,8 @@
 is the gate-latency benchmark, whose members sleep through their stages.
 
 Run from the repository root:
-    python bench/bench_interleave.py --real [--iterations 20] [--no-pin] [--out FILE.json]
+    python bench/bench_interleave.py --real [--iterations 20] [--no-pin] [--cases same-shape]
+                                     [--out FILE.json]
     python bench/bench_interleave.py [--emulated] [--iterations 30] [--unit 0.01] [--grants 2000]
 
 `--real` (bench/interleave_real.py): every member is a trainer loop whose io stage reads its
@@ -287,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grants", type=int, default=2000, help="emulated: latency round trips")
     ap.add_argument("--no-pin", action="store_true",
                     help="real: do not pin the cpu/gpu stages to cores 1/0")
+    ap.add_argument("--cases", default=None,
+                    help="real: only the cases whose name contains one of these (comma list)")
     ap.add_argument("--out", default=None, help="also write all rows to this JSON file")
     args = ap.parse_args(argv)
     iterations = args.iterations or (20 if args.real else 30)
@@ -302,7 +305,14 @@ def main(argv: list[str] | None = None) -> int:
 
         if iterations < 2 * interleave_real.SKIP + 3:
             ap.error(f"--iterations must be at least {2 * interleave_real.SKIP + 3}")
-        interleave_real.run(keep, iterations=iterations, pin=False if args.no_pin else None)
+        cases = interleave_real.CASES
+        if args.cases:
+            words = args.cases.split(",")
+            cases = tuple(c for c in cases if any(w in c[0] for w in words))
+            if not cases:
+                ap.error(f"no case matches {args.cases!r}")
+        interleave_real.run(keep, iterations=iterations, cases=cases,
+                            pin=False if args.no_pin else None)
     else:
         if iterations < 2 * SKIP + 2:
             ap.error(f"--iterations must be at least {2 * SKIP + 2}")

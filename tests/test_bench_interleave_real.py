@@ -103,3 +103,9 @@ def test_the_cli_refuses_too_few_iterations():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_interleave.py"), "--real",
                           "--iterations", "3"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--iterations" in out.stderr
+
+
+def test_the_cli_refuses_a_case_that_does_not_exist():
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_interleave.py"), "--real",
+                          "--cases", "no-such-case"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no case matches" in out.stderr
