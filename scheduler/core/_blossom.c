@@ -76,6 +76,7 @@ typedef struct {
     int *mate, *root, *parent, *label, *best, *seen;
     double *bestc, *y;
     int stamp;
+    int scan, *met;  /* met[b] == scan: blossom b's edge from the vertex being scanned was seen */
     int *children;  /* slot b's cycle at b * n1, length in nchild[b] */
     int *nchild;
     int *sub;       /* s x n1 */
@@ -497,7 +498,7 @@ static int stage(Solver *S)
 {
     int n = S->n, s = S->s, n1 = S->n1, top = S->top, x, u, b;
     int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
-    int *parent = S->parent;
+    int *parent = S->parent, *met = S->met, scan;
     const int *nbr = S->nbr, *nbr_start = S->nbr_start;
     const Edge *E = S->e;
     double *bestc = S->bestc, *y = S->y;
@@ -533,6 +534,7 @@ static int stage(Solver *S)
             if (label[ru] == ODD)
                 continue;
             yu = y[u];
+            scan = ++S->scan;
             wu = S->w2 + (Py_ssize_t)u * n1;
             base = (Py_ssize_t)u * s;
             kend = nbr_start[u + 1];
@@ -551,7 +553,15 @@ static int stage(Solver *S)
                 } else if (rv == ru) {
                     continue;
                 } else if (c > 0.0) {
-                    int bb = E[base + rv].b;
+                    int bb;
+                    /* Every vertex of rv has the same stored edge from u, so once its
+                     * cost has been compared, comparing it again is a no-op: bestc[rv]
+                     * only went down since.  Until the state changes: a grow, shrink or
+                     * augment below starts a new stamp (a grow resets bestc[rv]). */
+                    if (met[rv] == scan)
+                        continue;
+                    met[rv] = scan;
+                    bb = E[base + rv].b;
                     double cb = yu + y[bb] - wu[bb];
                     if (cb < bestc[rv]) {
                         best[rv] = u;
@@ -560,6 +570,8 @@ static int stage(Solver *S)
                     continue;
                 }
                 lr = label[rv];
+                if (lr != ODD)
+                    scan = ++S->scan;
                 if (lr == FREE) {
                     int m;
                     parent[rv] = u;
@@ -671,6 +683,7 @@ static void solver_free(Solver *S)
     free(S->label);
     free(S->best);
     free(S->seen);
+    free(S->met);
     free(S->bestc);
     free(S->y);
     free(S->children);
@@ -706,6 +719,7 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     S->label = (int *)malloc((size_t)s * sizeof(int));
     S->best = (int *)calloc(s, sizeof(int));
     S->seen = (int *)calloc(s, sizeof(int));
+    S->met = (int *)calloc(s, sizeof(int));
     S->bestc = (double *)malloc((size_t)s * sizeof(double));
     S->y = (double *)calloc(s, sizeof(double));
     S->children = (int *)calloc((size_t)s * n1, sizeof(int));
@@ -714,7 +728,7 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     S->nbr_start = (int *)calloc((size_t)n1 + 1, sizeof(int));
     S->innbr_start = (int *)calloc((size_t)n1 + 1, sizeof(int));
     if (!S->w2 || !S->e || !S->rc || !S->known || !S->mate || !S->root || !S->parent
-        || !S->label || !S->best || !S->seen || !S->bestc || !S->y || !S->children
+        || !S->label || !S->best || !S->seen || !S->met || !S->bestc || !S->y || !S->children
         || !S->nchild || !S->sub || !S->nbr_start || !S->innbr_start)
         return -1;
     *w_max = 0.0;
