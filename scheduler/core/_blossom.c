@@ -11,7 +11,11 @@
  * reassociates nor fuses (no -ffast-math; FP_CONTRACT off, see setup.py).
  *
  * Read blossom.py for the algorithm and its conventions; the comments here only say
- * where C differs in form (fixed-size arrays instead of lists, in-place rotations).
+ * where C differs in form (fixed-size arrays instead of lists, in-place rotations, the
+ * extended edges packed into one table with a flag for "weight > 0") and where it skips
+ * work whose outcome is known (a comparison repeated within one scan, a pass whose
+ * writes are all overwritten), each with why the result cannot change.
+ * tests/test_blossom_compiled.py and tests/test_blossom_kinds.py hold the two together.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
