@@ -11,7 +11,11 @@
  * reassociates nor fuses (no -ffast-math; FP_CONTRACT off, see setup.py).
  *
  * Read blossom.py for the algorithm and its conventions; the comments here only say
- * where C differs in form (fixed-size arrays instead of lists, in-place rotations).
+ * where C differs in form (fixed-size arrays instead of lists, in-place rotations, the
+ * extended edges packed into one table with a flag for "weight > 0") and where it skips
+ * work whose outcome is known (a comparison repeated within one scan, a pass whose
+ * writes are all overwritten), each with why the result cannot change.
+ * tests/test_blossom_compiled.py and tests/test_blossom_kinds.py hold the two together.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -47,14 +51,36 @@ static int vec_push(IntVec *v, int x)
     return 0;
 }
 
+/* One stored extended edge: its original endpoints and whether it counts as an edge.
+ * blossom.py keeps a copied weight whose only use is the test "> 0", so a flag carries the
+ * same information; it lives in the sign of `a` (live: ~endpoint, negative; not live: the
+ * endpoint itself, so that zeroed memory is "no edge, endpoints 0" as in blossom.py).  One
+ * 8-byte entry instead of three arrays: contraction walks columns of this s x s table, and a
+ * strided step now touches one cache line, not three. */
+typedef struct {
+    int a, b;
+} Edge;
+
+static inline int edge_live(Edge e)
+{
+    return e.a < 0;
+}
+
+static inline int edge_a(Edge e)
+{
+    return e.a < 0 ? ~e.a : e.a;
+}
+
 typedef struct {
     int n, n1, s, top;
     double *w2;     /* n1 x n1: doubled original weights */
-    int *ea, *eb;   /* s x s: endpoints of the stored extended edge */
-    double *ew;     /* s x s: its copied weight (0 = no edge) */
+    Edge *e;        /* s x s: the stored extended edges */
+    double *rc;     /* contract's scratch: reduced cost of the edge at (nb, x) */
+    char *known;    /* contract's scratch: whether rc[x] is set */
     int *mate, *root, *parent, *label, *best, *seen;
     double *bestc, *y;
     int stamp;
+    int scan, *met;  /* met[b] == scan: blossom b's edge from the vertex being scanned was seen */
     int *children;  /* slot b's cycle at b * n1, length in nchild[b] */
     int *nchild;
     int *sub;       /* s x n1 */
@@ -143,10 +169,10 @@ static void rescan(Solver *S, int x)
         Py_ssize_t k = x;
         for (v = 1; v <= S->n; v++) {
             k += s;
-            if (S->ew[k] > 0.0) {
+            if (edge_live(S->e[k])) {
                 int rv = root[v];
                 if (rv != x && label[rv] == EVEN) {
-                    int b = S->eb[k];
+                    int b = S->e[k].b;
                     double c = y[v] + y[b] - S->w2[v * S->n1 + b];
                     if (c < bc) {
                         bv = v;
@@ -234,10 +260,10 @@ static void match_through(Solver *S, int x, int other)
         other = w->data[--w->len];
         x = w->data[--w->len];
         k = (Py_ssize_t)x * s + other;
-        S->mate[x] = S->eb[k];
+        S->mate[x] = S->e[k].b;
         if (x <= n)
             continue;
-        entry = S->sub[(Py_ssize_t)x * S->n1 + S->ea[k]];
+        entry = S->sub[(Py_ssize_t)x * S->n1 + edge_a(S->e[k])];
         pos = rotate_to(S, x, entry);
         cyc = S->children + (Py_ssize_t)x * S->n1;
         for (i = 0; i < pos; i++) {
@@ -292,13 +318,13 @@ static void contract(Solver *S, int a, int anc, int b)
 {
     int n = S->n, s = S->s, n1 = S->n1;
     int *root = S->root, *mate = S->mate, *parent = S->parent;
-    int *ea = S->ea, *eb = S->eb;
-    double *ew = S->ew, *y = S->y;
-    int nb = n + 1, top, c0, keep_a = 0, keep_b = 0, x, i, len, pass;
+    Edge *E = S->e, keep = {0, 0};
+    double *y = S->y, *rc = S->rc;
+    const double *w2 = S->w2;
+    char *known = S->known;
+    int nb = n + 1, top, c0, x, i, len, pass;
     int *cyc;
     Py_ssize_t row, srow, crow;
-    double *rc;
-    char *known;
 
     while (nb <= S->top && root[nb] != 0)
         nb++;
@@ -340,62 +366,45 @@ static void contract(Solver *S, int a, int anc, int b)
 
     top = S->top;
     row = (Py_ssize_t)nb * s;
-    for (x = 1; x <= top; x++) {
-        ew[row + x] = 0.0;
-        ew[(Py_ssize_t)x * s + nb] = 0.0;
-    }
     srow = (Py_ssize_t)nb * n1;
     for (x = 1; x <= n; x++)
         S->sub[srow + x] = 0;
 
-    /* first child: copy its row, then its column (see blossom.py for the (nb, nb) entry) */
+    /* First child: copy its row, then its column (see blossom.py for the (nb, nb) entry).
+     * blossom.py first zeroes the weights of row and column nb; the copies overwrite all
+     * of them, so only the endpoints of the old (nb, c0) matter, kept when c0 > nb. */
     c0 = cyc[0];
     crow = (Py_ssize_t)c0 * s;
+    if (c0 > nb)
+        keep = E[row + c0];
+    memcpy(E + row + 1, E + crow + 1, (size_t)top * sizeof(Edge));
+    for (x = 1; x <= top; x++)
+        E[(Py_ssize_t)x * s + nb] = E[(Py_ssize_t)x * s + c0];
     if (c0 > nb) {
-        keep_a = ea[row + c0];
-        keep_b = eb[row + c0];
-    }
-    memcpy(ea + row + 1, ea + crow + 1, (size_t)top * sizeof(int));
-    memcpy(eb + row + 1, eb + crow + 1, (size_t)top * sizeof(int));
-    memcpy(ew + row + 1, ew + crow + 1, (size_t)top * sizeof(double));
-    for (x = 1; x <= top; x++) {
-        Py_ssize_t d = (Py_ssize_t)x * s + nb, f = (Py_ssize_t)x * s + c0;
-        ea[d] = ea[f];
-        eb[d] = eb[f];
-        ew[d] = ew[f];
-    }
-    if (c0 > nb) {
-        ea[row + nb] = keep_a;
-        eb[row + nb] = keep_b;
-        ew[row + nb] = 0.0;
+        keep.a = edge_a(keep);  /* endpoints kept, weight 0: not live */
+        E[row + nb] = keep;
     }
 
     /* later children, x = 1..top in order (blossom.py's three runs read nothing that an
      * earlier step of the same run wrote, so one plain loop reads the same values) */
-    rc = (double *)malloc((size_t)(top + 1) * sizeof(double));
-    known = (char *)calloc((size_t)(top + 1), 1);
-    if (rc == NULL || known == NULL) {
-        free(rc);
-        free(known);
-        S->failed = 1;
-        return;
-    }
+    memset(known, 0, (size_t)top + 1);
     for (i = 0; i < len; i++) {
         int c = cyc[i];
         if (c == c0)
             continue;
         crow = (Py_ssize_t)c * s;
         for (x = 1; x <= top; x++) {
-            Py_ssize_t kb = row + x, kb2, kc2;
-            int ca = ea[crow + x], cb = eb[crow + x];
-            double cw = ew[crow + x];
-            if (ew[kb] > 0.0) {
-                double h = y[ca] + y[cb] - S->w2[ca * n1 + cb], g;
+            Edge ce = E[crow + x];
+            Edge *cur = E + row + x;
+            if (edge_live(*cur)) {
+                int ca = edge_a(ce), ga, gb;
+                double h = y[ca] + y[ce.b] - w2[ca * n1 + ce.b], g;
                 if (known[x]) {
                     g = rc[x];
                 } else {
-                    int ga = ea[kb], gb = eb[kb];
-                    g = y[ga] + y[gb] - S->w2[ga * n1 + gb];
+                    ga = edge_a(*cur);
+                    gb = cur->b;
+                    g = y[ga] + y[gb] - w2[ga * n1 + gb];
                 }
                 if (!(h < g)) {
                     rc[x] = g;
@@ -407,19 +416,11 @@ static void contract(Solver *S, int a, int anc, int b)
             } else {
                 known[x] = 0;
             }
-            ea[kb] = ca;
-            eb[kb] = cb;
-            ew[kb] = cw;
-            kb2 = (Py_ssize_t)x * s + nb;
-            kc2 = (Py_ssize_t)x * s + c;
-            ea[kb2] = ea[kc2];
-            eb[kb2] = eb[kc2];
-            ew[kb2] = ew[kc2];
+            *cur = ce;
+            E[(Py_ssize_t)x * s + nb] = E[(Py_ssize_t)x * s + c];
         }
         known[nb] = 0;
     }
-    free(rc);
-    free(known);
     for (i = 0; i < len; i++) {
         int c = cyc[i];
         if (c <= n) {
@@ -442,11 +443,11 @@ static void expand(Solver *S, int b)
     len = S->nchild[b];
     for (i = 0; i < len; i++)
         set_root(S, cyc[i], cyc[i]);
-    entry = S->sub[(Py_ssize_t)b * S->n1 + S->ea[(Py_ssize_t)b * s + S->parent[b]]];
+    entry = S->sub[(Py_ssize_t)b * S->n1 + edge_a(S->e[(Py_ssize_t)b * s + S->parent[b]])];
     pos = rotate_to(S, b, entry);
     for (i = 0; i < pos; i += 2) {
         int c = cyc[i], d = cyc[i + 1];
-        S->parent[c] = S->ea[(Py_ssize_t)d * s + c];
+        S->parent[c] = edge_a(S->e[(Py_ssize_t)d * s + c]);
         S->label[c] = ODD;
         S->label[d] = EVEN;
         S->best[c] = 0;
@@ -458,7 +459,7 @@ static void expand(Solver *S, int b)
     S->parent[entry] = S->parent[b];
     if (S->best[entry]) {
         Py_ssize_t k = (Py_ssize_t)S->best[entry] * s + entry;
-        S->bestc[entry] = rcost(S, S->ea[k], S->eb[k]);
+        S->bestc[entry] = rcost(S, edge_a(S->e[k]), S->e[k].b);
     } else {
         S->bestc[entry] = INFINITY;
     }
@@ -501,7 +502,9 @@ static int stage(Solver *S)
 {
     int n = S->n, s = S->s, n1 = S->n1, top = S->top, x, u, b;
     int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
-    int *parent = S->parent, *eb = S->eb;
+    int *parent = S->parent, *met = S->met, scan;
+    const int *nbr = S->nbr, *nbr_start = S->nbr_start;
+    const Edge *E = S->e;
     double *bestc = S->bestc, *y = S->y;
     IntVec *q = &S->queue;
     double delta, lim, d2;
@@ -535,11 +538,12 @@ static int stage(Solver *S)
             if (label[ru] == ODD)
                 continue;
             yu = y[u];
+            scan = ++S->scan;
             wu = S->w2 + (Py_ssize_t)u * n1;
             base = (Py_ssize_t)u * s;
-            kend = S->nbr_start[u + 1];
-            for (k = S->nbr_start[u]; k < kend; k++) {
-                int v = S->nbr[k], rv = root[v], lr;
+            kend = nbr_start[u + 1];
+            for (k = nbr_start[u]; k < kend; k++) {
+                int v = nbr[k], rv = root[v], lr;
                 double c = yu + y[v] - wu[v];  /* pure: computed also where unused */
                 if (rv == v) {
                     if (c > 0.0) {
@@ -553,7 +557,15 @@ static int stage(Solver *S)
                 } else if (rv == ru) {
                     continue;
                 } else if (c > 0.0) {
-                    int bb = eb[base + rv];
+                    int bb;
+                    /* Every vertex of rv has the same stored edge from u, so once its
+                     * cost has been compared, comparing it again is a no-op: bestc[rv]
+                     * only went down since.  Until the state changes: a grow, shrink or
+                     * augment below starts a new stamp (a grow resets bestc[rv]). */
+                    if (met[rv] == scan)
+                        continue;
+                    met[rv] = scan;
+                    bb = E[base + rv].b;
                     double cb = yu + y[bb] - wu[bb];
                     if (cb < bestc[rv]) {
                         best[rv] = u;
@@ -562,6 +574,8 @@ static int stage(Solver *S)
                     continue;
                 }
                 lr = label[rv];
+                if (lr != ODD)
+                    scan = ++S->scan;
                 if (lr == FREE) {
                     int m;
                     parent[rv] = u;
@@ -638,7 +652,7 @@ static int stage(Solver *S)
                     c = y[bx] + y[x] - wb[x];
                     b0 = x;
                 } else {
-                    b0 = eb[(Py_ssize_t)bx * s + x];
+                    b0 = E[(Py_ssize_t)bx * s + x].b;
                     c = y[bx] + y[b0] - wb[b0];
                 }
                 bestc[x] = c;
@@ -664,15 +678,16 @@ static int stage(Solver *S)
 static void solver_free(Solver *S)
 {
     free(S->w2);
-    free(S->ea);
-    free(S->eb);
-    free(S->ew);
+    free(S->e);
+    free(S->rc);
+    free(S->known);
     free(S->mate);
     free(S->root);
     free(S->parent);
     free(S->label);
     free(S->best);
     free(S->seen);
+    free(S->met);
     free(S->bestc);
     free(S->y);
     free(S->children);
@@ -699,15 +714,16 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     S->s = s;
     S->top = n;
     S->w2 = (double *)calloc((size_t)n1 * n1, sizeof(double));
-    S->ea = (int *)calloc(ss, sizeof(int));
-    S->eb = (int *)calloc(ss, sizeof(int));
-    S->ew = (double *)calloc(ss, sizeof(double));
+    S->e = (Edge *)calloc(ss, sizeof(Edge));
+    S->rc = (double *)malloc((size_t)s * sizeof(double));
+    S->known = (char *)malloc((size_t)s);
     S->mate = (int *)calloc(s, sizeof(int));
     S->root = (int *)calloc(s, sizeof(int));
     S->parent = (int *)calloc(s, sizeof(int));
     S->label = (int *)malloc((size_t)s * sizeof(int));
     S->best = (int *)calloc(s, sizeof(int));
     S->seen = (int *)calloc(s, sizeof(int));
+    S->met = (int *)calloc(s, sizeof(int));
     S->bestc = (double *)malloc((size_t)s * sizeof(double));
     S->y = (double *)calloc(s, sizeof(double));
     S->children = (int *)calloc((size_t)s * n1, sizeof(int));
@@ -715,8 +731,8 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     S->sub = (int *)calloc((size_t)s * n1, sizeof(int));
     S->nbr_start = (int *)calloc((size_t)n1 + 1, sizeof(int));
     S->innbr_start = (int *)calloc((size_t)n1 + 1, sizeof(int));
-    if (!S->w2 || !S->ea || !S->eb || !S->ew || !S->mate || !S->root || !S->parent
-        || !S->label || !S->best || !S->seen || !S->bestc || !S->y || !S->children
+    if (!S->w2 || !S->e || !S->rc || !S->known || !S->mate || !S->root || !S->parent
+        || !S->label || !S->best || !S->seen || !S->met || !S->bestc || !S->y || !S->children
         || !S->nchild || !S->sub || !S->nbr_start || !S->innbr_start)
         return -1;
     *w_max = 0.0;
@@ -727,7 +743,6 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
                 continue;
             x = w[(Py_ssize_t)(r - 1) * n + (c - 1)];
             if (x > 0) {
-                S->ew[(Py_ssize_t)r * s + c] = x;
                 S->w2[(Py_ssize_t)r * n1 + c] = x * 2.0;
                 S->nbr_start[r + 1]++;
                 S->innbr_start[c + 1]++;
@@ -765,8 +780,10 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     for (r = 0; r <= n; r++) {
         Py_ssize_t base = (Py_ssize_t)r * s;
         for (c = 0; c <= n; c++) {
-            S->ea[base + c] = r;
-            S->eb[base + c] = c;
+            Edge *e = S->e + base + c;
+            /* live where the weight is > 0 (w2 holds it doubled, exactly) */
+            e->a = r >= 1 && c >= 1 && c != r && S->w2[(Py_ssize_t)r * n1 + c] > 0.0 ? ~r : r;
+            e->b = c;
         }
     }
     for (r = 0; r < s; r++) {

@@ -578,12 +578,9 @@ def blossom_pairs_flat(n: int, weights: list[float], *,
         raise ValueError(f"node count must be >= 0, got {n}")
     if len(weights) != n * n:
         raise ValueError(f"weights must hold n*n = {n * n} values, got {len(weights)}")
-    if compiled is None:
-        compiled = _compiled is not None
-    if compiled:
-        if _compiled is None:
-            raise ImportError("scheduler.core._blossom was not built (pip install -e . with a C compiler)")
-        return _compiled.solve(n, weights)
+    solver = _compiled_solver(compiled)
+    if solver is not None:
+        return solver.solve(n, weights)
     return _pure_pairs(n, weights)
 
 
@@ -594,15 +591,24 @@ def blossom_pairs_indexed(kinds: list[int], m: int, table: list[float], *,
     the expanded table; the compiled matcher expands it in C, saving the n*n list."""
     if not all(0 <= x < m for x in kinds) or len(table) != m * m:
         raise ValueError(f"kinds must be in 0..{m - 1} and the table hold {m * m} values")
-    if compiled is None:
-        compiled = _compiled is not None
-    if compiled:
-        if _compiled is None:
-            raise ImportError("scheduler.core._blossom was not built (pip install -e . with a C compiler)")
-        return _compiled.solve_indexed(kinds, m, table)
+    solver = _compiled_solver(compiled)
+    if solver is not None:
+        return solver.solve_indexed(kinds, m, table)
     n = len(kinds)
     flat = [table[x * m + y] for x in kinds for y in kinds]
     return blossom_pairs_flat(n, flat, compiled=False)
+
+
+def _compiled_solver(compiled: bool | None):
+    """The compiled module to run for a call's ``compiled`` argument, or None for this
+    module's reference path (one rule for every public entry point)."""
+    if compiled is None:
+        return _compiled
+    if not compiled:
+        return None
+    if _compiled is None:
+        raise ImportError("scheduler.core._blossom was not built (pip install -e . with a C compiler)")
+    return _compiled
 
 
 def _pure_pairs(n: int, weights: list[float]) -> list[tuple[int, int]]:

@@ -8,6 +8,8 @@ Ablations: `ordering="worst"` (each group runs in its slowest order) and `matchi
 from __future__ import annotations
 
 
+from operator import attrgetter
+
 import numpy as np
 
 from scheduler.core import interleave
@@ -191,7 +193,9 @@ class Muri(Policy):
             return {}
         # The same candidates in the same order often meet again in the next round (an event
         # that changed nothing here); the matching is a function of them, so remember it.
-        key = tuple(tuple(j.id for j in node) for node in nodes)
+        # Keyed by the Job objects themselves (identity, eq=False): one per job, like its
+        # id, and map(tuple) builds the key without a Python step per member.
+        key = tuple(map(tuple, nodes))
         hysteresis = self.preset.regroup_hysteresis
         bonus = [self._keep_bonus(node) for node in nodes] if hysteresis else [0.0] * n
         if hysteresis:
@@ -214,7 +218,8 @@ class Muri(Policy):
             else:
                 pairs = blossom_pairs_indexed(*self._kind_table(nodes))
             return self._remember(key, pairs)
-        k, cache, ids = self.k, self._weights, key[:n]
+        k, cache = self.k, self._weights
+        ids = [tuple(j.id for j in node) for node in nodes]
         sizes = [len(node) for node in nodes]
 
         def weight(i: int, j: int) -> float:  # the hot path of a round: cache first
@@ -245,11 +250,12 @@ class Muri(Policy):
         if len(numbers) > 2_000:  # bounded: refilled on demand
             numbers.clear()
             rows.clear()
+        shape = attrgetter("id" if self.ordering == "none" else "profile")
         by_id = self.ordering == "none"
         local: dict[int, int] = {}
-        kinds = [local.setdefault(numbers.setdefault(
-            tuple(j.id if by_id else j.profile for j in node), len(numbers)), len(local))
-            for node in nodes]
+        kinds = [local.setdefault(numbers.setdefault(tuple(map(shape, node)), len(numbers)),
+                                  len(local))
+                 for node in nodes]
         present = list(local)
         first = [0] * len(present)  # one candidate of each kind (any: they weigh the same)
         for i in range(len(kinds) - 1, -1, -1):
