@@ -65,6 +65,7 @@ class ScanEverything:
 
 _step = st.one_of(
     st.tuples(st.just("place"), st.sampled_from([1, 2, 3, 4, 5, 8, 12, 16, 20, 32])),
+    st.tuples(st.just("reserve"), st.sampled_from([1, 2, 4, 8, 16])),
     st.tuples(st.just("keep"), st.integers(0, 30)),  # a placement handed out earlier
     st.tuples(st.just("reset"), st.sets(st.integers(0, 11), max_size=3)),
 )
@@ -86,6 +87,8 @@ def test_shortcuts_place_what_scanning_every_node_places(switches, per_switch, g
             assert got == plain.place(arg)
             if got is not None:
                 handed.append((got, arg))
+        elif op == "reserve":
+            assert fast.can_place(arg) == (plain.place(arg) is not None)
         elif op == "keep" and handed:
             slices, size = handed[arg % len(handed)]
             assert fast.keep(slices, size) == plain.keep(slices, size)

@@ -99,6 +99,24 @@ class ClusterState:
         More than a node's worth takes whole idle nodes plus one node for the rest; less takes
         the first node with room. First fit keeps the choice predictable for operators.
         """
+        found = self._find(num_gpu)
+        if found is None:
+            return None
+        return tuple(self._take(node, count, num_gpu) for node, count in found)
+
+    def can_place(self, num_gpu: int) -> bool:
+        """Reserve room for a job without naming GPUs (admission); same rule as place()."""
+        found = self._find(num_gpu)
+        if found is None:
+            return False
+        d, masks = self.demand, self.free_mask
+        for node, count in found:
+            masks[node] = self._lowest(masks[node], count)[1]
+            self._use(node, count, d.cpus(count, num_gpu))
+        return True
+
+    def _find(self, num_gpu: int) -> list[tuple[int, int]] | None:
+        """Where place() would put `num_gpu` GPUs: (node, GPU count) pairs, or None."""
         if num_gpu > self.free_total:
             return None
         if num_gpu <= self._per_node:
@@ -108,7 +126,7 @@ class ClusterState:
             for node in range(self._first.get(num_gpu, 0), len(fg)):
                 if fg[node] >= num_gpu and fc[node] >= need_cpu:
                     self._first[num_gpu] = node
-                    return (self._take(node, num_gpu, num_gpu),)
+                    return [(node, num_gpu)]
             self._first[num_gpu] = len(fg)
             return None
         full_needed = num_gpu // self._per_node
@@ -117,12 +135,15 @@ class ClusterState:
                 continue  # too few idle nodes here: _fit would not find them
             found = self._fit(nodes, num_gpu)
             if found is not None:
-                return tuple(self._take(node, count, num_gpu) for node, count in found)
+                return found
         return None
 
     def keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
         """Take exactly these GPUs if all are free (a running job staying put)."""
-        if sum(len(s.gpus) for s in slices) != job_gpus:
+        if len(slices) == 1:  # the common case, without the generator
+            if len(slices[0].gpus) != job_gpus:
+                return False
+        elif sum(len(s.gpus) for s in slices) != job_gpus:
             return False
         return self._keep(slices, job_gpus)
 
@@ -154,13 +175,8 @@ class ClusterState:
         return True
 
     def _fit(self, nodes: range, num_gpu: int) -> list[tuple[int, int]] | None:
+        """More than a node's worth within `nodes`: whole idle nodes, one node for the rest."""
         g, fg, fc, d = self._per_node, self.free_count, self.free_cpus, self.demand
-        if num_gpu <= g:
-            need_cpu = d.cpus(num_gpu, num_gpu)
-            for node in nodes:
-                if fg[node] >= num_gpu and fc[node] >= need_cpu:
-                    return [(node, num_gpu)]
-            return None
         full_needed, rest = divmod(num_gpu, g)
         full_cpu = d.cpus(g, num_gpu)
         full = [node for node in nodes if fg[node] == g and fc[node] >= full_cpu][:full_needed]
@@ -175,7 +191,3 @@ class ClusterState:
                 return None
             found.append((last, rest))
         return found
-
-    def can_place(self, num_gpu: int) -> bool:
-        """Reserve room for a job without naming GPUs (admission); same rule as place()."""
-        return self.place(num_gpu) is not None
