@@ -140,12 +140,24 @@ class ClusterState:
 
     def keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
         """Take exactly these GPUs if all are free (a running job staying put)."""
-        if len(slices) == 1:  # the common case, without the generator
-            if len(slices[0].gpus) != job_gpus:
+        if len(slices) != 1:
+            if sum(len(s.gpus) for s in slices) != job_gpus:
                 return False
-        elif sum(len(s.gpus) for s in slices) != job_gpus:
+            return self._keep(slices, job_gpus)
+        # one node, the common case (every round keeps each running job): inlined
+        node, gpus = slices[0].node, slices[0].gpus
+        if len(gpus) != job_gpus:
             return False
-        return self._keep(slices, job_gpus)
+        need = self._masks.get(gpus)
+        if need is None:
+            need = self._mask(gpus)
+        free = self.free_mask[node]
+        cpus = self.demand.cpus(job_gpus, job_gpus)
+        if need < 0 or free & need != need or self.free_cpus[node] < cpus:
+            return False
+        self.free_mask[node] = free & ~need
+        self._use(node, job_gpus, cpus)
+        return True
 
     def _mask(self, gpus: tuple[int, ...]) -> int:
         """The bit mask of these GPU ids, -1 when one is no GPU of a node."""
