@@ -138,7 +138,7 @@ class Muri(Policy):
         chosen = dict.fromkeys(classes, 0)
         left = {gpus: len(members) for gpus, members in classes.items()}  # not walked yet
         smallest = min(left, default=0)
-        reserved: set[int] = set()
+        reserved: set[Job] = set()  # by identity: one Job per id
         cluster = ctx.cluster
         cluster.reset()
         # Room only shrinks here, and a request that did not fit means no bigger one fits
@@ -155,7 +155,7 @@ class Muri(Policy):
             left[gpus] = count
             if not count and gpus == smallest:
                 smallest = min((g for g, c in left.items() if c), default=float("inf"))
-            if gpus >= smallest_failed or job.id in reserved:
+            if gpus >= smallest_failed or job in reserved:
                 continue
             if not cluster.can_place(gpus):
                 if monotone:
@@ -164,7 +164,7 @@ class Muri(Policy):
             members = classes[gpus]
             lo = chosen[gpus]
             hi = min(lo + k, len(members))
-            reserved.update(j.id for j in members[lo:hi])
+            reserved.update(members[lo:hi])
             chosen[gpus] = hi
         return {gpus: members[:chosen[gpus]] for gpus, members in classes.items()}
 
@@ -433,15 +433,20 @@ class Muri(Policy):
         """Largest #GPUs first (stable in priority order); a group is placed where its first
         member in that order lands; a group that does not fit waits. Sorts `queue` (the
         carried order) in place, as the artifact does."""
-        home = {j.id: group for groups in packings.values() for group in groups for j in group}
+        # keyed by the Job itself (one per id, hashed by identity): no id property per lookup
+        home = {j: group for groups in packings.values() for group in groups for j in group}
         queue.sort(key=_gpus, reverse=True)
         if ctx.previous:
             units, seen = [], set()
             for job in queue:
-                group = home.get(job.id)
-                if group is not None and id(group) not in seen:
+                group = home.get(job)
+                if group is None:
+                    continue
+                if len(group) > 1:  # a lone job's group comes up once anyway
+                    if id(group) in seen:
+                        continue
                     seen.add(id(group))
-                    units.append(group)
+                units.append(group)
             placements = place_units(ctx, [(g[0].record.num_gpu, g) for g in units])
             return [self._as_group(g, s) for g, s in zip(units, placements) if s is not None]
         cluster = ctx.cluster
@@ -449,7 +454,7 @@ class Muri(Policy):
         placed: set[int] = set()
         groups = []
         for job in queue:
-            group = home.get(job.id)
+            group = home.get(job)
             if group is None or id(group) in placed:
                 continue
             slices = cluster.place(job.num_gpu)
@@ -462,7 +467,7 @@ class Muri(Policy):
     def _as_group(self, members: Packing, slices) -> Group:
         if len(members) == 1:  # alone: its solo speed, its only order (see group_timing)
             job = members[0]
-            return Group(jobs=(job.id,), num_gpu=job.record.num_gpu, tt=job.solo_time,
+            return Group(jobs=(job.record.job_id,), num_gpu=job.record.num_gpu, tt=job.solo_time,
                          placement=tuple(slices))
         tt, order = self.group_timing(members)
         if self.ordering == "none" and len(members) > 1:
