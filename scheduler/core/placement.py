@@ -24,39 +24,73 @@ class Demand:
 
 
 class ClusterState:
-    """Free GPUs and CPUs per node, grouped by switch. Cheap to reset every round."""
+    """Free GPUs and CPUs per node, grouped by switch. Cheap to reset every round.
 
-    __slots__ = ("spec", "demand", "free_gpus", "free_count", "free_cpus", "free_total",
-                 "_switches", "_per_node", "offline")
+    A round places every running job again, so the per-placement work is kept small and
+    independent of the cluster's size: each node's free GPUs are one bit mask, and first fit
+    remembers, per request size, the first node that may still fit it (room only shrinks
+    between resets, so nodes before it never will) and, per switch, how many nodes are idle.
+    """
+
+    __slots__ = ("spec", "demand", "free_mask", "free_count", "free_cpus", "free_total",
+                 "_switches", "_per_node", "_per_switch", "_idle", "_first", "_bits",
+                 "_masks", "offline")
 
     def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
         self.spec = spec
         self.demand = demand
         self._per_node = spec.gpus_per_node
-        per_switch = spec.nodes_per_switch
+        per_switch = self._per_switch = spec.nodes_per_switch
         self._switches = [range(s * per_switch, (s + 1) * per_switch)
                           for s in range(spec.num_switch)]
+        self._bits: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}  # see _lowest
+        self._masks: dict[tuple[int, ...], int] = {}  # GPU ids -> their bit mask (-1: bad)
         self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
         self.reset()
 
     def reset(self) -> None:
         g, n = self._per_node, self.spec.num_nodes
-        self.free_gpus = [None] * n  # GPU id lists, made on first use of a node
+        self.free_mask = [(1 << g) - 1] * n  # bit i set: GPU i of the node is free
         self.free_count = [g] * n
         self.free_cpus = [self.spec.cpus_per_node] * n
         self.free_total = g * n
+        self._idle = [self._per_switch] * self.spec.num_switch  # nodes with every GPU free
+        self._first: dict[int, int] = {}  # request size -> no node before this one fits it
         for node in self.offline:
-            self.free_gpus[node], self.free_count[node], self.free_cpus[node] = [], 0, 0
+            if self.free_count[node] == g:
+                self._idle[node // self._per_switch] -= 1
+            self.free_mask[node], self.free_count[node], self.free_cpus[node] = 0, 0, 0
             self.free_total -= g
 
-    def _take(self, node: int, count: int, job_gpus: int) -> NodeSlice:
-        free = self.free_gpus[node]
-        if free is None:
-            free = list(range(self._per_node))
-        taken, self.free_gpus[node] = tuple(free[:count]), free[count:]
+    @property
+    def free_gpus(self) -> list[list[int]]:
+        """Each node's free GPU ids, ascending (a view for people and tests)."""
+        g = self._per_node
+        return [[i for i in range(g) if mask >> i & 1] for mask in self.free_mask]
+
+    def _lowest(self, mask: int, count: int) -> tuple[tuple[int, ...], int]:
+        """The `count` lowest GPU ids free in `mask` and the mask without them; remembered,
+        since a node has few distinct masks."""
+        hit = self._bits.get((mask, count))
+        if hit is None:
+            taken, rest = [], mask
+            while len(taken) < count:
+                low = rest & -rest
+                taken.append(low.bit_length() - 1)
+                rest ^= low
+            hit = self._bits[(mask, count)] = (tuple(taken), rest)
+        return hit
+
+    def _use(self, node: int, count: int, cpus: int) -> None:
+        if count and self.free_count[node] == self._per_node:
+            self._idle[node // self._per_switch] -= 1
         self.free_count[node] -= count
-        self.free_cpus[node] -= self.demand.cpus(count, job_gpus)
+        self.free_cpus[node] -= cpus
         self.free_total -= count
+
+    def _take(self, node: int, count: int, job_gpus: int) -> NodeSlice:
+        taken, self.free_mask[node] = self._lowest(self.free_mask[node], count)
+        self._use(node, count, self.demand.cpus(count, job_gpus))
         return NodeSlice(node, taken)
 
     def place(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
@@ -65,52 +99,96 @@ class ClusterState:
         More than a node's worth takes whole idle nodes plus one node for the rest; less takes
         the first node with room. First fit keeps the choice predictable for operators.
         """
+        found = self._find(num_gpu)
+        if found is None:
+            return None
+        return tuple(self._take(node, count, num_gpu) for node, count in found)
+
+    def can_place(self, num_gpu: int) -> bool:
+        """Reserve room for a job without naming GPUs (admission); same rule as place()."""
+        found = self._find(num_gpu)
+        if found is None:
+            return False
+        d, masks = self.demand, self.free_mask
+        for node, count in found:
+            masks[node] = self._lowest(masks[node], count)[1]
+            self._use(node, count, d.cpus(count, num_gpu))
+        return True
+
+    def _find(self, num_gpu: int) -> list[tuple[int, int]] | None:
+        """Where place() would put `num_gpu` GPUs: (node, GPU count) pairs, or None."""
         if num_gpu > self.free_total:
             return None
         if num_gpu <= self._per_node:
             # the first node with room, switch by switch (nodes are numbered that way)
             need_cpu = self.demand.cpus(num_gpu, num_gpu)
             fg, fc = self.free_count, self.free_cpus
-            for node in range(len(fg)):
+            for node in range(self._first.get(num_gpu, 0), len(fg)):
                 if fg[node] >= num_gpu and fc[node] >= need_cpu:
-                    return (self._take(node, num_gpu, num_gpu),)
+                    self._first[num_gpu] = node
+                    return [(node, num_gpu)]
+            self._first[num_gpu] = len(fg)
             return None
-        for nodes in self._switches:
+        full_needed = num_gpu // self._per_node
+        for switch, nodes in enumerate(self._switches):
+            if self._idle[switch] < full_needed:
+                continue  # too few idle nodes here: _fit would not find them
             found = self._fit(nodes, num_gpu)
             if found is not None:
-                return tuple(self._take(node, count, num_gpu) for node, count in found)
+                return found
         return None
 
     def keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
         """Take exactly these GPUs if all are free (a running job staying put)."""
-        if sum(len(s.gpus) for s in slices) != job_gpus:
+        if len(slices) != 1:
+            if sum(len(s.gpus) for s in slices) != job_gpus:
+                return False
+            return self._keep(slices, job_gpus)
+        # one node, the common case (every round keeps each running job): inlined
+        node, gpus = slices[0].node, slices[0].gpus
+        if len(gpus) != job_gpus:
             return False
-        return self._keep(slices, job_gpus)
+        need = self._masks.get(gpus)
+        if need is None:
+            need = self._mask(gpus)
+        free = self.free_mask[node]
+        cpus = self.demand.cpus(job_gpus, job_gpus)
+        if need < 0 or free & need != need or self.free_cpus[node] < cpus:
+            return False
+        self.free_mask[node] = free & ~need
+        self._use(node, job_gpus, cpus)
+        return True
+
+    def _mask(self, gpus: tuple[int, ...]) -> int:
+        """The bit mask of these GPU ids, -1 when one is no GPU of a node."""
+        mask = self._masks.get(gpus)
+        if mask is None:
+            if all(0 <= g < self._per_node for g in gpus):
+                mask = 0
+                for g in gpus:
+                    mask |= 1 << g
+            else:
+                mask = -1
+            if len(self._masks) > 4096:
+                self._masks.clear()
+            self._masks[gpus] = mask
+        return mask
 
     def _keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
-        d, fgs, fcs = self.demand, self.free_gpus, self.free_cpus
+        d, masks, fcs = self.demand, self.free_mask, self.free_cpus
         for s in slices:
-            free = fgs[s.node]
-            if (not set(s.gpus).issubset(range(self._per_node) if free is None else free)
-                    or fcs[s.node] < d.cpus(len(s.gpus), job_gpus)):
+            need = self._mask(s.gpus)
+            if need < 0 or masks[s.node] & need != need \
+                    or fcs[s.node] < d.cpus(len(s.gpus), job_gpus):
                 return False
         for s in slices:
-            free = self.free_gpus[s.node]
-            free = list(range(self._per_node)) if free is None else free
-            self.free_gpus[s.node] = [g for g in free if g not in s.gpus]
-            self.free_count[s.node] -= len(s.gpus)
-            self.free_cpus[s.node] -= d.cpus(len(s.gpus), job_gpus)
-            self.free_total -= len(s.gpus)
+            masks[s.node] &= ~self._mask(s.gpus)
+            self._use(s.node, len(s.gpus), d.cpus(len(s.gpus), job_gpus))
         return True
 
     def _fit(self, nodes: range, num_gpu: int) -> list[tuple[int, int]] | None:
+        """More than a node's worth within `nodes`: whole idle nodes, one node for the rest."""
         g, fg, fc, d = self._per_node, self.free_count, self.free_cpus, self.demand
-        if num_gpu <= g:
-            need_cpu = d.cpus(num_gpu, num_gpu)
-            for node in nodes:
-                if fg[node] >= num_gpu and fc[node] >= need_cpu:
-                    return [(node, num_gpu)]
-            return None
         full_needed, rest = divmod(num_gpu, g)
         full_cpu = d.cpus(g, num_gpu)
         full = [node for node in nodes if fg[node] == g and fc[node] >= full_cpu][:full_needed]
@@ -125,7 +203,3 @@ class ClusterState:
                 return None
             found.append((last, rest))
         return found
-
-    def can_place(self, num_gpu: int) -> bool:
-        """Reserve room for a job without naming GPUs (admission); same rule as place()."""
-        return self.place(num_gpu) is not None

@@ -115,7 +115,7 @@ class Muri(Policy):
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
         queue = self.carried_order(ctx.queue)
-        queue.sort(key=self.key)
+        queue.sort(key=_by_remaining if self.know_duration else _by_attained)  # = self.key
         admitted = self._admit(ctx, queue)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
@@ -132,27 +132,42 @@ class Muri(Policy):
         of its #GPU class, since those may share its GPUs."""
         classes: dict[int, list[Job]] = {}
         for job in queue:
-            classes.setdefault(job.num_gpu, []).append(job)
+            members = classes.get(job.record.num_gpu)
+            if members is None:
+                classes[job.record.num_gpu] = [job]
+            else:
+                members.append(job)
         chosen = dict.fromkeys(classes, 0)
-        reserved: set[int] = set()
+        left = {gpus: len(members) for gpus, members in classes.items()}  # not walked yet
+        smallest = min(left, default=0)
+        reserved: set[Job] = set()  # by identity: one Job per id
         cluster = ctx.cluster
         cluster.reset()
         # Room only shrinks here, and a request that did not fit means no bigger one fits
-        # (more GPUs, no fewer CPUs each): skip those without searching the nodes again.
+        # (more GPUs, no fewer CPUs each): skip those without searching the nodes again,
+        # and stop once no job left could fit (the walk then costs what is admitted).
         monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
         smallest_failed = float("inf")
+        k = self.k
         for job in queue:
-            if job.id in reserved or job.num_gpu >= smallest_failed:
+            if cluster.free_total < smallest or smallest_failed <= smallest:
+                break
+            gpus = job.record.num_gpu
+            count = left[gpus] - 1
+            left[gpus] = count
+            if not count and gpus == smallest:
+                smallest = min((g for g, c in left.items() if c), default=float("inf"))
+            if gpus >= smallest_failed or job in reserved:
                 continue
-            if not cluster.can_place(job.num_gpu):
+            if not cluster.can_place(gpus):
                 if monotone:
-                    smallest_failed = job.num_gpu
+                    smallest_failed = gpus
                 continue
-            members = classes[job.num_gpu]
-            lo = chosen[job.num_gpu]
-            hi = min(lo + self.k, len(members))
-            reserved.update(j.id for j in members[lo:hi])
-            chosen[job.num_gpu] = hi
+            members = classes[gpus]
+            lo = chosen[gpus]
+            hi = min(lo + k, len(members))
+            reserved.update(members[lo:hi])
+            chosen[gpus] = hi
         return {gpus: members[:chosen[gpus]] for gpus, members in classes.items()}
 
     def _match(self, admitted: dict[int, list[Job]], required: int,
@@ -399,14 +414,18 @@ class Muri(Policy):
         """Split any group slower than its members run one after another; then admit groups
         again in priority order, since splitting may demand more GPUs than there are."""
         candidates: list[tuple[float, int, Packing]] = []
+        key = _by_remaining if self.know_duration else _by_attained  # = self.key
         for gpus, groups in packings.items():
             for group in groups:
+                if len(group) == 1:  # a job alone runs at its solo speed: never split
+                    candidates.append((key(group[0]), gpus, group))
+                    continue
                 tt, _ = self.group_timing(group, "best")
                 if tt / sum(j.solo_time for j in group) > 1:
-                    candidates.extend((self.key(j), gpus, [j]) for j in group)
+                    candidates.extend((key(j), gpus, [j]) for j in group)
                 else:
-                    candidates.append((min(self.key(j) for j in group), gpus, group))
-        candidates.sort(key=lambda c: c[0])
+                    candidates.append((min(key(j) for j in group), gpus, group))
+        candidates.sort(key=_first)
         cluster = ctx.cluster
         cluster.reset()
         kept: dict[int, list[Packing]] = {}
@@ -420,23 +439,28 @@ class Muri(Policy):
         """Largest #GPUs first (stable in priority order); a group is placed where its first
         member in that order lands; a group that does not fit waits. Sorts `queue` (the
         carried order) in place, as the artifact does."""
-        home = {j.id: group for groups in packings.values() for group in groups for j in group}
-        queue.sort(key=lambda j: j.num_gpu, reverse=True)
+        # keyed by the Job itself (one per id, hashed by identity): no id property per lookup
+        home = {j: group for groups in packings.values() for group in groups for j in group}
+        queue.sort(key=_gpus, reverse=True)
         if ctx.previous:
             units, seen = [], set()
             for job in queue:
-                group = home.get(job.id)
-                if group is not None and id(group) not in seen:
+                group = home.get(job)
+                if group is None:
+                    continue
+                if len(group) > 1:  # a lone job's group comes up once anyway
+                    if id(group) in seen:
+                        continue
                     seen.add(id(group))
-                    units.append(group)
-            placements = place_units(ctx, [(g[0].num_gpu, g) for g in units])
+                units.append(group)
+            placements = place_units(ctx, [(g[0].record.num_gpu, g) for g in units])
             return [self._as_group(g, s) for g, s in zip(units, placements) if s is not None]
         cluster = ctx.cluster
         cluster.reset()
         placed: set[int] = set()
         groups = []
         for job in queue:
-            group = home.get(job.id)
+            group = home.get(job)
             if group is None or id(group) in placed:
                 continue
             slices = cluster.place(job.num_gpu)
@@ -447,6 +471,10 @@ class Muri(Policy):
         return groups
 
     def _as_group(self, members: Packing, slices) -> Group:
+        if len(members) == 1:  # alone: its solo speed, its only order (see group_timing)
+            job = members[0]
+            return Group(jobs=(job.record.job_id,), num_gpu=job.record.num_gpu, tt=job.solo_time,
+                         placement=tuple(slices))
         tt, order = self.group_timing(members)
         if self.ordering == "none" and len(members) > 1:
             members = sorted(members, key=lambda j: j.id)
@@ -456,6 +484,24 @@ class Muri(Policy):
         return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
                      tt=tt, placement=tuple(slices),
                      empty_slot=None in order)
+
+
+def _by_remaining(job: Job) -> float:
+    """Muri-S's rank (Muri.key with durations known), without the method call."""
+    return job.remaining_estimate * job.record.num_gpu
+
+
+def _by_attained(job: Job) -> float:
+    """Muri-L's rank (Muri.key with durations unknown)."""
+    return job.attained * job.record.num_gpu
+
+
+def _gpus(job: Job) -> int:
+    return job.record.num_gpu
+
+
+def _first(item: tuple) -> float:
+    return item[0]
 
 
 def _windows(n: int, size: int) -> list[tuple[int, int]]:
