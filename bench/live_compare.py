@@ -230,10 +230,17 @@ def predict(records: Sequence[JobRecord], spec_file: Path, policy: str,
 
 
 # -- the live run ---------------------------------------------------------------------------
+def outcomes(run_dir: Path) -> dict[int, dict]:
+    """Each finished job of a live run as the scheduler logged it (trace seconds = wall
+    seconds at time scale 1)."""
+    return {o.job_id: {"submit": o.submit, "end": o.end, "jct": o.jct,
+                       "preemptions": o.preemptions}
+            for o in load_run(run_dir).outcomes if o.end is not None}
+
+
 def live_run(trace: Path, spec_file: Path, form: Form, policy: str, run_dir: Path,
              timeout: float = 900) -> dict[int, dict]:
-    """Feed the trace to a live cluster of real torch trainers; each job's JCT as the
-    scheduler logged it (trace seconds = wall seconds at time scale 1)."""
+    """Feed the trace to a live cluster of real torch trainers; its `outcomes`."""
     cluster = LiveCluster(run_dir, str(spec_file), nodes=form.nodes, gpus_per_node=form.gpus,
                           policy=policy, time_scale=1.0, agent_cores=CORES,
                           scheduler_args=["--workload", "torch", "--torch-config", "{}",
@@ -246,9 +253,7 @@ def live_run(trace: Path, spec_file: Path, form: Form, policy: str, run_dir: Pat
             raise RuntimeError("the feeder failed")
     finally:
         cluster.stop_all()
-    return {o.job_id: {"submit": o.submit, "end": o.end, "jct": o.jct,
-                       "preemptions": o.preemptions}
-            for o in load_run(run_dir).outcomes if o.end is not None}
+    return outcomes(run_dir)
 
 
 # -- comparing ------------------------------------------------------------------------------
@@ -340,6 +345,16 @@ def run_policy(form: Form, known: Known, trace: Path, spec: Path, policy: str, o
             "comparisons": comparisons, "spread": run_spread(runs)}
 
 
+def score(out: Path, policy: str) -> dict:
+    """`run_policy`'s result again from the files of finished runs (predicted-POLICY.json,
+    runs/POLICY-k/): to re-score, or to finish a benchmark interrupted after its runs."""
+    predicted = {int(j): v for j, v in
+                 json.loads((out / f"predicted-{policy}.json").read_text()).items()}
+    runs = [outcomes(d) for d in sorted((out / "runs").glob(f"{policy}-*"))]
+    return {"policy": policy, "predicted": predicted, "live": runs,
+            "comparisons": [compare(predicted, r) for r in runs], "spread": run_spread(runs)}
+
+
 def lines(result: dict, form: Form) -> list[dict]:
     """JSON lines: one per job per repeat, then one summary per repeat, then the spread."""
     models = {j.job_id: j.model for j in form.jobs}
@@ -381,17 +396,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="live runs per policy (default 2)")
     p.add_argument("--reuse", action="store_true",
                    help="keep OUT's profiles.json and restart.json from an earlier run")
+    p.add_argument("--score", action="store_true",
+                   help="run nothing: score the finished runs already in OUT")
     a = p.parse_args(argv)
     form = FORMS[a.form]
     t0 = time.monotonic()
-    known, trace, spec = prepare(form, a.out, a.reuse)
-    print(f"profiles and restart costs measured in {time.monotonic() - t0:.0f} s",
-          file=sys.stderr, flush=True)
     rows: list[dict] = []
-    for policy in a.policies.split(","):
-        result = run_policy(form, known, trace, spec, policy, a.out, a.repeats)
-        rows += lines(result, form)
-        print(f"{policy}: done at {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    if a.score:
+        for policy in a.policies.split(","):
+            rows += lines(score(a.out, policy), form)
+    else:
+        known, trace, spec = prepare(form, a.out, a.reuse)
+        print(f"profiles and restart costs measured in {time.monotonic() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+        for policy in a.policies.split(","):
+            result = run_policy(form, known, trace, spec, policy, a.out, a.repeats)
+            rows += lines(result, form)
+            print(f"{policy}: done at {time.monotonic() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
     with open(a.out / "results.jsonl", "w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
