@@ -16,7 +16,7 @@ this mix, the model's error was -12.8%, -14.8% and -16.3% on the average JCT (me
 12.8%, 15.0%, 15.6%): it under-predicts, systematically (the live run carries the broker,
 scheduler, agents and telemetry on the same two cores, and its finished trainers still have
 to be noticed). Told a 2x or 0.5x profile, or a restart cost x3 or 0, the same comparison is
-36-52% off on the average JCT and the check fails (the parametrised test shows it each
+36-64% off on the average JCT and the check fails (the parametrised test shows it each
 time). Not covered: a load that swings between the profiling pass and the live run (solo
 profiles of one model taken minutes apart at load 12-16 differed by 17-43% in the full
 form); with the headroom above (4-7 points) such a swing can fail this test.
