@@ -24,6 +24,18 @@ def _env() -> dict[str, str]:
     return env
 
 
+def trainer_env() -> dict[str, str]:
+    """The environment a trainer started by hand gets (one CPU thread, this checkout)."""
+    return _env()
+
+
+def write_spec(path: Path, nodes: int, gpus_per_node: int) -> Path:
+    """A one-switch cluster spec file, for clusters of real torch trainers."""
+    path.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
+                    f"1,{nodes},{gpus_per_node},8,64\n")
+    return path
+
+
 def wait_for(predicate, timeout: float, what: str, every: float = 0.2):
     """Poll another process's observable state until it holds, naming what was awaited."""
     try:
@@ -43,6 +55,9 @@ class LiveCluster:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     broker_ports: tuple[int, int, int] | None = None
     scheduler_args: list[str] = field(default_factory=list)
+    # node i's agent, and so its trainers, on CPU core agent_cores[i % len]: real torch
+    # trainers of two "nodes" then do not compete for one core (empty: no pinning)
+    agent_cores: tuple[int, ...] = ()
 
     @property
     def endpoints_file(self) -> Path:
@@ -77,10 +92,13 @@ class LiveCluster:
 
     def start_agent(self, i: int) -> None:
         gpus = ",".join(str(g) for g in range(self.gpus_per_node))
-        self._spawn(f"agent-n{i}", ["-m", "node_agent.agent", "--node", f"n{i}", "--gpus", gpus,
-                                    "--cpus", "32", "--mem", "128", "--endpoints",
-                                    str(self.endpoints_file), "--run-dir", str(self.run_dir),
-                                    "--time-scale", str(self.time_scale)])
+        proc = self._spawn(f"agent-n{i}", ["-m", "node_agent.agent", "--node", f"n{i}", "--gpus",
+                                           gpus, "--cpus", "32", "--mem", "128", "--endpoints",
+                                           str(self.endpoints_file), "--run-dir",
+                                           str(self.run_dir), "--time-scale",
+                                           str(self.time_scale)])
+        if self.agent_cores:  # set before the agent starts any trainer, which inherits it
+            os.sched_setaffinity(proc.pid, {self.agent_cores[i % len(self.agent_cores)]})
 
     def start(self) -> "LiveCluster":
         self.run_dir.mkdir(parents=True, exist_ok=True)

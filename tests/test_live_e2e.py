@@ -1,8 +1,12 @@
 """The whole live system on loopback: real broker, scheduler, agents, trainers and feeder.
 
 Slow by nature (minutes); each test replays a generated trace time-scaled to finish in about
-two minutes and checks what a user would: every job completes exactly once, the report is
-produced, and the live result agrees with the simulator's on the same trace. Exactly-once is
+two minutes and checks what a user would: every job completes exactly once and the report is
+produced. The comparison with the simulator here is a pacing check of the emulated trainers
+(they run at the pace the scheduler planned and the simulator is charged the overhead this
+same run measured, so agreement holds by construction): it is no evidence of the model's
+fidelity; tests/test_live_compare.py is (real torch jobs, a model told only what was measured
+before the run). Exactly-once is
 checked from the scheduler's records and, independently, from the trainers' own ledgers
 (trainer/ledger.py): no two launches of a job overlapped, checkpoints tile each job's
 iterations, nothing was counted twice.
@@ -55,7 +59,7 @@ def _assert_each_job_finished_once(live, records):
     return ledger
 
 
-def test_end_to_end_matches_the_simulator(cluster, tmp_path):
+def test_end_to_end_paces_emulated_trainers_as_the_simulator(cluster, tmp_path):
     records, trace = _trace(tmp_path)
     feeder = cluster.feed(trace)
     status = cluster.wait_finished(N_JOBS, timeout=400)
@@ -67,8 +71,9 @@ def test_end_to_end_matches_the_simulator(cluster, tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["jobs"] == N_JOBS
-    # The simulator with the restart overhead this live run measured (decision to progress,
-    # in trace seconds at this time scale) in place of the per-model table.
+    # Pacing check, circular by design: the simulator with the restart overhead this live run
+    # measured (decision to progress, in trace seconds at this time scale) in place of the
+    # per-model table, against trainers that replay the planned pace.
     overhead = report["restart_overhead_s"]
     assert overhead is not None and overhead > 0
     preset = get_preset("default", overhead_table={}, overhead_default=overhead)

@@ -136,8 +136,9 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int, book: Any)
             step += 1
             if not math.isfinite(it.loss):
                 raise FloatingPointError(f"loss is {it.loss} at iteration {step}")
-            window.add(it.stages, it.iteration_time)
-            if not measured:
+            if measured:  # the first iteration after a launch is start-up, not the pace
+                window.add(it.stages, it.iteration_time)
+            else:
                 measured = True
                 overheads.append(time.monotonic() - started)
                 del overheads[:-OVERHEAD_HISTORY]
