@@ -71,6 +71,8 @@ class Core:
         """Time has moved to `now`; `done` gives iterations each running job finished since.
 
         Only running jobs change with time; a waiting job's clock is settled when it resumes.
+        The policy hears of it per running job (`on_advance`), then once for all of them
+        (`on_changes`, by default `on_change` for each).
         """
         done = done or {}
         running_sum = self.preset.service_sum == "running"
@@ -80,13 +82,16 @@ class Core:
         kind = type(policy)
         on_advance = (None if getattr(kind, "on_advance", None) is Policy.on_advance
                       else policy.on_advance)
-        on_change = (None if getattr(kind, "on_change", None) is Policy.on_change
-                     else policy.on_change)
-        for job in self.running_jobs():
+        changed = (getattr(kind, "on_change", None) is not Policy.on_change
+                   or getattr(kind, "on_changes", None) is not Policy.on_changes)
+        jobs = self.running_jobs()
+        for job in jobs:
             last = job.last_update
             job.last_update = now
-            job.remaining = max(job.remaining - done.get(job.id, 0.0), 0.0)
-            job.remaining_estimate = job.remaining * job.solo_time
+            remaining = job.remaining - done.get(job.record.job_id, 0.0)
+            remaining = 0.0 if 0.0 > remaining else remaining  # max(remaining, 0.0)
+            job.remaining = remaining
+            job.remaining_estimate = remaining * job.solo_time
             if running_sum:  # the artifact's float order
                 job.attained = (job.attained + now) - last
                 job.queue_attained = (job.queue_attained + now) - last
@@ -95,8 +100,13 @@ class Core:
                 job.queue_attained += now - last
             if on_advance is not None:
                 on_advance(job, now)
-            if on_change is not None:
-                on_change(job)
+        if changed and jobs:  # every running job's numbers changed (no policy needs both hooks)
+            on_changes = getattr(policy, "on_changes", None)
+            if on_changes is not None:
+                on_changes(jobs)
+            else:
+                for job in jobs:
+                    policy.on_change(job)
         self.now = now
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,

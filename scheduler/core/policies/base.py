@@ -67,6 +67,12 @@ class Policy:
         """The core changed a job's numbers (it ran, stopped, got a new estimate or profile):
         an order kept between rounds must look at it again (see order.CarriedOrder)."""
 
+    def on_changes(self, jobs: Sequence[Job]) -> None:
+        """`on_change` for each of `jobs`: the core's one call a round for the running jobs
+        after time moved on (a policy may take them in bulk)."""
+        for job in jobs:
+            self.on_change(job)
+
     def on_finish(self, job: Job, now: float) -> None:
         """A job completed; release whatever the policy held for it."""
 

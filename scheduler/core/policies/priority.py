@@ -27,6 +27,9 @@ class PriorityPolicy(Policy):
     def on_change(self, job: Job) -> None:
         self._kept.touch(job)
 
+    def on_changes(self, jobs) -> None:
+        self._kept.touch_all(jobs)
+
     def plan(self, ctx: RoundContext) -> Plan:
         order = self._kept.sync()
         if len(order) != len(ctx.queue):  # a caller that did not report every job
