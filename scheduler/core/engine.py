@@ -204,19 +204,21 @@ class Core:
                                              previous))
         running = plan.running()
         # Only jobs that ran or run now change; a waiting job stays as it is (no group).
-        for job in self.running_jobs():
-            if job.id not in running:
-                job.status = Status.PENDING
-                job.preemptions += 1
-                job.pending_mark = now
-                job.group_key = ()
-                self._set_running(job, False)
+        # (Each job's update is its own, so the order they are made in does not matter.)
+        stopped = [job for job_id, job in self._running.items() if job_id not in running]
+        for job in stopped:
+            job.status = Status.PENDING
+            job.preemptions += 1
+            job.pending_mark = now
+            job.group_key = ()
+            self._set_running(job, False)
         jobs = self.jobs
+        done, pending = Status.DONE, Status.PENDING
         for job_id, group in running.items():
             job = jobs.get(job_id)
-            if job is None or job.status is Status.DONE:
+            if job is None or job.status is done:
                 continue  # not runnable: nothing to update (as for any job off the queue)
-            if job.status is Status.PENDING:
+            if job.status is pending:
                 job.status = Status.RUNNING
                 job.starts += 1
                 job.last_update = now
