@@ -146,7 +146,7 @@ def _ratio(theirs: float | None, ours: float | None) -> float | None:
 
 def side_by_side(artifact: Path, python: str, traces: Sequence[str], policies: Sequence[str],
                  spec: Path = REFERENCE / "n8g8.csv", repeat: int = 1,
-                 limit: float = 600.0) -> list[dict]:
+                 limit: float = 600.0, trace_dir: Path | None = None) -> list[dict]:
     """Ours and the artifact on the same trace, one after the other in this run; per case
     the fastest of `repeat` runs of each (by CPU seconds).
 
@@ -155,19 +155,21 @@ def side_by_side(artifact: Path, python: str, traces: Sequence[str], policies: S
     reading the trace); the artifact's cannot be timed inside, so it is its whole process
     minus its start-up, which is measured here, per policy, by a run on a 1-job trace (the
     trace's first job): imports (numpy, cvxpy), reading the spec, one job. Results must
-    agree: average JCT within relative 1e-9 of the artifact's own job.csv.
+    agree: average JCT within relative 1e-9 of the artifact's own job.csv. Traces are read
+    from `trace_dir` (by default the artifact's own trace-data/).
     """
+    trace_dir = artifact / "trace-data" if trace_dir is None else trace_dir
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-sim-one-") as tmp:
         startup: dict[str, subrun.ChildRun] = {}
+        one = Path(tmp) / "one_job.csv"
+        write_trace(one, read_trace(trace_dir / f"{traces[0]}.csv")[:1])
         for policy in policies:
-            one = Path(tmp) / "one_job.csv"
-            write_trace(one, read_trace(artifact / "trace-data" / f"{traces[0]}.csv")[:1])
             runs = [run_artifact(artifact, python, one, FAST_POLICIES[policy], spec, limit)[0]
                     for _ in range(repeat)]
             startup[policy] = min(runs, key=lambda r: r.cpu_s)
         for trace in traces:
-            path = artifact / "trace-data" / f"{trace}.csv"
+            path = trace_dir / f"{trace}.csv"
             for policy in policies:
                 ours, theirs, theirs_avg = None, None, None
                 for _ in range(repeat):  # alternating, so that load drifts hit both alike
@@ -244,6 +246,8 @@ def main() -> int:
     side.add_argument("--traces", default=",".join(FAST_TRACES),
                       help="the artifact's traces (in DIR/trace-data), comma-separated")
     side.add_argument("--repeat", type=int, default=1, help="runs of each side per case")
+    side.add_argument("--trace-dir", type=Path,
+                      help="where the traces are (default: the artifact's trace-data/)")
     scale = ap.add_argument_group("scaling mode")
     scale.add_argument("--scaling", action="store_true", help="run the scaling benchmark instead")
     scale.add_argument("--sizes", default=",".join(map(str, scaling.SIZES)),
@@ -270,7 +274,7 @@ def main() -> int:
             ap.error(f"unknown fast policies {unknown}; choose from {', '.join(FAST_POLICIES)}")
         rows = side_by_side(args.artifact, args.artifact_python,
                             [t for t in args.traces.split(",") if t], policies,
-                            repeat=max(args.repeat, 1))
+                            repeat=max(args.repeat, 1), trace_dir=args.trace_dir)
         print_side_by_side(rows)
         return 0 if all(r.get("agree") for r in rows) else 1
     if args.scaling:
