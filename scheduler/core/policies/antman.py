@@ -91,7 +91,7 @@ class AntMan(Policy):
         # jobs stopped outside a plan (the live driver) that still hold their GPUs or guest
         # slots: the walk must reach them even when nothing is free
         self._stopped: dict[int, Job] = {}
-        # #GPUs -> how many opportunistic jobs of that size are in the order (see plan)
+        # #GPUs -> how many opportunistic jobs of that size wait never placed (see plan)
         self._guest_sizes: dict[int, int] = {}
         # the last plan, and _changes when it was made: while no GPU changed and the same
         # jobs run, it is this round's plan too
@@ -109,12 +109,9 @@ class AntMan(Policy):
         self.gpus = [[_Gpu() for _ in range(spec.gpus_per_node)] for _ in range(spec.num_nodes)]
 
     def on_finish(self, job: Job, now: float) -> None:
-        if self._by_id.pop(job.id, None) is not None and job.priority != 0:
-            left = self._guest_sizes[job.num_gpu] - 1
-            if left:
-                self._guest_sizes[job.num_gpu] = left
-            else:
-                del self._guest_sizes[job.num_gpu]
+        if (self._by_id.pop(job.id, None) is not None and job.priority != 0
+                and job.id not in self.guest_gpus):
+            self._uncount_guest(job)
         self._kept.remove(job)
         self._groups.pop(job.id, None)
         self._stopped.pop(job.id, None)
@@ -130,6 +127,14 @@ class AntMan(Policy):
             slot.guests.remove(job.id)
             slot.load -= GUEST_LOAD
             slot.stamp = stamp
+
+    def _uncount_guest(self, job: Job) -> None:
+        """An opportunistic job no longer waits unplaced (it was placed, or it left)."""
+        left = self._guest_sizes[job.num_gpu] - 1
+        if left:
+            self._guest_sizes[job.num_gpu] = left
+        else:
+            del self._guest_sizes[job.num_gpu]
 
     def on_profile(self, job: Job) -> None:
         self._groups.clear()  # its group and its neighbours' are timed by its profile
@@ -251,15 +256,15 @@ class AntMan(Policy):
             self._placed = [j for j in queue if j.status is Status.RUNNING]
             self._guest_sizes = {}
             for job in queue:
-                if job.priority != 0:
+                if job.priority != 0 and job.id not in self.guest_gpus:
                     self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
             self._plan = None
         running = {j.id: j for j in self._placed if j.status is Status.RUNNING}
         # A pending job is tried in order; one that cannot change anything is passed over
         # without the search: a guaranteed job still missing GPUs when none is unowned, an
         # opportunistic job wider than the GPUs open to guests. When both hold for every job
-        # left (no GPU unowned, and every opportunistic job left wider than the open GPUs;
-        # placing takes room, never gives it), the walk ends.
+        # left (no GPU unowned, and every opportunistic job left that waits unplaced wider
+        # than the open GPUs; placing takes room, never gives it), the walk ends.
         left = Remaining(self._guest_sizes)
         seen = -1
         for job in queue:
@@ -276,10 +281,16 @@ class AntMan(Policy):
                     continue
                 placed = self._place_guaranteed(job)
             else:
-                left.visit(job.num_gpu)
-                if job.status is not Status.PENDING or open_gpus < job.num_gpu:
+                if job.status is not Status.PENDING:
+                    continue
+                new = job.id not in self.guest_gpus  # (not a job stopped on its slots)
+                if new:
+                    left.visit(job.num_gpu)
+                if open_gpus < job.num_gpu:
                     continue
                 placed = self._place_opportunistic(job)
+                if placed and new:
+                    self._uncount_guest(job)
             if placed:
                 running[job.id] = job
                 self._stopped.pop(job.id, None)
