@@ -146,7 +146,7 @@ def _ratio(theirs: float | None, ours: float | None) -> float | None:
 
 def side_by_side(artifact: Path, python: str, traces: Sequence[str], policies: Sequence[str],
                  spec: Path = REFERENCE / "n8g8.csv", repeat: int = 1,
-                 limit: float = 600.0, trace_dir: Path | None = None) -> list[dict]:
+                 limit: float = 3600.0, trace_dir: Path | None = None) -> list[dict]:
     """Ours and the artifact on the same trace, one after the other in this run; per case
     the fastest of `repeat` runs of each (by CPU seconds).
 
@@ -171,17 +171,25 @@ def side_by_side(artifact: Path, python: str, traces: Sequence[str], policies: S
         for trace in traces:
             path = trace_dir / f"{trace}.csv"
             for policy in policies:
-                ours, theirs, theirs_avg = None, None, None
+                ours, theirs, theirs_avg, errors = None, None, None, []
                 for _ in range(repeat):  # alternating, so that load drifts hit both alike
                     mine = run_ours(path, spec, policy, limit)
-                    if "error" not in mine and (ours is None or
-                                                mine["child_cpu_s"] < ours["child_cpu_s"]):
+                    if "error" in mine:
+                        errors.append(f"ours: {mine['error']}")
+                    elif ours is None or mine["child_cpu_s"] < ours["child_cpu_s"]:
                         ours = mine
                     run, avg = run_artifact(artifact, python, path, FAST_POLICIES[policy],
                                             spec, limit)
-                    if avg is not None and (theirs is None or run.cpu_s < theirs.cpu_s):
+                    if avg is None:
+                        errors.append(f"artifact: > {limit:g} s wall" if run.timed_out else
+                                      f"artifact: exit {run.returncode}: "
+                                      f"{run.stderr.strip()[-200:]}")
+                    elif theirs is None or run.cpu_s < theirs.cpu_s:
                         theirs, theirs_avg = run, avg
-                rows.append(_side_row(trace, policy, ours, theirs, theirs_avg, startup[policy]))
+                row = _side_row(trace, policy, ours, theirs, theirs_avg, startup[policy])
+                if errors and "error" in row:
+                    row["error"] += f" ({'; '.join(errors)})"
+                rows.append(row)
     return rows
 
 
@@ -246,6 +254,8 @@ def main() -> int:
     side.add_argument("--traces", default=",".join(FAST_TRACES),
                       help="the artifact's traces (in DIR/trace-data), comma-separated")
     side.add_argument("--repeat", type=int, default=1, help="runs of each side per case")
+    side.add_argument("--side-limit", type=float, default=3600.0,
+                      help="wall seconds per run of either side (a loaded machine is slow)")
     side.add_argument("--trace-dir", type=Path,
                       help="where the traces are (default: the artifact's trace-data/)")
     scale = ap.add_argument_group("scaling mode")
@@ -274,7 +284,8 @@ def main() -> int:
             ap.error(f"unknown fast policies {unknown}; choose from {', '.join(FAST_POLICIES)}")
         rows = side_by_side(args.artifact, args.artifact_python,
                             [t for t in args.traces.split(",") if t], policies,
-                            repeat=max(args.repeat, 1), trace_dir=args.trace_dir)
+                            repeat=max(args.repeat, 1), limit=args.side_limit,
+                            trace_dir=args.trace_dir)
         print_side_by_side(rows)
         return 0 if all(r.get("agree") for r in rows) else 1
     if args.scaling:
