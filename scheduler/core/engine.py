@@ -71,6 +71,8 @@ class Core:
         """Time has moved to `now`; `done` gives iterations each running job finished since.
 
         Only running jobs change with time; a waiting job's clock is settled when it resumes.
+        The policy hears of it per running job (`on_advance`), then once for all of them
+        (`on_changes`, by default `on_change` for each).
         """
         done = done or {}
         running_sum = self.preset.service_sum == "running"
@@ -80,13 +82,16 @@ class Core:
         kind = type(policy)
         on_advance = (None if getattr(kind, "on_advance", None) is Policy.on_advance
                       else policy.on_advance)
-        on_change = (None if getattr(kind, "on_change", None) is Policy.on_change
-                     else policy.on_change)
-        for job in self.running_jobs():
+        changed = (getattr(kind, "on_change", None) is not Policy.on_change
+                   or getattr(kind, "on_changes", None) is not Policy.on_changes)
+        jobs = self.running_jobs()
+        for job in jobs:
             last = job.last_update
             job.last_update = now
-            job.remaining = max(job.remaining - done.get(job.id, 0.0), 0.0)
-            job.remaining_estimate = job.remaining * job.solo_time
+            remaining = job.remaining - done.get(job.record.job_id, 0.0)
+            remaining = 0.0 if 0.0 > remaining else remaining  # max(remaining, 0.0)
+            job.remaining = remaining
+            job.remaining_estimate = remaining * job.solo_time
             if running_sum:  # the artifact's float order
                 job.attained = (job.attained + now) - last
                 job.queue_attained = (job.queue_attained + now) - last
@@ -95,8 +100,13 @@ class Core:
                 job.queue_attained += now - last
             if on_advance is not None:
                 on_advance(job, now)
-            if on_change is not None:
-                on_change(job)
+        if changed and jobs:  # every running job's numbers changed (no policy needs both hooks)
+            on_changes = getattr(policy, "on_changes", None)
+            if on_changes is not None:
+                on_changes(jobs)
+            else:
+                for job in jobs:
+                    policy.on_change(job)
         self.now = now
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,
@@ -194,19 +204,21 @@ class Core:
                                              previous))
         running = plan.running()
         # Only jobs that ran or run now change; a waiting job stays as it is (no group).
-        for job in self.running_jobs():
-            if job.id not in running:
-                job.status = Status.PENDING
-                job.preemptions += 1
-                job.pending_mark = now
-                job.group_key = ()
-                self._set_running(job, False)
+        # (Each job's update is its own, so the order they are made in does not matter.)
+        stopped = [job for job_id, job in self._running.items() if job_id not in running]
+        for job in stopped:
+            job.status = Status.PENDING
+            job.preemptions += 1
+            job.pending_mark = now
+            job.group_key = ()
+            self._set_running(job, False)
         jobs = self.jobs
+        done, pending = Status.DONE, Status.PENDING
         for job_id, group in running.items():
             job = jobs.get(job_id)
-            if job is None or job.status is Status.DONE:
+            if job is None or job.status is done:
                 continue  # not runnable: nothing to update (as for any job off the queue)
-            if job.status is Status.PENDING:
+            if job.status is pending:
                 job.status = Status.RUNNING
                 job.starts += 1
                 job.last_update = now

@@ -18,7 +18,7 @@ from scheduler.core.engine import Core
 from scheduler.core.metrics import JobOutcome, Summary, summarize
 from scheduler.core.policies import make_policy
 from scheduler.core.presets import Preset
-from scheduler.core.state import Plan
+from scheduler.core.state import Group, Plan
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
@@ -31,6 +31,7 @@ class _Run:
     overhead: float  # seconds of no progress still to pay (or charged per event, paper)
     group: tuple[int, ...]
     where: tuple
+    source: Group  # the plan's group it was made from
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Simulator:
         self._cost = {r.job_id: preset.overhead(r.model_name, r.num_gpu) for r in records}
         self.arrivals = _grouped_arrivals(self.records, preset.arrival_grouping_rel)
         self._end_rel = preset.end_grouping_rel.get(policy, 0.0)
+        self._busy: tuple[Plan | None, int] = (None, 0)  # the last plan and its busy GPUs
 
     def _apply(self, plan: Plan, now: float) -> None:
         """Turn a plan into per-job run parameters, charging overheads as the preset says: at
@@ -74,6 +76,23 @@ class Simulator:
         runs: dict[int, _Run] = {}
         for group in plan.groups:
             members = group.jobs
+            if len(members) == 1:  # a job alone (most groups): the same, without the sums
+                job_id = members[0]
+                old = previous.get(job_id)
+                if charge_all:
+                    if old is not None and old.source is group:
+                        runs[job_id] = old  # the same group: the same run (nothing spent)
+                        continue
+                    overhead = cost[job_id]
+                else:
+                    overhead = cost[job_id] if job_id in starting else old.overhead
+                runs[job_id] = _Run(group.tt, overhead, members, group.placement, group)
+                continue
+            if charge_all:
+                olds = [previous.get(j) for j in members]
+                if all(old is not None and old.source is group for old in olds):
+                    runs.update(zip(members, olds))
+                    continue
             costs = [cost[j] for j in members]
             total = sum(costs)
             for job_id, own in zip(members, costs):
@@ -81,8 +100,16 @@ class Simulator:
                     overhead = total if group_sum else own
                 else:
                     overhead = previous[job_id].overhead
-                runs[job_id] = _Run(group.tt, overhead, members, group.placement)
+                runs[job_id] = _Run(group.tt, overhead, members, group.placement, group)
         self.runs = runs
+
+    def _busy_gpus(self, plan: Plan) -> int:
+        """GPUs in use under `plan` (a plan handed back unchanged is not counted again)."""
+        last, busy = self._busy
+        if plan is not last:
+            busy = _busy_gpus(plan)
+            self._busy = (plan, busy)
+        return busy
 
     def _ends(self, now: float) -> list[tuple[float, int]]:
         """(when it ends if nothing changes, job id) of each running job, in plan order."""
@@ -135,7 +162,7 @@ class Simulator:
             wakeup = plan.wakeup
             ends = _grouped_ends(self._ends(t), self._end_rel)
             heapq.heapify(ends)
-            utilisation.append((t, _busy_gpus(plan)))
+            utilisation.append((t, self._busy_gpus(plan)))
             last = t
             if self.progress is not None:
                 self.progress(finished, n)

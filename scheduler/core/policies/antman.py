@@ -91,18 +91,28 @@ class AntMan(Policy):
         # jobs stopped outside a plan (the live driver) that still hold their GPUs or guest
         # slots: the walk must reach them even when nothing is free
         self._stopped: dict[int, Job] = {}
+        # #GPUs -> how many opportunistic jobs of that size wait never placed (see plan)
+        self._guest_sizes: dict[int, int] = {}
+        # the last plan, and _changes when it was made: while no GPU changed and the same
+        # jobs run, it is this round's plan too
+        self._plan: Plan | None = None
+        self._plan_changes = -1
 
     def on_submit(self, job: Job, now: float) -> None:
         self._kept.add(job)
         self._by_id[job.id] = job
+        if job.priority != 0:
+            self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
 
     def _init(self, ctx: RoundContext) -> None:
         spec = ctx.cluster.spec
         self.gpus = [[_Gpu() for _ in range(spec.gpus_per_node)] for _ in range(spec.num_nodes)]
 
     def on_finish(self, job: Job, now: float) -> None:
+        if (self._by_id.pop(job.id, None) is not None and job.priority != 0
+                and job.id not in self.guest_gpus):
+            self._uncount_guest(job)
         self._kept.remove(job)
-        self._by_id.pop(job.id, None)
         self._groups.pop(job.id, None)
         self._stopped.pop(job.id, None)
         self._changes += 1
@@ -118,8 +128,17 @@ class AntMan(Policy):
             slot.load -= GUEST_LOAD
             slot.stamp = stamp
 
+    def _uncount_guest(self, job: Job) -> None:
+        """An opportunistic job no longer waits unplaced (it was placed, or it left)."""
+        left = self._guest_sizes[job.num_gpu] - 1
+        if left:
+            self._guest_sizes[job.num_gpu] = left
+        else:
+            del self._guest_sizes[job.num_gpu]
+
     def on_profile(self, job: Job) -> None:
         self._groups.clear()  # its group and its neighbours' are timed by its profile
+        self._plan = None
 
     def on_change(self, job: Job) -> None:
         if job.status is Status.PENDING and (job.id in self.holds or job.id in self.guest_gpus):
@@ -235,12 +254,18 @@ class AntMan(Policy):
             queue = self._kept.rebuild(ctx.queue)
             self._by_id = {j.id: j for j in queue}
             self._placed = [j for j in queue if j.status is Status.RUNNING]
+            self._guest_sizes = {}
+            for job in queue:
+                if job.priority != 0 and job.id not in self.guest_gpus:
+                    self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
+            self._plan = None
         running = {j.id: j for j in self._placed if j.status is Status.RUNNING}
         # A pending job is tried in order; one that cannot change anything is passed over
         # without the search: a guaranteed job still missing GPUs when none is unowned, an
         # opportunistic job wider than the GPUs open to guests. When both hold for every job
-        # left, the walk ends.
-        left = Remaining(self._kept.sizes)
+        # left (no GPU unowned, and every opportunistic job left that waits unplaced wider
+        # than the open GPUs; placing takes room, never gives it), the walk ends.
+        left = Remaining(self._guest_sizes)
         seen = -1
         for job in queue:
             if seen != self._changes:
@@ -248,25 +273,36 @@ class AntMan(Policy):
                 unowned, open_gpus = self._room()
             if unowned == 0 and open_gpus < left.smallest and not self._stopped:
                 break
-            left.visit(job.num_gpu)
-            if job.status is not Status.PENDING:
-                continue
             if job.priority == 0:
+                if job.status is not Status.PENDING:
+                    continue
                 hold = self.holds.get(job.id)
                 if unowned == 0 and (job.num_gpu if hold is None else hold.missing) > 0:
                     continue
                 placed = self._place_guaranteed(job)
             else:
+                if job.status is not Status.PENDING:
+                    continue
+                new = job.id not in self.guest_gpus  # (not a job stopped on its slots)
+                if new:
+                    left.visit(job.num_gpu)
                 if open_gpus < job.num_gpu:
                     continue
                 placed = self._place_opportunistic(job)
+                if placed and new:
+                    self._uncount_guest(job)
             if placed:
                 running[job.id] = job
                 self._stopped.pop(job.id, None)
+        if (self._plan is not None and self._plan_changes == self._changes
+                and len(running) == len(self._placed)):
+            return self._plan  # nothing on any GPU changed and the same jobs run
         entry = self._kept.entry
         self._placed = sorted(running.values(), key=entry)  # in the order's order
         groups = [self._group(job, self._by_id) for job in self._placed]
-        return Plan(tuple(groups), shared_gpus=True)
+        self._plan = Plan(tuple(groups), shared_gpus=True)
+        self._plan_changes = self._changes
+        return self._plan
 
     def _room(self) -> tuple[int, int]:
         """GPUs no guaranteed job holds, and GPUs below the load cap (open to a guest)."""

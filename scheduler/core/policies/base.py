@@ -67,6 +67,12 @@ class Policy:
         """The core changed a job's numbers (it ran, stopped, got a new estimate or profile):
         an order kept between rounds must look at it again (see order.CarriedOrder)."""
 
+    def on_changes(self, jobs: Sequence[Job]) -> None:
+        """`on_change` for each of `jobs`: the core's one call a round for the running jobs
+        after time moved on (a policy may take them in bulk)."""
+        for job in jobs:
+            self.on_change(job)
+
     def on_finish(self, job: Job, now: float) -> None:
         """A job completed; release whatever the policy held for it."""
 
@@ -79,15 +85,22 @@ def solo_group(job: Job, placement: Sequence[NodeSlice]) -> Group:
                  placement=tuple(placement))
 
 
-def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]]) -> list:
+def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]],
+                replay: Replay | None = None) -> list:
     """Place units (#GPUs, member jobs) in the given order on an emptied cluster; returns the
     placement of each (None where it does not fit).
 
     With sticky placement (ctx.previous), units whose members already run somewhere keep
     those GPUs first, so that a newcomer placed earlier in the order cannot take them and
-    force a checkpoint-and-restart; the rest are placed after, in order.
+    force a checkpoint-and-restart; the rest are placed after, in order. Without it, a
+    policy's `replay` hands back last round's answers where this round asks the same.
     """
     cluster = ctx.cluster
+    if not ctx.previous and replay is not None:
+        replay.start(cluster)
+        result = [replay.place(cluster, gpus) for gpus, _ in units]
+        replay.finish()
+        return result
     cluster.reset()
     result: list = [None] * len(units)
     if ctx.previous:
@@ -104,37 +117,118 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]]) -
 
 
 def place_in_order(ctx: RoundContext, order: Sequence[Job],
-                   sizes: Mapping[int, int] | None = None) -> list[Group]:
+                   sizes: Mapping[int, int] | None = None,
+                   replay: Replay | None = None) -> list[Group]:
     """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits.
 
     With sticky placement, which jobs run is still decided greedily in priority order (on an
     empty cluster); where they run then prefers where they already are.
 
     `sizes` counts the jobs of `order` by #GPUs (counted here when not given): the walk stops
-    once no job left could fit, so a round costs what runs, not the whole backlog.
+    once no job left could fit, so a round costs what runs, not the whole backlog. A policy
+    that places this way every round passes its `Replay`, which hands back last round's
+    placements (and groups) where this round asks the same.
     """
-    cluster = ctx.cluster
-    cluster.reset()
-    chosen, where, _ = greedy(cluster, order, sizes, fits_monotone(ctx.preset))
+    chosen, where, _ = greedy(ctx.cluster, order, sizes, fits_monotone(ctx.preset), replay)
     if not ctx.previous:
-        return [solo_group(job, slices) for job, slices in zip(chosen, where)]
+        if replay is None:
+            return [solo_group(job, slices) for job, slices in zip(chosen, where)]
+        return replay.groups(chosen, where)
     placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
     return [solo_group(job, slices) for job, slices in zip(chosen, placements)
             if slices is not None]
 
 
+class Replay:
+    """The placements of a policy's last greedy walk, handed back while this walk repeats it.
+
+    What `ClusterState.place` returns depends only on the requests made since the cluster
+    was emptied (and on its offline nodes). A walk that asks for the same #GPUs as the last
+    one, request by request, gets the same answers; so those are taken from the last walk
+    without searching the nodes, and the cluster is brought up to date only where the two
+    walks part (by making this walk's requests so far again). Most rounds repeat the running
+    jobs' requests, so their placements, and their groups, are reused rather than made anew.
+    The cluster is left as scratch: every user of it empties it first.
+    """
+
+    __slots__ = ("_trail", "_new", "_same", "_key", "_groups", "free_total")
+
+    def __init__(self) -> None:
+        self._trail: list[tuple[int, tuple | None, int]] = []  # (#GPUs, answer, free after)
+        self._new: list[tuple[int, tuple | None, int]] = []
+        self._same = False  # whether every request of this walk so far repeats the last
+        self._key: tuple | None = None
+        self._groups: dict[int, Group] = {}  # job id -> its group in the last walk
+        self.free_total = 0  # the cluster's free GPUs as this walk has left them
+
+    def start(self, cluster: ClusterState) -> None:
+        """A walk begins on `cluster`, emptied here."""
+        cluster.reset()
+        key = (id(cluster), frozenset(cluster.offline))
+        if key != self._key:  # another cluster, or other nodes offline: start afresh
+            self._key, self._trail, self._groups = key, [], {}
+        self._new = []
+        self._same = True
+        self.free_total = cluster.free_total
+
+    def place(self, cluster: ClusterState, gpus: int) -> tuple | None:
+        """`cluster.place(gpus)` as this walk's next request."""
+        new = self._new
+        if self._same:
+            k = len(new)
+            trail = self._trail
+            if k < len(trail) and trail[k][0] == gpus:
+                entry = trail[k]
+                new.append(entry)
+                self.free_total = entry[2]
+                return entry[1]
+            self._same = False  # the walks part here: make this walk's requests so far
+            for asked, answer, _ in new:
+                if answer is not None:
+                    cluster.place(asked)
+        slices = cluster.place(gpus)
+        self.free_total = cluster.free_total
+        new.append((gpus, slices, self.free_total))
+        return slices
+
+    def finish(self) -> None:
+        """The walk ended: the next one is compared with it."""
+        self._trail = self._new
+
+    def groups(self, jobs: Sequence[Job], where: Sequence[tuple]) -> list[Group]:
+        """Each job's group alone on its GPUs: last walk's where the job, its GPUs (the same
+        answer) and its solo time are unchanged."""
+        old = self._groups
+        made = {}
+        out = []
+        for job, slices in zip(jobs, where):
+            group = old.get(job.id)
+            if group is None or group.placement is not slices or group.tt != job.solo_time:
+                group = solo_group(job, slices)
+            made[job.id] = group
+            out.append(group)
+        self._groups = made
+        return out
+
+
 def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int] | None,
-           monotone: bool) -> tuple[list[Job], list, list[int]]:
-    """Place each job of `order` in turn where it fits; the jobs placed, where, and their
-    positions in `order` (which may be a lazy iterable when `sizes` is given).
+           monotone: bool, replay: Replay | None = None) -> tuple[list[Job], list, list[int]]:
+    """Place each job of `order` in turn where it fits, on `cluster` emptied first; the jobs
+    placed, where, and their positions in `order` (which may be a lazy iterable when `sizes`
+    is given). With `replay`, the last walk's answers are reused (see Replay).
 
     Skips what cannot fit without asking the cluster: a request bigger than the free GPUs,
     or (when requests are monotone, see order.fits_monotone) no smaller than one that failed;
     and stops when that holds for every job left."""
     if sizes is None:
+        order = list(order)
         sizes = {}
         for job in order:
             sizes[job.num_gpu] = sizes.get(job.num_gpu, 0) + 1
+    if replay is None:
+        replay = Replay()
+    replay.start(cluster)
+    place = replay.place
     left = dict(sizes)  # what Remaining does, inlined: this loop runs for every job placed
     smallest = min(left, default=math.inf)
     failed = math.inf  # the smallest request that did not fit; room only shrinks
@@ -142,7 +236,7 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
     where: list = []
     positions: list[int] = []
     for position, job in enumerate(order):
-        if cluster.free_total < smallest or failed <= smallest:
+        if replay.free_total < smallest or failed <= smallest:
             break
         gpus = job.record.num_gpu
         count = left[gpus] - 1
@@ -154,7 +248,7 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
                 smallest = min(left, default=math.inf)
         if gpus >= failed:
             continue
-        slices = cluster.place(gpus)
+        slices = place(cluster, gpus)
         if slices is None:
             if monotone:
                 failed = gpus
@@ -162,6 +256,7 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
         chosen.append(job)
         where.append(slices)
         positions.append(position)
+    replay.finish()
     return chosen, where, positions
 
 

@@ -54,6 +54,14 @@ class CarriedOrder:
         if id(job) in self._entry:
             self._touched[id(job)] = job
 
+    def touch_all(self, jobs: Iterable[Job]) -> None:
+        """`touch` for each of `jobs`."""
+        entry, touched = self._entry, self._touched
+        for job in jobs:
+            key = id(job)
+            if key in entry:
+                touched[key] = job
+
     def remove(self, job: Job) -> None:
         if self._new.pop(id(job), None) is None:
             entry = self._entry.pop(id(job), None)
@@ -81,6 +89,39 @@ class CarriedOrder:
         self._jobs.insert(i, job)
         self._entry[id(job)] = entry
 
+    def _move(self, moved: list[tuple[tuple[Any, int], Any, Job]]) -> None:
+        """Give the jobs whose key changed their new entries: labels below all for those whose
+        key grew, above all for those whose key shrank, each kind in the previous order.
+
+        Entries are unique, so the order is the sorted list of entries however it is reached:
+        a job whose new entry still lies between its neighbours keeps its place (the common
+        case: a running job's key shrinks by less than the gap to the job before it), and
+        only the others are taken out and put back where they now belong."""
+        moved.sort(key=lambda m: m[0])  # the previous order
+        grew = sum(1 for old, new_key, _ in moved if old[0] < new_key)
+        down = self._down - grew + 1  # the first grown job's label: the grown ones ascend
+        self._down -= grew
+        up = self._up
+        entries, jobs, entry_of = self._entries, self._jobs, self._entry
+        last = len(entries) - 1
+        for old, new_key, job in moved:
+            if old[0] < new_key:
+                new = (new_key, down)
+                down += 1
+            else:
+                new = (new_key, up)
+                up += 1
+            i = bisect_left(entries, old)
+            if (i == 0 or entries[i - 1] < new) and (i == last or new < entries[i + 1]):
+                entries[i] = new
+            else:
+                del entries[i], jobs[i]
+                k = bisect_left(entries, new)
+                entries.insert(k, new)
+                jobs.insert(k, job)
+            entry_of[id(job)] = new
+        self._up = up
+
     def sync(self) -> list[Job]:
         """The order for this round (the caller must not change the list)."""
         if self._touched:
@@ -91,17 +132,8 @@ class CarriedOrder:
                 if new_key < old[0] or old[0] < new_key:
                     moved.append((old, new_key, job))
             self._touched.clear()
-            moved.sort(key=lambda m: m[0])  # the previous order
-            for old, _, job in moved:
-                self._delete(job, old)
-            grew = [m for m in moved if m[0][0] < m[1]]
-            for old, new_key, job in reversed(grew):  # below all, in the previous order
-                self._insert(job, (new_key, self._down))
-                self._down -= 1
-            for old, new_key, job in moved:
-                if new_key < old[0]:  # above all, in the previous order
-                    self._insert(job, (new_key, self._up))
-                    self._up += 1
+            if moved:
+                self._move(moved)
         if self._new:
             for job in self._new.values():
                 self._insert(job, (self.key(job), self._up))

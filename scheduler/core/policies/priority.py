@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from scheduler.core.policies.base import Policy, RoundContext, place_in_order
+from scheduler.core.policies.base import Policy, Replay, RoundContext, place_in_order
 from scheduler.core.policies.order import CarriedOrder
 from scheduler.core.state import Job, Plan
 
@@ -16,6 +16,7 @@ class PriorityPolicy(Policy):
         self.name = name
         self.key = key
         self._kept = CarriedOrder(key)  # the carried order, kept between rounds
+        self._replay = Replay()  # last round's placements, reused where this round repeats them
 
     def on_submit(self, job: Job, now: float) -> None:
         self._kept.add(job)
@@ -26,11 +27,14 @@ class PriorityPolicy(Policy):
     def on_change(self, job: Job) -> None:
         self._kept.touch(job)
 
+    def on_changes(self, jobs) -> None:
+        self._kept.touch_all(jobs)
+
     def plan(self, ctx: RoundContext) -> Plan:
         order = self._kept.sync()
         if len(order) != len(ctx.queue):  # a caller that did not report every job
             order = self._kept.rebuild(ctx.queue)
-        return Plan(tuple(place_in_order(ctx, order, self._kept.sizes)))
+        return Plan(tuple(place_in_order(ctx, order, self._kept.sizes, self._replay)))
 
 
 def fifo(preset) -> PriorityPolicy:

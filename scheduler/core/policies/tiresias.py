@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 from itertools import chain
 
-from scheduler.core.policies.base import Policy, RoundContext, greedy, place_units, solo_group
-from scheduler.core.policies.order import fits_monotone
+from scheduler.core.policies.base import Policy, Replay, RoundContext, greedy, place_units
+from scheduler.core.policies.order import Remaining, fits_monotone
 from scheduler.core.state import Job, Plan, Status
 
 
@@ -25,6 +25,7 @@ class Tiresias(Policy):
         self.limits = tuple(preset.tiresias_limits)
         self.queues: list[list[Job]] = [[] for _ in range(len(self.limits) + 1)]
         self.sizes: dict[int, int] = {}  # #GPUs -> how many jobs of that size are queued
+        self._replay = Replay()  # last round's placements, reused where this round repeats them
 
     def on_submit(self, job: Job, now: float) -> None:
         job.queue = 0
@@ -86,41 +87,34 @@ class Tiresias(Policy):
         self._to_front(spots)
         order = sorted(range(len(chosen)), key=lambda i: -chosen[i].num_gpu)
         chosen = [chosen[i] for i in order]
-        placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
+        placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen], self._replay)
         if admitted_at is not None and any(s is None for s in placements):
             # largest-first (or staying put) packed worse than admission did: the admission
             # placements fit together, so every admitted job runs, on those GPUs
             placements = [admitted_at[i] for i in order]
         # () only under admit_by_gpu_count: the artifact's job that runs without GPUs
-        groups = [solo_group(job, s if s is not None else ()) for job, s in zip(chosen, placements)]
+        groups = self._replay.groups(chosen, [s if s is not None else () for s in placements])
         return Plan(tuple(groups), wakeup=self._next_demotion(chosen, ctx.now))
 
     def _admit_by_count(self, ctx: RoundContext) -> tuple[list[Job], None, list[list[int]]]:
         """The artifact's admission (paper preset): by free-GPU count, whatever the nodes.
         Returns the jobs, no placements, and where each queue's admitted jobs stand in it."""
         free = ctx.cluster.spec.total_gpus
-        left = dict(self.sizes)  # order.Remaining, inlined (this loop is the round)
-        smallest = min(left, default=math.inf)
+        left = Remaining(self.sizes)
         chosen: list[Job] = []
         spots: list[list[int]] = []
         for queue in self.queues:
             here: list[int] = []
             spots.append(here)
             for i, job in enumerate(queue):
-                if free < smallest:
+                if free < left.smallest:
                     break  # no job left is small enough
                 gpus = job.record.num_gpu
-                count = left[gpus] - 1
-                if count:
-                    left[gpus] = count
-                else:
-                    del left[gpus]
-                    if gpus == smallest:
-                        smallest = min(left, default=math.inf)
+                left.visit(gpus)
                 if free >= gpus:
                     chosen.append(job)
                     here.append(i)
-                    free -= job.num_gpu
+                    free -= gpus
             else:
                 continue
             break
