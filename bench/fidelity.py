@@ -145,6 +145,12 @@ def run_in_process(traces: dict[str, Path], policies: list[str]):
                    "cpu_s": time.process_time() - cpu}
 
 
+def cpu_seconds(rows: list[dict]) -> float:
+    """CPU seconds of all runs: each child's whole (imports and warm-up too) under --all,
+    or the simulation's alone in process; a loaded machine inflates wall time, not this."""
+    return sum(r.get("child_cpu_s", r.get("cpu_s", 0.0)) for r in rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", help="comma-separated trace names (default trace3,trace3_pr; "
@@ -190,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     capped = [f"{r['trace']} {r['policy']}" for r in rows if r.get("timed_out")]
     print(f"\n{len(rows)} runs, total wall {time.perf_counter() - started:.1f} s"
           + (f"; past the {args.limit:g} s limit: {', '.join(capped)}" if capped else ""))
+    cpu = cpu_seconds(rows)
+    processes = args.jobs if args.all else 1
+    print(f"CPU of the runs {cpu:.1f} s; / {processes} = {cpu / processes:.1f} s, the least "
+          f"wall they take in {processes} process(es) on an otherwise idle machine")
     return 1 if any("error" in r and not r.get("timed_out") for r in rows) else 0
 
 

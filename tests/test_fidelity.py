@@ -179,3 +179,12 @@ def test_fidelity_all_starts_the_costliest_runs_first(tmp_path):
     assert order == [("big", "themis"), ("big", "muri-s"), ("small", "themis"),
                      ("big", "srtf"), ("small", "muri-s"), ("small", "srtf")]
     assert sorted(order) == sorted((t["trace"], t["policy"]) for t in tasks)
+
+
+def test_fidelity_cpu_total_counts_whole_children_and_capped_runs():
+    """Under --all a row has the child's CPU (imports, warm-up: all it cost the machine),
+    also where the cap stopped it; in process only the simulation's."""
+    rows = [{"child_cpu_s": 2.5, "cpu_s": 2.0}, {"child_cpu_s": 200.0, "error": "> 200 s"},
+            {"cpu_s": 0.5}]
+    assert fidelity.cpu_seconds(rows) == 2.5 + 200.0 + 0.5
+    assert fidelity.cpu_seconds([]) == 0.0
