@@ -35,6 +35,10 @@ REFERENCE = ROOT.parent / "shared" / "reference"
 POLICIES = ["srtf", "srsf", "tiresias", "themis", "antman", "muri-s", "muri-l"]
 ALL_TRACES = [f"trace{i}{pr}" for i in range(1, 5) for pr in ("", "_pr")]
 METRICS = (("avg_jct", "avg_jct_s"), ("p99_jct", "p99_jct_s"), ("makespan", "makespan_s"))
+# Rough CPU cost of a policy per job of a trace, relative to the list policies (measured with
+# --all: Themis solves a conic program per event, Muri matches groups per round). Only the
+# order matters: the costliest runs start first, so N processes finish close together.
+POLICY_COST = {"themis": 50.0, "muri-s": 8.0, "muri-l": 8.0}
 
 
 def find_traces(names: list[str], folders: list[Path]) -> dict[str, Path]:
@@ -93,13 +97,28 @@ def published_lines(rows: list[dict], published: dict) -> list[str]:
     return out
 
 
+def count_jobs(path: Path) -> int:
+    """Rows of a trace file (its jobs): the size the run's cost grows with."""
+    with open(path, "rb") as fh:
+        return max(sum(1 for _ in fh) - 1, 0)
+
+
+def costliest_first(tasks: list[dict]) -> list[dict]:
+    """The tasks by estimated cost, largest first (longest-processing-time scheduling: a
+    long run started last would leave the other processes idle while it ends alone)."""
+    jobs = {t["trace_file"]: count_jobs(Path(t["trace_file"])) for t in tasks}
+    return sorted(tasks, key=lambda t: -jobs[t["trace_file"]] * POLICY_COST.get(t["policy"], 1.0))
+
+
 def run_all(traces: dict[str, Path], policies: list[str], limit: float | None, jobs: int,
             progress: bool = True) -> list[dict]:
-    """Every (trace, policy) in its own process, `jobs` at a time; rows in trace order."""
+    """Every (trace, policy) in its own process, `jobs` at a time, the costliest started
+    first; rows in trace order."""
     spec = spec_path("n8g8")
     tasks = [{"trace_file": str(path), "spec_file": str(spec), "policy": policy,
               "preset": "paper", "trace": name} for name, path in traces.items()
              for policy in policies]
+    position = {(t["trace"], t["policy"]): i for i, t in enumerate(tasks)}
 
     def done(task: dict, row: dict, k: int, n: int) -> None:
         if progress:
@@ -107,10 +126,9 @@ def run_all(traces: dict[str, Path], policies: list[str], limit: float | None, j
             print(f"[{k}/{n}] {task['trace']} {task['policy']}: {state}", file=sys.stderr,
                   flush=True)
 
-    rows = []
-    for task, row in subrun.run_all(tasks, limit, jobs, done):
-        rows.append(dict(row, trace=task["trace"], policy=task["policy"]))
-    return rows
+    rows = [dict(row, trace=task["trace"], policy=task["policy"])
+            for task, row in subrun.run_all(costliest_first(tasks), limit, jobs, done)]
+    return sorted(rows, key=lambda r: position[r["trace"], r["policy"]])
 
 
 def run_in_process(traces: dict[str, Path], policies: list[str]):
@@ -125,6 +143,12 @@ def run_in_process(traces: dict[str, Path], policies: list[str]):
             yield {"trace": name, "policy": policy, "avg_jct": s.avg_jct, "p99_jct": s.p99_jct,
                    "makespan": s.makespan, "wall_s": result.wall_s,
                    "cpu_s": time.process_time() - cpu}
+
+
+def cpu_seconds(rows: list[dict]) -> float:
+    """CPU seconds of all runs: each child's whole (imports and warm-up too) under --all,
+    or the simulation's alone in process; a loaded machine inflates wall time, not this."""
+    return sum(r.get("child_cpu_s", r.get("cpu_s", 0.0)) for r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     capped = [f"{r['trace']} {r['policy']}" for r in rows if r.get("timed_out")]
     print(f"\n{len(rows)} runs, total wall {time.perf_counter() - started:.1f} s"
           + (f"; past the {args.limit:g} s limit: {', '.join(capped)}" if capped else ""))
+    cpu = cpu_seconds(rows)
+    processes = args.jobs if args.all else 1
+    print(f"CPU of the runs {cpu:.1f} s; / {processes} = {cpu / processes:.1f} s, the least "
+          f"wall they take in {processes} process(es) on an otherwise idle machine")
     return 1 if any("error" in r and not r.get("timed_out") for r in rows) else 0
 
 

@@ -1,7 +1,7 @@
 """The paper preset reproduces the published artifact's numbers (Fig. 9/10 data).
 
-Reads the artifact's traces from ../shared/reference/ (never committed here); skips with a
-reason where that folder is absent, as on a user's fresh clone.
+Reads the artifact's traces from ../shared/reference/ (never committed here); the runs skip
+with a reason where that folder is absent, as on a user's fresh clone.
 
 Where the replay is exact every figure must match to a relative 1e-6 (the README's
 "0.0001%"). Each exception is pinned at the gap measured with `python bench/fidelity.py`,
@@ -10,6 +10,7 @@ so a change that moves it either way fails here and the README's figure is updat
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,11 @@ from scheduler.sim.simulator import simulate
 from specs import load_spec
 from traces import read_trace
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import fidelity  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    not (REFERENCE / "published_results.csv").is_file(),
-    reason=f"reference data not found at {REFERENCE} (the artifact's traces are not shipped)")
+REFERENCE = ROOT.parent / "shared" / "reference"
 
 EXACT = ["srtf", "srsf", "tiresias", "antman", "muri-s", "muri-l"]
 TRACES = ["trace3", "trace3_pr"]
@@ -61,6 +62,9 @@ PUBLISHED = _published()
 @pytest.fixture(scope="module")
 def run():
     """Simulate (trace, policy) once per module: several tests read the same run."""
+    if not (REFERENCE / "published_results.csv").is_file():
+        pytest.skip(f"reference data not found at {REFERENCE} (the artifact's traces are not "
+                    "shipped)")
     spec = load_spec(REFERENCE / "n8g8.csv")
     traces: dict[str, list] = {}
     results: dict[tuple[str, str], object] = {}
@@ -161,3 +165,26 @@ def test_themis_backlog_within_ten_percent_of_published(run):
 
 def test_every_job_completes_exactly_once(run):
     _assert_complete(run("trace3", "muri-l"), "trace3")
+
+
+def test_fidelity_all_starts_the_costliest_runs_first(tmp_path):
+    """Longest first, by jobs x the policy's weight (Themis > Muri > the list policies), so
+    the last runs to start are short ones and the processes end close together."""
+    small, big = tmp_path / "small.csv", tmp_path / "big.csv"
+    small.write_text("job_id\n" + "".join(f"{i}\n" for i in range(10)))
+    big.write_text("job_id\n" + "".join(f"{i}\n" for i in range(100)))
+    tasks = [{"trace_file": str(f), "policy": p, "trace": f.stem}
+             for f in (small, big) for p in ("srtf", "muri-s", "themis")]
+    order = [(t["trace"], t["policy"]) for t in fidelity.costliest_first(tasks)]
+    assert order == [("big", "themis"), ("big", "muri-s"), ("small", "themis"),
+                     ("big", "srtf"), ("small", "muri-s"), ("small", "srtf")]
+    assert sorted(order) == sorted((t["trace"], t["policy"]) for t in tasks)
+
+
+def test_fidelity_cpu_total_counts_whole_children_and_capped_runs():
+    """Under --all a row has the child's CPU (imports, warm-up: all it cost the machine),
+    also where the cap stopped it; in process only the simulation's."""
+    rows = [{"child_cpu_s": 2.5, "cpu_s": 2.0}, {"child_cpu_s": 200.0, "error": "> 200 s"},
+            {"cpu_s": 0.5}]
+    assert fidelity.cpu_seconds(rows) == 2.5 + 200.0 + 0.5
+    assert fidelity.cpu_seconds([]) == 0.0

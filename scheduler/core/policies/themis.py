@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from scheduler.core.policies.base import Policy, RoundContext, place_units, solo_group
+from scheduler.core.policies.base import (Policy, RoundContext, greedy, place_units,
+                                          solo_group)
 from scheduler.core.policies.themis_ecos import ftf_allocation_artifact
 from scheduler.core.state import Job, Plan
 
@@ -85,6 +86,21 @@ def ftf_artifact(age, remaining, solo_time, isolated, gpus, capacity: float) -> 
 SOLVERS = {"bisection": ftf_bisection, "ecos": ftf_artifact}
 
 
+class _Ledger:
+    """A job's Themis bookkeeping (one object per job: a round touches every queued job, so
+    attribute slots rather than several dict entries)."""
+
+    __slots__ = ("iso_time", "prev_remaining", "prev_iso", "should", "rank", "deficit",
+                 "alloc")
+
+    def __init__(self):
+        self.iso_time = 0.0  # time it would have had in its isolated 1/n cluster so far
+        self.prev_remaining = None  # remaining iterations and isolated share last round
+        self.prev_iso = 1.0
+        self.should = 0.0  # time its allocations entitled it to
+        self.rank = self.deficit = self.alloc = 0.0
+
+
 class Themis(Policy):
     name = "themis"
 
@@ -94,7 +110,7 @@ class Themis(Policy):
         self.last_round = 0.0
 
     def on_submit(self, job: Job, now: float) -> None:
-        job.policy_data.update(iso_time=0.0, should=0.0)
+        job.policy_data["themis"] = _Ledger()
 
     def plan(self, ctx: RoundContext) -> Plan:
         queue, now = self.carried_order(ctx.queue), ctx.now
@@ -103,30 +119,34 @@ class Themis(Policy):
             return Plan(())
         capacity = ctx.cluster.spec.total_gpus
         share = math.ceil(capacity / len(queue))
-        a, c = [], []
-        for job in queue:
-            d = job.policy_data
-            if "prev_remaining" in d:
-                d["iso_time"] += (d["prev_remaining"] - job.remaining) / d["prev_iso"]
-            iso = min(share / job.num_gpu, 1.0)
-            d["prev_remaining"], d["prev_iso"] = job.remaining, iso
-            a.append(now - job.submit_time)
-            c.append(d["iso_time"] + job.remaining / iso)
-        x = self.solver(a, [j.remaining for j in queue], [j.solo_time for j in queue], c,
-                        [j.num_gpu for j in queue], capacity)
-        for job, xi in zip(queue, x):
-            d = job.policy_data
-            d["rank"] = xi * 1e9 if job.attained == 0 else xi / job.attained
-            d["deficit"] = d["should"] - job.attained
-            d["alloc"] = xi
-            d["should"] += xi * (now - self.last_round)
+        ledgers = [job.policy_data["themis"] for job in queue]
+        a, c, remaining, solo, gpus = [], [], [], [], []
+        for job, led in zip(queue, ledgers):
+            left, num_gpu = job.remaining, job.record.num_gpu
+            if led.prev_remaining is not None:
+                led.iso_time += (led.prev_remaining - left) / led.prev_iso
+            iso = min(share / num_gpu, 1.0)
+            led.prev_remaining, led.prev_iso = left, iso
+            a.append(now - job.record.submit_time)
+            c.append(led.iso_time + left / iso)
+            remaining.append(left)
+            solo.append(job.solo_time)
+            gpus.append(num_gpu)
+        x = self.solver(a, remaining, solo, c, gpus, capacity)
+        elapsed = now - self.last_round
+        for job, led, xi in zip(queue, ledgers, np.asarray(x, dtype=float).tolist()):
+            attained = job.attained
+            led.rank = xi * 1e9 if attained == 0 else xi / attained
+            led.deficit = led.should - attained
+            led.alloc = xi
+            led.should += xi * elapsed
         self.last_round = now
-        queue.sort(key=lambda j: (j.policy_data["rank"], j.policy_data["deficit"],
-                                  j.policy_data["alloc"]), reverse=True)
+        queue.sort(key=lambda j: (j.policy_data["themis"].rank, j.policy_data["themis"].deficit,
+                                  j.policy_data["themis"].alloc), reverse=True)
         cluster = ctx.cluster
         cluster.reset()
-        chosen = {id(j) for j in queue if cluster.can_place(j.num_gpu)}
-        queue.sort(key=lambda j: j.num_gpu, reverse=True)
+        chosen = {id(j) for j in greedy(cluster, queue, None, monotone=False)[0]}
+        queue.sort(key=lambda j: j.record.num_gpu, reverse=True)
         picked = [job for job in queue if id(job) in chosen]
         placements = place_units(ctx, [(job.num_gpu, (job,)) for job in picked])
         return Plan(tuple(solo_group(job, s) for job, s in zip(picked, placements) if s is not None))
