@@ -35,7 +35,8 @@ class FakeAgent:
     """An `agent.<node>` service that records launches and stops; it registers and heartbeats."""
 
     def __init__(self, endpoints: Any, node: str, gpus=(0, 1, 2, 3), heartbeat: float = 0.1,
-                 snapshots: bool = False, regroups: bool = False):
+                 snapshots: bool = False, regroups: bool = False,
+                 service_delay: float | None = None):
         self.endpoints, self.node, self.gpus, self.heartbeat = endpoints, node, gpus, heartbeat
         # like the node agent with emulated trainers: a job can change group where it runs
         self.regroups: queue.Queue | None = queue.Queue() if regroups else None
@@ -51,6 +52,12 @@ class FakeAgent:
         self._beating = threading.Event()
         self._beating.set()
         self._routed = threading.Event()
+        # like a restarted node agent: its registration may reach the scheduler before the
+        # broker knows its service worker (two connections); None: the service comes first
+        self.service_delay = service_delay
+        self._registered = threading.Event()
+        if service_delay is not None:
+            self._routed.set()
         self._threads = [threading.Thread(target=self._serve, daemon=True),
                          threading.Thread(target=self._link, daemon=True)]
         for t in self._threads:
@@ -80,6 +87,10 @@ class FakeAgent:
         raise HandlerError("unsupported", msg.type)
 
     def _serve(self) -> None:
+        if self.service_delay is not None:
+            self._registered.wait()
+            if self._stop.wait(self.service_delay):
+                return
         service = Service(self.endpoints, f"agent.{self.node}", self._handle, heartbeat=0.2)
         try:
             service.serve(self._stop)
@@ -102,6 +113,7 @@ class FakeAgent:
                                     gpus=list(self.gpus), cpus=32, mem=256.0, **self.snapshot())
                         registered = True
                         self.registrations += 1
+                        self._registered.set()
                     elif self.snapshots:
                         req.request("scheduler", "agent.heartbeat", node=self.node,
                                     **self.snapshot())
@@ -149,7 +161,8 @@ class Harness:
 
     def __init__(self, run_dir: Path, **options: Any):
         self.run_dir = run_dir
-        self.broker = Broker("127.0.0.1", (0, 0, 0))
+        self.broker = Broker("127.0.0.1", (0, 0, 0),
+                             startup_grace=options.pop("startup_grace", None))
         self.endpoints = self.broker.endpoints
         self._broker_stop = threading.Event()
         self._broker_thread = threading.Thread(target=self.broker.run,
@@ -480,6 +493,21 @@ def test_a_job_gone_from_its_agents_snapshot_is_requeued_and_runs_again(harness)
     assert relaunch["job_id"] == 1
     wait_for(lambda: h.job(1)["state"] == "running")
     assert h.job(1)["preemptions"] == 1
+
+
+def test_an_agent_registered_before_its_worker_is_routed_is_not_declared_dead(harness):
+    """The chaos run's race: a restarted agent registers, the round that follows launches on
+    it before the broker has its worker; declared dead then, the job it launched would run
+    twice (it was relaunched elsewhere while still running there)."""
+    # no start-up grace: the broker answers no_service at once for a worker it lacks
+    h = harness(spec=spec(nodes=1, gpus=4), startup_grace=0.0)
+    h.start_scheduler()
+    h.submit(job(1, num_gpu=1, iterations=100_000))  # waits: no agent yet
+    n0 = h.agent("n0", service_delay=0.5)
+    assert n0.next_launch()["job_id"] == 1
+    wait_for(lambda: h.job(1)["state"] == "running")  # the launch's reply was taken
+    assert n0.registrations == 1  # never declared dead, so never asked to register again
+    assert n0.launches.empty()  # launched once, not again after a requeue
 
 
 def test_only_a_snapshot_taken_after_the_launch_can_show_a_job_missing(harness):

@@ -8,6 +8,7 @@ every thread has its own Requester, since a zmq socket is not to be shared betwe
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,6 +18,10 @@ from scheduler.live.state import LiveState
 from scheduler.core.state import NodeSlice
 
 SERVICE = "scheduler"
+# How long the broker may say it has no worker for an agent before the agent counts as dead:
+# a few of the service's heartbeat intervals (broker.client.Service), so a worker that is just
+# (re)connecting is found, while a dead agent is still declared dead within seconds.
+NO_SERVICE_GRACE_S = 2.0
 
 
 @dataclass
@@ -59,9 +64,10 @@ class AgentGateway:
              **fields: Any) -> tuple[dict[str, Any] | None, bool]:
         """(reply body or None, whether it timed out). A timeout only means this answer did
         not come (the caller asks again, or a launch that may have happened unheard is
-        stopped as a stray). The broker's `no_service` still declares the agent dead: the
-        broker lost the agent's service heartbeats, and the agent's service thread, never
-        held up by a stop, sends them."""
+        stopped as a stray). The broker's `no_service` declares the agent dead only when it
+        lasts NO_SERVICE_GRACE_S: an agent's registration and its service worker are two
+        connections, so a restarted agent can register before the broker knows its worker
+        (declared dead then, the jobs it just launched would be started again elsewhere)."""
         from broker.client import RequestFailed, RequestTimeout
 
         state = self.state
@@ -71,7 +77,7 @@ class AgentGateway:
                                job_id=fields.get("job_id"))
                 return None, False
         try:
-            reply = requester.request(f"agent.{name}", type_, **fields)
+            reply = self._past_no_service(requester, name, type_, fields)
         except RequestTimeout:
             state.log.warning("agent_request_timeout", node=name, type=type_,
                               job_id=fields.get("job_id"))
@@ -86,6 +92,28 @@ class AgentGateway:
                 state.declare_dead(name, f"{type_}: {err.reason}")
             return None, False
         return dict(reply.get("body") or {}), False
+
+    def _past_no_service(self, requester: Any, name: str, type_: str,
+                         fields: dict[str, Any]) -> dict[str, Any]:
+        """The request, asked again with backoff while the broker answers `no_service`, for
+        up to NO_SERVICE_GRACE_S; then that answer stands."""
+        from broker.client import RequestFailed
+
+        deadline = time.monotonic() + NO_SERVICE_GRACE_S
+        pause = 0.05
+        while True:
+            try:
+                return requester.request(f"agent.{name}", type_, **fields)
+            except RequestFailed as err:
+                if err.code != "no_service" or time.monotonic() + pause > deadline:
+                    raise
+                with self.state.lock:
+                    if name not in self.state.agents:  # declared dead meanwhile
+                        raise
+                self.state.log.info("agent_request_retry", node=name, type=type_,
+                                    job_id=fields.get("job_id"), code=err.code)
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
 
     def concurrently(self, requester: Any, calls: list[tuple[Callable, ...]]) -> None:
         """Run each (fn, *args) as fn(requester, *args): on this thread when there is one,
