@@ -101,12 +101,7 @@ class Core:
             if on_advance is not None:
                 on_advance(job, now)
         if changed and jobs:  # every running job's numbers changed (no policy needs both hooks)
-            on_changes = getattr(policy, "on_changes", None)
-            if on_changes is not None:
-                on_changes(jobs)
-            else:
-                for job in jobs:
-                    policy.on_change(job)
+            policy.on_changes(jobs)
         self.now = now
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,

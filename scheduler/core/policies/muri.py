@@ -52,9 +52,12 @@ class Muri(Policy):
             job.remaining_estimate = job.record.duration
 
     def key(self, job: Job) -> float:
-        if self.know_duration:
-            return job.remaining_estimate * job.num_gpu
-        return job.attained * job.num_gpu
+        return self._rank(job)
+
+    @property
+    def _rank(self):
+        """The rank as a plain function: the hot loops sort by it without a method call."""
+        return _by_remaining if self.know_duration else _by_attained
 
     # -- the interleave cost model ---------------------------------------------------------
     def group_timing(self, jobs: list[Job], ordering: str | None = None) -> tuple[float, tuple]:
@@ -115,7 +118,7 @@ class Muri(Policy):
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
         queue = self.carried_order(ctx.queue)
-        queue.sort(key=_by_remaining if self.know_duration else _by_attained)  # = self.key
+        queue.sort(key=self._rank)
         admitted = self._admit(ctx, queue)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
@@ -414,7 +417,7 @@ class Muri(Policy):
         """Split any group slower than its members run one after another; then admit groups
         again in priority order, since splitting may demand more GPUs than there are."""
         candidates: list[tuple[float, int, Packing]] = []
-        key = _by_remaining if self.know_duration else _by_attained  # = self.key
+        key = self._rank
         for gpus, groups in packings.items():
             for group in groups:
                 if len(group) == 1:  # a job alone runs at its solo speed: never split
@@ -487,12 +490,12 @@ class Muri(Policy):
 
 
 def _by_remaining(job: Job) -> float:
-    """Muri-S's rank (Muri.key with durations known), without the method call."""
+    """Muri-S's rank: estimated remaining GPU time."""
     return job.remaining_estimate * job.record.num_gpu
 
 
 def _by_attained(job: Job) -> float:
-    """Muri-L's rank (Muri.key with durations unknown)."""
+    """Muri-L's rank (durations unknown): attained GPU time."""
     return job.attained * job.record.num_gpu
 
 
