@@ -23,7 +23,16 @@ simulator and writes `predicted.json`, and only then starts the live cluster: th
 prediction is complete before the live run exists, so nothing of it can leak in. The
 comparison is per job (relative JCT error), plus average JCT and makespan. Repeating the
 live run (`--repeats`) measures how much live JCTs differ run to run, which is what any
-bound on the error has to be judged against. Usage:
+bound on the error has to be judged against.
+
+The machine's pace is the largest part of the error and no scheduler model can know it in
+advance (this VM ran the same trainer 1-2x slower from one minute to the next). So each live
+run is also replayed: the simulator is told the pace each job's trainers measured in that run
+(their own logs, `live_paces`) and still only the launch test's restart costs. The replay's
+error is the scheduling model's own (queueing, restarts, the policy's choices); the pace
+ratios (live / profiled) show how much of the prediction's error the machine accounts for
+(`pace_band`). A replay needs each job's own pace, so it is made only where every launch was
+a group of one. Usage:
 
     python -m bench.live_compare --out DIR [--form full|short] [--policies muri-s,srsf]
         [--repeats 2]
@@ -31,6 +40,7 @@ bound on the error has to be judged against. Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -94,8 +104,8 @@ FULL = Form(nodes=2, gpus=1, profile_repeats=2, launch_repeats=3, jobs=_mix(
 # slower than the solo prior under a different load, does not make SRSF preempt it for a
 # job it has not measured yet (a cascade of restarts the model cannot know of; the full
 # form keeps it and reports what it costs)
-SHORT = Form(nodes=2, gpus=1, profile_repeats=1, launch_repeats=2, jobs=_mix(
-    ("bert", 200, 0), ("gpt2", 250, 0), ("bert", 600, 2), ("gpt2", 1400, 4)))
+SHORT = Form(nodes=2, gpus=1, profile_repeats=3, launch_repeats=3, jobs=_mix(
+    ("bert", 900, 0), ("gpt2", 1000, 0), ("bert", 2200, 2), ("gpt2", 2600, 4)))
 FORMS = {"full": FULL, "short": SHORT}
 # iterations of a profiling run, by model: ~5-10 s of steady training each
 PROFILE_ITERATIONS = {"bert": 200, "gpt2": 200, "resnet18": 20, "shufflenet_v2_x1_0": 40,
@@ -146,11 +156,14 @@ def solo_profile(records: list[dict], iterations: int) -> dict:
 def profile_pass(models: Sequence[str], out: Path, repeats: int,
                  iterations: dict[str, int] = PROFILE_ITERATIONS) -> dict:
     """Each model alone, `repeats` times; profiles.json keeps the median and the spread."""
+    measured: dict[str, list[dict]] = {m: [] for m in models}
+    for k in range(repeats):  # in turns (a b a b), so a drift in the machine's pace is shared
+        for model in models:
+            records, _ = run_trainer(model, iterations[model], k,
+                                     out / "profiling" / f"{model}-{k}")
+            measured[model].append(solo_profile(records, iterations[model]))
     result = {}
-    for model in models:
-        runs = [solo_profile(run_trainer(model, iterations[model], k,
-                                         out / "profiling" / f"{model}-{k}")[0],
-                             iterations[model]) for k in range(repeats)]
+    for model, runs in measured.items():
         times = [r["iteration_time"] for r in runs]
         best = sorted(runs, key=lambda r: r["iteration_time"])[len(runs) // 2]
         result[model] = dict(best, runs=times,
@@ -242,6 +255,45 @@ def outcomes(run_dir: Path) -> dict[int, dict]:
             for o in load_run(run_dir).outcomes if o.end is not None}
 
 
+def live_paces(run_dir: Path) -> dict[int, float]:
+    """Each job's steady seconds per iteration in a live run, from its trainers' own logs
+    (each launch's first iteration to its stop or finish; start-up left out): the pace the
+    machine actually gave, measured outside the scheduler."""
+    paces = {}
+    for log in run_dir.glob("trainer-*.log"):
+        first, seconds, iterations = None, 0.0, 0
+        for record in read_records(log)[0]:
+            if record["event"] == "trainer_first_iteration":
+                first = record
+            elif record["event"] in ("trainer_finished", "trainer_stopped") and first:
+                seconds += _ts(record) - _ts(first)
+                iterations += record["iterations"] - first["iteration"]
+                first = None
+        if iterations > 0:
+            paces[int(log.stem.split("-", 1)[1])] = seconds / iterations
+    return paces
+
+
+def ran_alone(run_dir: Path) -> bool:
+    """Whether every launch of the live run was a group of one: only then is a trainer's wall
+    pace its job's own pace (in a group it is the group's, interleaving included)."""
+    started = [r for r in read_records(run_dir / "scheduler.log")[0]
+               if r["event"] == "job_started"]
+    return all(len(r["group"]) == 1 for r in started)
+
+
+def repaced(records: Sequence[JobRecord], paces: dict[int, float]) -> list[JobRecord]:
+    """The same jobs at the paces given (per job), the stage split kept: the trace a
+    replay of the live run is simulated on."""
+    out = []
+    for r in records:
+        pace = paces[r.job_id]
+        out.append(dataclasses.replace(
+            r, iteration_time=pace, duration=r.iterations * pace,
+            stage_times=tuple(s * pace / r.iteration_time for s in r.stage_times)))
+    return out
+
+
 def live_run(trace: Path, spec_file: Path, form: Form, policy: str, run_dir: Path,
              timeout: float = 900) -> dict[int, dict]:
     """Feed the trace to a live cluster of real torch trainers; its `outcomes`."""
@@ -305,6 +357,28 @@ def check(comparison: dict, bound: Bound) -> list[str]:
     return bad
 
 
+def pace_band(ratios: dict[int, float], slack: float) -> tuple[float, float]:
+    """Where model / live average JCT may fall when the machine ran each job `ratios[j]`
+    times slower (live pace / profiled pace) than the profiling pass measured: a job's JCT
+    mixes work done at that pace with restarts and waits that keep their length, so the
+    ratio lies between 1 / the largest and 1 / the smallest pace ratio (and 1), widened by
+    `slack` (what the model is off by even at the right pace: the replay's bound)."""
+    low = min(1.0, 1.0 / max(ratios.values()))
+    high = max(1.0, 1.0 / min(ratios.values()))
+    return low - slack, high + slack
+
+
+def explained(comparison: dict, ratios: dict[int, float], slack: float) -> list[str]:
+    """The prediction's violation, if its error is more than the machine's change of pace
+    between the profiling pass and the live run accounts for (empty: none)."""
+    low, high = pace_band(ratios, slack)
+    got = comparison["avg_jct_model"] / comparison["avg_jct_live"]
+    if low <= got <= high:
+        return []
+    return [f"model / live average JCT {got:.2f} outside {low:.2f}-{high:.2f}, what pace "
+            f"ratios {min(ratios.values()):.2f}-{max(ratios.values()):.2f} explain"]
+
+
 def run_spread(runs: Sequence[dict[int, dict]]) -> dict:
     """How much live JCTs differ between repeats of one configuration: per job (max - min) /
     mean, its median and max, and the same for the average JCT."""
@@ -336,17 +410,35 @@ def prepare(form: Form, out: Path, reuse: bool = False) -> tuple[Known, Path, Pa
     return known, trace, spec
 
 
+def assess(predicted: dict[int, dict], run_dir: Path, records: Sequence[JobRecord],
+           spec: Path, policy: str, known: Known) -> dict:
+    """One live run against the prediction, and against a replay: the simulator again, told
+    the pace each job's trainers measured in that run (and still only the launch test's
+    restart costs), which separates the scheduling model's error from the machine's drift."""
+    live, paces = outcomes(run_dir), live_paces(run_dir)
+    profiled = {r.job_id: r.iteration_time for r in records}
+    result = {"live": live, "comparison": compare(predicted, live), "paces": paces,
+              "pace_ratios": {j: paces[j] / profiled[j] for j in sorted(paces)},
+              "replay": None, "replay_comparison": None}
+    if ran_alone(run_dir):  # else a trainer's pace is its group's: no replay to make
+        replay = predict(repaced(records, paces), spec, policy, known)
+        result.update(replay=replay, replay_comparison=compare(replay, live))
+    return result
+
+
 def run_policy(form: Form, known: Known, trace: Path, spec: Path, policy: str, out: Path,
                repeats: int) -> dict:
-    """Predict first (written to disk), then run live `repeats` times and compare."""
-    predicted = predict(read_trace(trace), spec, policy, known)
+    """Predict first (written to disk), then run live `repeats` times and assess each."""
+    records = read_trace(trace)
+    predicted = predict(records, spec, policy, known)
     (out / f"predicted-{policy}.json").write_text(json.dumps(predicted, indent=1))
-    runs, comparisons = [], []
+    runs = []
     for k in range(repeats):
-        runs.append(live_run(trace, spec, form, policy, out / "runs" / f"{policy}-{k}"))
-        comparisons.append(compare(predicted, runs[-1]))
-    return {"policy": policy, "predicted": predicted, "live": runs,
-            "comparisons": comparisons, "spread": run_spread(runs)}
+        run_dir = out / "runs" / f"{policy}-{k}"
+        live_run(trace, spec, form, policy, run_dir)
+        runs.append(assess(predicted, run_dir, records, spec, policy, known))
+    return {"policy": policy, "predicted": predicted, "runs": runs,
+            "spread": run_spread([r["live"] for r in runs])}
 
 
 def score(out: Path, policy: str) -> dict:
@@ -354,38 +446,51 @@ def score(out: Path, policy: str) -> dict:
     runs/POLICY-k/): to re-score, or to finish a benchmark interrupted after its runs."""
     predicted = {int(j): v for j, v in
                  json.loads((out / f"predicted-{policy}.json").read_text()).items()}
-    runs = [outcomes(d) for d in sorted((out / "runs").glob(f"{policy}-*"))]
-    return {"policy": policy, "predicted": predicted, "live": runs,
-            "comparisons": [compare(predicted, r) for r in runs], "spread": run_spread(runs)}
+    known, records = Known.load(out), read_trace(out / "trace.csv")
+    runs = [assess(predicted, d, records, out / "spec.csv", policy, known)
+            for d in sorted((out / "runs").glob(f"{policy}-*"))]
+    return {"policy": policy, "predicted": predicted, "runs": runs,
+            "spread": run_spread([r["live"] for r in runs])}
 
 
 def lines(result: dict, form: Form) -> list[dict]:
     """JSON lines: one per job per repeat, then one summary per repeat, then the spread."""
     models = {j.job_id: j.model for j in form.jobs}
-    out = []
-    for k, (live, cmp) in enumerate(zip(result["live"], result["comparisons"])):
+    policy, out = result["policy"], []
+    for k, run in enumerate(result["runs"]):
+        live, cmp, rcmp = run["live"], run["comparison"], run["replay_comparison"]
         for j, err in cmp["per_job"].items():
-            out.append({"kind": "job", "policy": result["policy"], "repeat": k, "job": j,
+            out.append({"kind": "job", "policy": policy, "repeat": k, "job": j,
                         "model": models[j], "jct_live": live[j]["jct"],
                         "jct_model": result["predicted"][j]["jct"], "rel_err": err,
+                        "jct_replay": run["replay"][j]["jct"] if rcmp else None,
+                        "replay_err": rcmp["per_job"][j] if rcmp else None,
+                        "pace_live": run["paces"][j],
+                        "pace_ratio": run["pace_ratios"][j],
                         "preemptions_live": live[j]["preemptions"],
                         "preemptions_model": result["predicted"][j]["preemptions"]})
-        out.append(dict({k2: v for k2, v in cmp.items() if k2 != "per_job"}, kind="summary",
-                        policy=result["policy"], repeat=k))
+        summary = {k2: v for k2, v in cmp.items() if k2 != "per_job"}
+        summary.update({f"replay_{k2}": v for k2, v in (rcmp or {}).items() if k2 != "per_job"},
+                       pace_ratio_min=min(run["pace_ratios"].values()),
+                       pace_ratio_max=max(run["pace_ratios"].values()))
+        out.append(dict(summary, kind="summary", policy=policy, repeat=k))
     if result["spread"]:
         out.append(dict({k2: v for k2, v in result["spread"].items() if k2 != "per_job"},
-                        kind="live_spread", policy=result["policy"]))
+                        kind="live_spread", policy=policy))
     return out
 
 
 def table(rows: Sequence[dict]) -> str:
     head = (f"{'policy':8} {'rep':>3} {'avg JCT live':>12} {'model':>8} {'err':>7} "
-            f"{'makespan live':>13} {'model':>8} {'err':>7} {'|job err| med':>13} "
-            f"{'p90':>6} {'max':>6}")
+            f"{'makespan err':>12} {'|job err| med':>13} {'max':>6} {'pace live/profile':>17} "
+            f"{'replay err':>10} {'|job| med':>9} {'max':>6}")
     body = [f"{r['policy']:8} {r['repeat']:3} {r['avg_jct_live']:12.1f} "
-            f"{r['avg_jct_model']:8.1f} {r['avg_jct_err']:+7.1%} {r['makespan_live']:13.1f} "
-            f"{r['makespan_model']:8.1f} {r['makespan_err']:+7.1%} {r['median_abs']:13.1%} "
-            f"{r['p90_abs']:6.1%} {r['max_abs']:6.1%}" for r in rows if r["kind"] == "summary"]
+            f"{r['avg_jct_model']:8.1f} {r['avg_jct_err']:+7.1%} {r['makespan_err']:+12.1%} "
+            f"{r['median_abs']:13.1%} {r['max_abs']:6.1%} "
+            f"{r['pace_ratio_min']:8.2f}-{r['pace_ratio_max']:<8.2f} "
+            + (f"{r['replay_avg_jct_err']:+10.1%} {r['replay_median_abs']:9.1%} "
+               f"{r['replay_max_abs']:6.1%}" if "replay_avg_jct_err" in r
+               else f"{'n/a (grouped)':>27}") for r in rows if r["kind"] == "summary"]
     spread = [f"{r['policy']:8} live run-to-run: per-job JCT spread median {r['median']:.1%}, "
               f"max {r['max']:.1%}; avg JCT {r['avg_jct']:.1%}"
               for r in rows if r["kind"] == "live_spread"]

@@ -2,24 +2,26 @@
 
 Real torch trainers (bert, gpt2) on a live cluster of two one-GPU nodes (each node's
 trainers pinned to one CPU core), SRSF, time scale 1. The simulator is told only what a
-profiling pass and a launch test measured before the live run; its per-job JCTs are then
-compared with the live ones.
+profiling pass (three solo runs per model, in turns) and a launch test measured before the
+live run; its per-job JCTs are then compared with the live ones.
 
-The bound is k x the live run-to-run spread plus the launch test's spread, measured on this
-2-core machine while other work kept its load average at 6-16 (`python -m bench.live_compare
---form short --policies srsf --repeats 2`). Two live runs of this form differed by 2.3% in
-average JCT and by a median 4.9% per job (max 7.9%); with an earlier mix of the same size
-(400/500/700/900 iterations) by 4.3% and 6.1%. The launch test's repeats spread by 2-13% per
-model ((max - min) / median). Taking the larger figures and k = 3: 3 x 4.3% + 6.5% = 19% ->
-20% on the average JCT, 3 x 6.1% + 6.5% = 25% on the median per-job error. Measured with
-this mix, the model's error was -12.8%, -14.8% and -16.3% on the average JCT (median per job
-12.8%, 15.0%, 15.6%): it under-predicts, systematically (the live run carries the broker,
-scheduler, agents and telemetry on the same two cores, and its finished trainers still have
-to be noticed). Told a 2x or 0.25x profile, or a restart cost x3 or 0, the same comparison is
-34-160% off on the average JCT and the check fails (the parametrised test shows it each
-time). Errors seen since: -32.9% on a machine loaded by other work (fails), +18.7% once. Not covered: a load that swings between the profiling pass and the live run (solo
-profiles of one model taken minutes apart at load 12-16 differed by 17-43% in the full
-form); with the headroom above (4-7 points) such a swing can fail this test.
+The error of that prediction has two parts, and the test checks each against what can
+justify it:
+
+* The machine's own pace. This 2-core virtual machine does not run at one speed: the same
+  solo bert run took 9.3-15.3 ms per iteration in three consecutive profiling runs, and in
+  one live run the trainers measured 12 ms per iteration for the first two jobs and 18 ms for
+  the next two (1.1-1.95x their profiles). No model of the scheduler can know that before the
+  run. So the prediction is asserted to be off by no more than the pace change the trainers
+  measured explains (`pace_band`).
+* The scheduling model: queueing, placement, restarts, the policy's decisions. A replay
+  tells the simulator the pace each job's trainers measured in the live run (their own logs,
+  outside the scheduler) and still only the launch test's restart costs; its JCTs must match
+  the live ones tightly. Measured replay errors on this machine (SRSF, this form and its
+  predecessor, 8 runs, load average 1-5): average JCT -9.4% to +6.0%, median per job at most
+  10.2% (max 20.1%). The bound, 15% on the average and 20% on the median job, is 1.6-2x that.
+
+Each check is shown failing when the model is told something wrong.
 """
 from __future__ import annotations
 
@@ -33,10 +35,7 @@ from traces import read_trace
 pytest.importorskip("torch", reason="the torch trainers need the train extra")
 
 POLICY = "srsf"
-# Wider than the k x spread derivation above: across six runs of this form on this machine
-# the model's average JCT error ranged from -32.9% (loaded by other work) to +26.1% (idle),
-# median per-job error up to 31.9%, because the profiling pass itself varies run to run.
-BOUND = lc.Bound(avg_jct=0.40, median_job=0.45)
+REPLAY = lc.Bound(avg_jct=0.15, median_job=0.20)
 
 
 @pytest.fixture(scope="module")
@@ -50,26 +49,55 @@ def measured(tmp_path_factory):
 
 def _report(result) -> str:
     return lc.table(lc.lines(result, lc.SHORT)) + "\n" + json.dumps(
-        {j: (round(result["live"][0][j]["jct"], 1), round(result["predicted"][j]["jct"], 1))
-         for j in result["predicted"]})
+        {j: (round(run["live"][j]["jct"], 1), round(result["predicted"][j]["jct"], 1),
+             round(run["pace_ratios"][j], 2)) for run in result["runs"] for j in run["live"]})
 
 
-def test_the_model_predicts_live_jcts_within_the_bound(measured):
+def _replayed(measured, pace_factor=1.0, restart_factor=1.0) -> dict:
+    out, known, trace, spec, result = measured
+    run = result["runs"][0]
+    paces = {j: p * pace_factor for j, p in run["paces"].items()}
+    replay = lc.predict(lc.repaced(read_trace(trace), paces), spec, POLICY,
+                        known.distorted(restart_factor=restart_factor))
+    return lc.compare(replay, run["live"])
+
+
+def test_replayed_at_the_trainers_pace_the_model_matches_the_live_run(measured):
     *_, result = measured
-    assert lc.check(result["comparisons"][0], BOUND) == [], _report(result)
+    run = result["runs"][0]
+    assert run["replay_comparison"] is not None, "SRSF ran every job alone"
+    assert lc.check(run["replay_comparison"], REPLAY) == [], _report(result)
+    assert run["replay_comparison"] == _replayed(measured)
 
 
-# Only errors larger than the run-to-run noise can be shown failing here: a 3x profile
-# (+160% on one measured run) or a 3x restart cost (+137%). Too-fast inputs (0.25x profile,
-# no restart cost) moved that run by 35-58 points only, inside the noise band: not asserted.
-@pytest.mark.parametrize("wrong", [{"time_factor": 3.0}, {"restart_factor": 3.0}],
-                         ids=["profile-x3", "restart-x3"])
-def test_the_check_fails_when_the_model_is_told_something_wrong(measured, wrong, tmp_path):
+# On four runs of this form these moved the replay's average JCT error to +29..+48%,
+# -22..-35% and +24..+54%. No restart cost gave -17..-26% (median per job 19-30%), too near
+# the bound to assert every time; a 2x restart cost +7..+30%, inside it once.
+@pytest.mark.parametrize("wrong", [{"pace_factor": 1.5}, {"pace_factor": 0.67},
+                                   {"restart_factor": 3.0}],
+                         ids=["pace-x1.5", "pace-x0.67", "restart-x3"])
+def test_the_replay_check_fails_when_the_model_is_told_something_wrong(measured, wrong):
+    assert lc.check(_replayed(measured, **wrong), REPLAY), _report(measured[-1])
+
+
+def test_the_prediction_is_off_by_no_more_than_the_machines_change_of_pace(measured):
+    *_, result = measured
+    run = result["runs"][0]
+    assert lc.explained(run["comparison"], run["pace_ratios"], REPLAY.avg_jct) == [], \
+        _report(result)
+
+
+# The prediction's check is as loose as the machine's drift: a 3x profile failed it on each
+# of four runs; a 1/3x profile on three (the fourth run's trainers were 2.2x slower than
+# profiled, which explains nearly as much), a 2x or 0.5x profile on one or two.
+def test_the_prediction_check_fails_when_the_profiles_are_wrong(measured, tmp_path, factor=3.0):
     _, known, trace, spec, result = measured
-    bad = known.distorted(**wrong)
+    bad = known.distorted(time_factor=factor)
     predicted = lc.predict(lc.job_trace(tmp_path / "trace.csv", lc.SHORT.jobs, bad), spec,
                            POLICY, bad)
-    assert lc.check(lc.compare(predicted, result["live"][0]), BOUND), _report(result)
+    run = result["runs"][0]
+    assert lc.explained(lc.compare(predicted, run["live"]), run["pace_ratios"],
+                        REPLAY.avg_jct), _report(result)
 
 
 def test_the_prediction_is_made_before_the_live_run_and_from_the_passes_alone(measured):
@@ -96,6 +124,30 @@ def test_comparison_figures():
     assert len(lc.check(c, lc.Bound(avg_jct=0.05, median_job=0.2))) == 2
     spread = lc.run_spread([live, {0: dict(live[0], jct=12.0), 1: live[1]}])
     assert spread["per_job"] == pytest.approx({0: 2 / 11, 1: 0.0})
+    # model/live average 0.9: inside what paces 1.0-1.25x slower than profiled explain
+    # (0.8-1.0), not inside what 0.9-1.0x explain (1.0-1.11) without slack
+    assert lc.explained(c, {0: 1.0, 1: 1.25}, 0.0) == []
+    assert lc.explained(c, {0: 0.9, 1: 1.0}, 0.0)
+    assert lc.explained(c, {0: 0.9}, 0.15) == [] and lc.explained(c, {0: 0.9}, 0.05)
+
+
+def _log(path, *records):
+    path.write_text("".join(json.dumps(dict(r, level="info", component="trainer")) + "\n"
+                            for r in records))
+
+
+def test_a_jobs_live_pace_is_its_iterations_over_the_time_it_trained(tmp_path):
+    """Across launches, start-up (spawn to the first iteration) left out: 100 iterations in
+    2 s, then 49 in 1 s after a restart."""
+    ts = "2026-12-01T10:00:{:06.3f}Z".format
+    _log(tmp_path / "trainer-7.log",
+         {"event": "trainer_start", "ts": ts(0)},
+         {"event": "trainer_first_iteration", "iteration": 1, "ts": ts(3)},
+         {"event": "trainer_stopped", "iterations": 101, "ts": ts(5)},
+         {"event": "trainer_start", "ts": ts(9)},
+         {"event": "trainer_first_iteration", "iteration": 102, "ts": ts(12)},
+         {"event": "trainer_finished", "iterations": 151, "ts": ts(13)})
+    assert lc.live_paces(tmp_path) == {7: pytest.approx(3.0 / 149)}
 
 
 def test_a_trainers_timing_leaves_out_its_start_up_iteration(tmp_path):
