@@ -101,8 +101,8 @@ def load(plug: PlugIn) -> Factory:
             raise PolicyError(f"{plug.label}: class {obj.__name__} is not a subclass of "
                               "scheduler.core.policies.Policy")
     elif not callable(obj):
-        raise PolicyError(f"{plug.label}: is a {type(obj).__name__}, not a Policy subclass "
-                          "or a function that returns a Policy")
+        raise PolicyError(f"{plug.label}: is of type {type(obj).__name__}, not a Policy "
+                          "subclass or a function that returns a Policy")
     return obj
 
 
@@ -113,7 +113,8 @@ def build(plug: PlugIn, factory: Factory, preset: Preset) -> Policy:
     except Exception as err:  # the plug-in's own code: reported, not a traceback
         raise PolicyError(f"{plug.label}: making the policy failed: {_one_line(err)}") from None
     if not isinstance(policy, Policy):
-        raise PolicyError(f"{plug.label}: returned a {type(policy).__name__}, not a Policy")
+        raise PolicyError(f"{plug.label}: returned an object of type {type(policy).__name__}, "
+                          "not a Policy")
     return policy
 
 
@@ -128,10 +129,13 @@ def make(name: str, preset: Preset, builtins: Mapping[str, Factory]) -> Policy:
 
 def describe(builtins: Collection[str]) -> list[str]:
     """One line per installed plug-in for a --help: its name and target, or why it is broken
-    (each is imported here, so only a help text should ask)."""
+    or ignored (each is imported here, so only a help text should ask)."""
     lines = []
-    for name, plugs in sorted(installed(builtins).items()):
+    for name, plugs in sorted(installed().items()):
         where = ", ".join(p.target for p in plugs)
+        if name in builtins:
+            lines.append(f"{name} ({where}; IGNORED: a built-in policy has this name)")
+            continue
         try:
             load(locate(name, builtins))
         except PolicyError as err:
