@@ -7,8 +7,10 @@ and run from that environment's own `interlace-sim` and `pytest`.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -28,6 +30,7 @@ from scheduler.live.cli import parse_args
 from scheduler.sim.cli import main
 from scheduler.sim.simulator import simulate
 from specs import load_spec, spec_path
+from tests.test_plan_invariants import CheckedSimulator
 from traces import default_trace_path, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,6 +274,42 @@ def test_live_policy_takes_plugins_and_names_a_broken_one_in_one_line(installed,
                                                    f"{line}")
 
 
+# -- docs/policies.md -------------------------------------------------------------------------
+
+def _python_blocks() -> list[str]:
+    text = (ROOT / "docs" / "policies.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_the_worked_example_in_the_docs_is_the_examples_code():
+    source = (EXAMPLE / "src" / "interlace_policy_example" / "policy.py").read_text()
+    shown = next(b for b in _python_blocks() if "class LargestFirst" in b)
+    code = [line for line in source.splitlines() if line.strip() and "#" != line.strip()[0]]
+    for line in shown.splitlines():  # each line shown is in the package (docstrings aside)
+        assert not line.strip() or line in code, line
+
+
+class _Watched(CheckedSimulator):
+    """Checks every round's plan (the contract of docs/policies.md) and keeps the largest
+    group seen."""
+
+    largest = 0
+
+    def _apply(self, plan, now):
+        self.largest = max([self.largest, *(len(g.jobs) for g in plan.groups)])
+        super()._apply(plan, now)
+
+
+def test_the_sharing_sketch_in_the_docs_runs_and_keeps_the_plan_contract(installed, small):
+    shown = next(b for b in _python_blocks() if "class Pairs" in b)
+    installed("nothing-registered", {}, {"pairs": shown})
+    records, spec = small
+    sim = _Watched(records, spec, "pairs:Pairs", PRESET)
+    result = sim.run()
+    assert sim.rounds_checked > 0 and all(o.end is not None for o in result.outcomes)
+    assert sim.largest == 2  # it does share GPUs, two jobs at most
+
+
 # -- the example, installed with pip into a fresh environment ----------------------------------
 
 def _venv(path: Path) -> Path:
@@ -298,7 +337,9 @@ def test_the_example_installs_with_pip_lists_runs_and_passes_its_tests(tmp_path,
                                                                        monkeypatch):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     python = _venv(tmp_path / "venv")
-    pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    # setuptools from this environment where it has one (no index needed); else pip fetches it
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    pip = [python, "-m", "pip", "install", "-q", "--no-deps", *isolation]
     _run([*pip, "-e", ROOT], tmp_path, env)  # this checkout's interlace and its commands
     example = tmp_path / "example"  # a copy: pip builds in the source tree
     shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns(
