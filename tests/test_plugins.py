@@ -15,7 +15,6 @@ import shutil
 import site
 import subprocess
 import sys
-import textwrap
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
