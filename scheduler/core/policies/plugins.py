@@ -92,7 +92,7 @@ def load(plug: PlugIn) -> Factory:
     module_name, _, attr = plug.target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name.strip())
-        for part in attr.strip().split("."):
+        for part in filter(None, attr.strip().split(".")):  # no attr: the module itself
             obj = getattr(obj, part)
     except Exception as err:  # whatever the plug-in's import raises, reported in one line
         raise PolicyError(f"{plug.label}: cannot load it: {_one_line(err)}") from None
