@@ -18,7 +18,7 @@ from scheduler.live.gateway import SERVICE
 from scheduler.live.journal import Journal
 from scheduler.live.options import Options
 from scheduler.live.service import SchedulerService
-from scheduler.core.policies import POLICIES
+from scheduler.core.policies import PolicyError, make_policy, policy_names
 from scheduler.core.presets import get_preset
 from specs import spec_path
 from specs.spec import ClusterSpec, SpecError, load_spec
@@ -35,7 +35,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     from specs import available_specs
     p.add_argument("--spec", required=True, help="cluster spec: a CSV path or a packaged name ("
                    f"{', '.join(available_specs())})")
-    p.add_argument("--policy", default="muri-s", choices=sorted(POLICIES))
+    p.add_argument("--policy", default="muri-s",
+                   help=f"{', '.join(policy_names())}, or package.module:Class "
+                        "(default: muri-s)".replace("%", "%%"))
     p.add_argument("--preset", default="default", help="model preset (default: default)")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
     p.add_argument("--run-dir", required=True,
@@ -69,10 +71,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
         p.error("--time-scale, --round and --agent-timeout must be > 0")
     try:
-        get_preset(a.preset)
+        preset = get_preset(a.preset)
         spec = _load_spec(a.spec)
     except (ValueError, SpecError) as err:
         p.error(str(err).splitlines()[0])
+    try:
+        make_policy(a.policy, preset)  # a plug-in's mistake: one line now, not in the service
+    except PolicyError as err:
+        p.exit(2, f"{p.prog}: error: --policy: {err}\n")
     return a, spec
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from scheduler.core.metrics import dumps, summary_dict, write_jobs_csv
-from scheduler.core.policies import POLICIES
+from scheduler.core.policies import PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.core.presets import PRESETS, get_preset
 from scheduler.sim.simulator import SimResult, simulate
 from specs import SpecError, available_specs, load_spec, spec_path
@@ -80,8 +80,27 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _policy_help(plugins: list[str] | None) -> str:
+    text = (f"comma-separated policies: {', '.join(policy_names())}; or one of your own as "
+            "package.module:Class (default: muri-s,srsf,tiresias)")
+    if plugins is not None:
+        text += "; installed plug-ins: " + ("; ".join(plugins) if plugins else "none")
+    return text.replace("%", "%%")  # argparse %-formats help texts
+
+
+class _Parser(argparse.ArgumentParser):
+    """Its --help also says where each installed policy plug-in comes from and which are
+    broken: that imports them, which only a help text asks for."""
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            if action.dest == "policy":
+                action.help = _policy_help(describe_plugins())
+        return super().format_help()
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=PROG,
         description="Simulate scheduling policies on a job trace and a cluster spec. "
                     "Every option has a default: with none, the packaged 'default' trace "
@@ -93,8 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="cluster spec CSV, or a packaged spec name: "
                         f"{', '.join(available_specs())} (default: n2g8)")
     p.add_argument("--policy", default="muri-s,srsf,tiresias", metavar="NAME[,NAME...]",
-                   help=f"comma-separated policies: {', '.join(POLICIES)} "
-                        "(default: muri-s,srsf,tiresias)")
+                   help=_policy_help(None))
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="time accounting: 'paper' reproduces the artifact, 'default' is physical "
                         "(default: default)")
@@ -172,8 +190,14 @@ def _fail(lines) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    problems = [f"--policy: unknown policy {p!r} (choose from {', '.join(POLICIES)})"
-                for p in policies if p not in POLICIES]
+    preset = get_preset(args.preset) if args.restart_overhead is None else get_preset(
+        args.preset, overhead_table={}, overhead_default=args.restart_overhead)
+    problems = []
+    for name in policies:
+        try:
+            make_policy(name, preset)  # a plug-in's mistakes show here, before any run
+        except PolicyError as err:
+            problems.append(f"--policy: {err}")
     if not policies:
         problems.append("--policy: no policy given")
     spec = records = None
@@ -195,15 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         problems.append("--explain: needs two or more policies, and a table (not --json)")
     if problems:
         return _fail(problems)
-    preset = get_preset(args.preset) if args.restart_overhead is None else get_preset(
-        args.preset, overhead_table={}, overhead_default=args.restart_overhead)
     results: list[SimResult] = []
     for name in policies:
         bar = _Bar(name)
         bar.begin(len(records))
         try:
             result = simulate(records, spec, name, preset, progress=bar)
-        except RuntimeError as err:
+        except (RuntimeError, PolicyError) as err:
             bar.close(ok=False)
             return _fail([f"{name}: {err}"])
         bar.close()

@@ -1,4 +1,4 @@
-"""Policies by the names the CLI spells them.
+"""Policies by the names the CLI spells them: the built-ins here, plug-ins via plugins.py.
 
 Muri and Themis are imported when one is made, not with this package: they pull in numpy
 and scipy (a tenth of a second or more), which a run of the other policies never uses."""
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from scheduler.core.policies import plugins
 from scheduler.core.policies.antman import AntMan
 from scheduler.core.policies.base import Policy, RoundContext
+from scheduler.core.policies.plugins import PolicyError
 from scheduler.core.policies.priority import fifo, srsf, srtf
 from scheduler.core.policies.tiresias import Tiresias
 from scheduler.core.presets import Preset
@@ -38,11 +40,21 @@ POLICIES: dict[str, Callable[[Preset], Policy]] = {
 
 
 def make_policy(name: str, preset: Preset) -> Policy:
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
-    return factory(preset)
+    """The policy `name` names: a built-in (POLICIES), an installed plug-in (entry-point
+    group `interlace.policies`) or `package.module:Class`. PolicyError (a ValueError) says
+    in one line why a name gives none."""
+    return plugins.make(name, preset, POLICIES)
 
 
-__all__ = ["POLICIES", "Policy", "RoundContext", "make_policy"]
+def policy_names() -> list[str]:
+    """The built-ins, then the installed plug-ins (read from metadata; none is imported)."""
+    return [*POLICIES, *plugins.installed(POLICIES)]
+
+
+def describe_plugins() -> list[str]:
+    """One line per installed plug-in for a --help, broken ones marked (imports each)."""
+    return plugins.describe(POLICIES)
+
+
+__all__ = ["POLICIES", "Policy", "PolicyError", "RoundContext", "describe_plugins",
+           "make_policy", "policy_names"]

@@ -1,0 +1,41 @@
+"""Largest-first: each round, serve the jobs wanting the most GPUs first (earliest submitted
+first among equals), each on GPUs of its own; smaller jobs fill what is left.
+
+Why a cluster might want it: a big job waiting behind a stream of small ones may never find
+its GPUs free at once; serving big jobs first bounds that wait, at the cost of the small
+jobs' JCT. A plain rule, written the way any policy is (see docs/policies.md of Interlace).
+"""
+from __future__ import annotations
+
+import bisect
+
+from scheduler.core.policies import Policy, RoundContext
+from scheduler.core.policies.base import place_in_order
+from scheduler.core.state import Job, Plan
+
+
+def priority(job: Job) -> tuple[int, float, int]:
+    """Smaller is served first: most GPUs, then earliest submitted, then lowest id."""
+    return (-job.num_gpu, job.submit_time, job.id)
+
+
+class LargestFirst(Policy):
+    """Keeps its runnable jobs sorted by `priority` through the core's hooks (a job's GPU
+    count and submit time never change, so nothing needs re-sorting), and places them in
+    that order on an emptied cluster each round: preemptive, as a newcomer may outrank a
+    running job."""
+
+    name = "largest-first"
+
+    def __init__(self, preset):
+        super().__init__(preset)
+        self._jobs: list[Job] = []  # the runnable jobs, in priority order
+
+    def on_submit(self, job: Job, now: float) -> None:
+        bisect.insort(self._jobs, job, key=priority)
+
+    def on_finish(self, job: Job, now: float) -> None:
+        self._jobs.remove(job)
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        return Plan(tuple(place_in_order(ctx, self._jobs)))

@@ -1,0 +1,146 @@
+"""Policies from outside this package: installed plug-ins and `package.module:Class` names.
+
+A researcher's package registers a policy under the entry-point group `interlace.policies`
+(name -> `module:attr`), or a user names one directly as `package.module:Class`; neither
+needs an edit here. The object found must be a Policy subclass or a callable taking a Preset
+and returning a Policy. Every way this can go wrong (unknown name, a module that does not
+import, an object that is no factory, a factory that raises or returns something else) is a
+PolicyError whose message is one line naming the plug-in, so the command lines print it as it
+is. Only the plug-in asked for is imported: a broken one never stops the others.
+
+Nothing is cached: entry points are read afresh on each call (a few milliseconds), so a
+worker process or a package installed meanwhile sees the same as a fresh command would.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Callable, Collection, Mapping
+
+from scheduler.core.policies.base import Policy
+from scheduler.core.presets import Preset
+
+GROUP = "interlace.policies"
+
+Factory = Callable[[Preset], Policy]
+
+
+class PolicyError(ValueError):
+    """A policy name that does not give a policy; the message is one line naming it."""
+
+
+@dataclass(frozen=True)
+class PlugIn:
+    """Where a policy name outside the built-ins points: `module:attr`, and from which
+    installed distribution (None for a name given as `module:attr` itself)."""
+
+    name: str
+    target: str
+    dist: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.dist is None:
+            return f"policy {self.name!r}"
+        return f"plug-in {self.name!r} ({self.target}, from {self.dist})"
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _dist_name(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.metadata["Name"] if dist is not None else "?"
+
+
+def installed(taken: Collection[str] = ()) -> dict[str, list[PlugIn]]:
+    """Installed plug-ins by name (several when distributions disagree), reading only their
+    metadata; names in `taken` (the built-ins, which always win) are left out."""
+    found: dict[str, list[PlugIn]] = {}
+    for ep in entry_points(group=GROUP):
+        if ep.name in taken:
+            continue
+        plug = PlugIn(ep.name, ep.value, _dist_name(ep))
+        same = found.setdefault(ep.name, [])
+        if all(p.target != plug.target for p in same):
+            same.append(plug)
+    return found
+
+
+def locate(name: str, taken: Collection[str] = ()) -> PlugIn:
+    """The plug-in `name` stands for: an installed one, else a `module:attr` name."""
+    plugs = installed(taken).get(name)
+    if plugs:
+        if len(plugs) > 1:
+            raise PolicyError(f"plug-in {name!r} is registered by more than one package: "
+                              + "; ".join(f"{p.target} from {p.dist}" for p in plugs)
+                              + " (uninstall one, or give module:attr)")
+        return plugs[0]
+    module, colon, attr = name.partition(":")
+    if colon and module and attr:
+        return PlugIn(name, name)
+    names = [*taken, *installed(taken)]
+    raise PolicyError(f"unknown policy {name!r} (choose from {', '.join(names)}, "
+                      "or give package.module:Class)")
+
+
+def load(plug: PlugIn) -> Factory:
+    """The factory `plug` points at: its module imported, its attribute checked."""
+    module_name, _, attr = plug.target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name.strip())
+        for part in filter(None, attr.strip().split(".")):  # no attr: the module itself
+            obj = getattr(obj, part)
+    except Exception as err:  # whatever the plug-in's import raises, reported in one line
+        raise PolicyError(f"{plug.label}: cannot load it: {_one_line(err)}") from None
+    if isinstance(obj, type):
+        if not issubclass(obj, Policy):
+            raise PolicyError(f"{plug.label}: class {obj.__name__} is not a subclass of "
+                              "scheduler.core.policies.Policy")
+    elif not callable(obj):
+        raise PolicyError(f"{plug.label}: is of type {type(obj).__name__}, not a Policy "
+                          "subclass or a function that returns a Policy")
+    return obj
+
+
+def build(plug: PlugIn, factory: Factory, preset: Preset) -> Policy:
+    """`factory(preset)`, checked to be a Policy; its failure is one line naming `plug`."""
+    try:
+        policy = factory(preset)
+    except Exception as err:  # the plug-in's own code: reported, not a traceback
+        raise PolicyError(f"{plug.label}: making the policy failed: {_one_line(err)}") from None
+    if not isinstance(policy, Policy):
+        raise PolicyError(f"{plug.label}: returned an object of type {type(policy).__name__}, "
+                          "not a Policy")
+    return policy
+
+
+def make(name: str, preset: Preset, builtins: Mapping[str, Factory]) -> Policy:
+    """The policy `name` names: built-in, installed plug-in, or `module:attr`."""
+    factory = builtins.get(name)
+    if factory is not None:
+        return factory(preset)
+    plug = locate(name, builtins)
+    return build(plug, load(plug), preset)
+
+
+def describe(builtins: Collection[str]) -> list[str]:
+    """One line per installed plug-in for a --help: its name and target, or why it is broken
+    or ignored (each is imported here, so only a help text should ask)."""
+    lines = []
+    for name, plugs in sorted(installed().items()):
+        where = ", ".join(p.target for p in plugs)
+        if name in builtins:
+            lines.append(f"{name} ({where}; IGNORED: a built-in policy has this name)")
+            continue
+        try:
+            load(locate(name, builtins))
+        except PolicyError as err:
+            why = str(err).removeprefix(f"{plugs[0].label}: ")
+            lines.append(f"{name} ({where}; BROKEN: {why})")
+        else:
+            lines.append(f"{name} ({where})")
+    return lines
