@@ -47,13 +47,16 @@ class SimResult:
 
 class Simulator:
     def __init__(self, records: Sequence[JobRecord], spec: ClusterSpec, policy: str,
-                 preset: Preset, progress: Callable[[int, int], None] | None = None):
+                 preset: Preset, progress: Callable[[int, int], None] | None = None,
+                 on_round: Callable[[float, Plan, Core], None] | None = None):
         self.records = sorted(records, key=lambda r: r.submit_time)
         self.spec = spec
         self.preset = preset
         self.policy_name = policy
         self.core = Core(spec, make_policy(policy, preset), preset)
         self.progress = progress
+        # sees every round's plan and the core after it (a sweep's time series); never writes
+        self.on_round = on_round
         self.runs: dict[int, _Run] = {}
         self._cost = {r.job_id: preset.overhead(r.model_name, r.num_gpu) for r in records}
         self.arrivals = _grouped_arrivals(self.records, preset.arrival_grouping_rel)
@@ -164,6 +167,8 @@ class Simulator:
             heapq.heapify(ends)
             utilisation.append((t, self._busy_gpus(plan)))
             last = t
+            if self.on_round is not None:
+                self.on_round(t, plan, core)
             if self.progress is not None:
                 self.progress(finished, n)
         outcomes = [JobOutcome.of(job) for job in core.jobs.values()]
@@ -272,5 +277,6 @@ def _busy_gpus(plan: Plan) -> int:
 
 
 def simulate(records: Sequence[JobRecord], spec: ClusterSpec, policy: str, preset: Preset,
-             progress: Callable[[int, int], None] | None = None) -> SimResult:
-    return Simulator(records, spec, policy, preset, progress).run()
+             progress: Callable[[int, int], None] | None = None,
+             on_round: Callable[[float, Plan, Core], None] | None = None) -> SimResult:
+    return Simulator(records, spec, policy, preset, progress, on_round).run()

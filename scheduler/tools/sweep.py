@@ -1,0 +1,212 @@
+"""`interlace-sweep`: the cross product of traces x policies x presets x seeds, run in parallel
+(local processes, or an existing Dask cluster), into one tidy CSV and a folder of plots.
+
+The sweep resumes: a run whose row is already in OUT/runs.csv (keyed by trace, policy, preset,
+seed) is not run again, so a killed or interrupted sweep is finished by running the same
+command again. Bad input exits non-zero with one line per problem before any run starts.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from scheduler.core.policies import POLICIES, make_policy
+from scheduler.core.presets import PRESETS, get_preset
+from scheduler.tools.sweep_dask import DaskError, run_dask
+from scheduler.tools.sweep_runs import Task, default_processes, run_local
+from scheduler.tools.sweep_store import Store, StoreError
+from scheduler.tools.sweep_traces import SEED_HELP, load, perturb
+from specs import SpecError, available_specs, load_spec, spec_path
+from traces import TraceError, available_traces
+
+PROG = "interlace-sweep"
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Simulate every combination of traces, policies, presets and seeds; one row "
+                    "per run in OUT/runs.csv (times in seconds), plots in OUT/report/. Runs "
+                    "already in OUT/runs.csv are not run again (a killed sweep resumes).",
+        epilog=f"Seeds: --seeds N runs seeds 0..N-1; {SEED_HELP}.")
+    p.add_argument("--traces", required=True, metavar="CSV|NAME[,...]",
+                   help="trace CSVs (Muri schema) or packaged trace names "
+                        f"({', '.join(available_traces())}), comma-separated")
+    p.add_argument("--policies", required=True, metavar="NAME[,...]",
+                   help=f"comma-separated policy names (built in: {', '.join(POLICIES)}; "
+                        "installed plug-ins by their names)")
+    p.add_argument("--presets", default="default", metavar="NAME[,...]",
+                   help=f"comma-separated presets: {', '.join(sorted(PRESETS))} (default: default)")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="seeds 0..N-1 per trace (default: 1, the traces as they are)")
+    p.add_argument("--spec", default="n2g8", metavar="CSV|NAME",
+                   help=f"cluster spec CSV or packaged name ({', '.join(available_specs())}; "
+                        "default: n2g8)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the sweep's folder: runs.csv, runs/ (per-run detail), report/ (PNGs)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--jobs", type=int, metavar="K",
+                       help="local processes (default: the CPUs this process may use)")
+    where.add_argument("--dask", metavar="ADDRESS",
+                       help="run on this Dask distributed scheduler (e.g. tcp://host:8786) "
+                            "instead of local processes; its workers need interlace installed")
+    p.add_argument("--no-report", action="store_true", help="write the CSV only, no plots")
+    return p
+
+
+class _Progress:
+    """On a terminal a bar redrawn in place; off one (a log, a pipe) a line per run."""
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.done, self.failed = total, 0, 0
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.monotonic()
+
+    def __call__(self, task: Task, outcome) -> None:
+        self.done += 1
+        failed = isinstance(outcome, BaseException)
+        self.failed += failed
+        what = f"{task.trace} {task.policy} {task.preset} seed {task.seed}"
+        if failed:
+            line = f"{what}: failed: {type(outcome).__name__}: {outcome}"
+        else:
+            row = outcome[0]
+            line = f"{what}: avg JCT {row['avg_jct_s'] / 3600:.2f} h in {row['wall_s']:.1f} s"
+        elapsed = time.monotonic() - self.start
+        if self.tty:
+            width = 30
+            filled = int(width * self.done / max(self.total, 1))
+            bad = f", {self.failed} failed" if self.failed else ""
+            if failed:
+                self.stream.write(f"\r\033[K{PROG}: {line}\n")
+            self.stream.write(f"\r\033[K[{'#' * filled}{'.' * (width - filled)}] "
+                              f"{self.done}/{self.total} runs{bad} {elapsed:.0f} s")
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"{PROG}: [{self.done}/{self.total}] {line}\n")
+        self.stream.flush()
+
+
+def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[str]]:
+    """(problems, spec, records by trace, traces, policies, presets)."""
+    problems: list[str] = []
+    traces, policies, presets = _names(args.traces), _names(args.policies), _names(args.presets)
+    for flag, names in (("--traces", traces), ("--policies", policies), ("--presets", presets)):
+        if not names:
+            problems.append(f"{flag}: none given")
+    if args.seeds < 1:
+        problems.append(f"--seeds: expected at least 1, got {args.seeds}")
+    if args.jobs is not None and args.jobs < 1:
+        problems.append(f"--jobs: expected at least 1, got {args.jobs}")
+    spec = None
+    try:
+        path = Path(args.spec)
+        spec = load_spec(path if path.exists() or path.suffix == ".csv" or "/" in args.spec
+                         else spec_path(args.spec))
+    except SpecError as err:
+        problems.extend(f"--spec: {p}" for p in (getattr(err, "problems", None) or [err]))
+    records = {}
+    if spec is not None:
+        for trace in dict.fromkeys(traces):
+            try:
+                records[trace] = load(trace, spec)
+            except TraceError as err:
+                problems.extend(f"--traces: {p}" for p in err.problems)
+            else:
+                if not records[trace]:
+                    problems.append(f"--traces: {trace}: no jobs")
+    for preset in dict.fromkeys(presets):
+        try:
+            made = get_preset(preset)
+        except ValueError as err:
+            problems.append(f"--presets: {err}")
+            continue
+        for policy in dict.fromkeys(policies):
+            try:
+                make_policy(policy, made)  # the worker makes it again by the same name
+            except Exception as err:  # a plug-in may fail in any way; one line names it
+                problems.append(f"--policies: {policy}: {err}")
+    return (problems, spec, records, list(dict.fromkeys(traces)),
+            list(dict.fromkeys(policies)), list(dict.fromkeys(presets)))
+
+
+def _fail(lines) -> int:
+    for line in dict.fromkeys(str(x) for x in lines):
+        print(f"{PROG}: {line}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    problems, spec, records, traces, policies, presets = _check(args)
+    if problems:
+        return _fail(problems)
+    store = Store(Path(args.out))
+    try:
+        have = store.open()
+    except StoreError as err:
+        return _fail([err])
+    try:
+        other = {row["spec"] for row in have.values()} - {args.spec}
+        if other:
+            return _fail([f"--out {args.out}: holds runs on spec {', '.join(sorted(other))}, "
+                          f"not {args.spec}; use another folder"])
+        keys = [(t, p, r, s) for t in traces for p in policies for r in presets
+                for s in range(args.seeds)]
+        todo = [k for k in keys if (k[0], k[1], k[2], str(k[3])) not in have]
+        workers = (f"on Dask at {args.dask}" if args.dask else
+                   f"in {min(args.jobs or default_processes(), max(len(todo), 1))} processes")
+        print(f"{PROG}: {len(keys)} runs: {len(keys) - len(todo)} already in {store.csv}, "
+              f"{len(todo)} to run {workers}", file=sys.stderr, flush=True)
+        failed = _execute(args, store, spec, records, todo) if todo else 0
+        if not args.no_report:
+            from scheduler.tools.sweep_plots import write_report
+
+            made = write_report(store)
+            print(f"{PROG}: report: {len(made)} plots in {store.folder / 'report'}",
+                  file=sys.stderr)
+        if failed:
+            return _fail([f"{failed} of {len(todo)} runs failed (their rows are not written; "
+                          "run the same command again to retry them)"])
+        return 0
+    finally:
+        store.close()
+
+
+def _execute(args, store: Store, spec, records: dict, todo: list[tuple]) -> int:
+    """Run the missing tasks, a row for each as it finishes; the number that failed."""
+    cache: dict[tuple[str, int], tuple] = {}
+
+    def tasks():
+        for trace, policy, preset, seed in todo:
+            jobs = cache.get((trace, seed))
+            if jobs is None:
+                jobs = cache[(trace, seed)] = tuple(perturb(records[trace], seed))
+            yield Task(trace, policy, preset, seed, args.spec, spec, jobs)
+
+    progress = _Progress(len(todo))
+    if args.dask:
+        outcomes = run_dask(tasks(), args.dask)
+    else:
+        outcomes = run_local(tasks(), min(args.jobs or default_processes(), len(todo)))
+    try:
+        for task, outcome in outcomes:
+            if not isinstance(outcome, BaseException):
+                store.add(*outcome)
+            progress(task, outcome)
+    except DaskError as err:
+        _fail([err])
+        return len(todo) - progress.done + progress.failed
+    return progress.failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
