@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--dask", metavar="ADDRESS",
                        help="run on this Dask distributed scheduler (e.g. tcp://host:8786) "
                             "instead of local processes; its workers need interlace installed")
+    p.add_argument("--dask-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait for the Dask scheduler to answer (default: 30)")
     p.add_argument("--no-report", action="store_true", help="write the CSV only, no plots")
     return p
 
@@ -194,7 +196,7 @@ def _execute(args, store: Store, spec, records: dict, todo: list[tuple]) -> int:
 
     progress = _Progress(len(todo))
     if args.dask:
-        outcomes = run_dask(tasks(), args.dask)
+        outcomes = run_dask(tasks(), args.dask, args.dask_timeout)
     else:
         outcomes = run_local(tasks(), min(args.jobs or default_processes(), len(todo)))
     try:

@@ -37,8 +37,12 @@ def run_dask(tasks: Iterable[Task], address: str,
         for future in as_completed(futures):
             task = futures.pop(future)
             try:
-                yield task, future.result()
+                outcome = future.result()
             except Exception as err:  # the run's own error, or the cluster's (KilledWorker)
-                yield task, err
+                outcome = err
+            # let the cluster forget the result: else a worker lost later takes it along
+            # and the scheduler runs the task again for nobody
+            future.release()
+            yield task, outcome
     finally:
         client.close()

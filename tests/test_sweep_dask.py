@@ -1,0 +1,149 @@
+"""interlace-sweep --dask against a real Dask cluster on loopback: a `dask scheduler` and two
+`dask worker` processes (no nanny, so a killed worker stays dead). The CSV equals the local
+sweep's (wall time aside), also when a worker with runs in flight is SIGKILLed mid-sweep."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tests.test_sweep as base
+from scheduler.tools import sweep
+
+distributed = pytest.importorskip("distributed")
+
+ROOT = base.ROOT
+DASK = Path(sys.executable).with_name("dask")
+
+
+def _wait(predicate, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)  # poll
+
+
+class Cluster:
+    """A scheduler and named workers, each its own process on 127.0.0.1 with free ports."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.procs: dict[str, subprocess.Popen] = {}
+        info = folder / "scheduler.json"
+        self._start("scheduler", [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--no-dashboard", "--scheduler-file", str(info)])
+        self.address = _wait(lambda: info.exists() and _address(info), "the scheduler")
+        for name in ("w1", "w2"):
+            self._start(name, [str(DASK), "worker", self.address, "--host", "127.0.0.1",
+                               "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name", name])
+        self.client = distributed.Client(self.address, timeout=30)
+        self.client.wait_for_workers(2, timeout=60)
+
+    def _start(self, name: str, command: list[str]) -> None:
+        log = open(self.folder / f"{name}.log", "w")
+        self.procs[name] = subprocess.Popen(command, cwd=self.folder, env=self.env,
+                                            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def worker_names(self) -> dict[str, str]:
+        """worker address -> its name"""
+        return {a: w["name"] for a, w in self.client.scheduler_info()["workers"].items()}
+
+    def close(self) -> None:
+        self.client.close()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)
+
+
+def _address(info: Path) -> str | None:
+    try:
+        return json.loads(info.read_text())["address"]
+    except (ValueError, KeyError):
+        return None  # still being written
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """The same small sweep run locally: (its traces, its rows)."""
+    folder = tmp_path_factory.mktemp("local")
+    traces = ["default", base.tiny_trace(folder)]
+    assert sweep.main(base.sweep_args(traces, folder / "out", "--jobs", "2", "--no-report")) == 0
+    return traces, base.read_rows(folder / "out")
+
+
+def test_dask_sweep_writes_the_local_csv(cluster, local, tmp_path):
+    traces, rows = local
+    out = tmp_path / "out"
+    assert sweep.main(base.sweep_args(traces, out, "--dask", cluster.address)) == 0
+    assert base.without_wall(base.read_rows(out)) == base.without_wall(rows)
+    assert (out / "report" / "avg_jct_default.png").exists()
+    # both workers took part
+    assert set(cluster.worker_names().values()) == {"w1", "w2"}
+
+
+def test_a_worker_killed_mid_sweep_loses_no_run(cluster, local, tmp_path):
+    traces, rows = local
+    out = tmp_path / "out"
+    # Muri-S on the larger trace first: its runs are the longest, so runs are in flight
+    command = [sys.executable, "-m", "scheduler.tools.sweep",
+               *base.sweep_args(traces[::-1], out, "--dask", cluster.address, "--no-report",
+                                policies=base.POLICIES[::-1])]
+    run = subprocess.Popen(command, cwd=ROOT, env=cluster.env, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: base._lines(out / "runs.csv") >= 2, "a first row", timeout=120)
+        names = cluster.worker_names()
+
+        def busy():
+            """(address, its keys) of a worker with a run in flight, if any"""
+            return next(((a, k) for a, k in cluster.client.processing().items() if k), None)
+
+        address, in_flight = _wait(busy, "a worker with a run in flight")
+        cluster.procs[names[address]].send_signal(signal.SIGKILL)
+        done_at_kill = base._lines(out / "runs.csv") - 1
+        _, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    total = len(rows)
+    assert in_flight and done_at_kill < total, "the worker was not killed mid-sweep"
+    assert run.returncode == 0, err
+    assert cluster.procs[names[address]].wait(timeout=30) == -signal.SIGKILL
+    assert len(cluster.client.scheduler_info()["workers"]) == 1
+    assert base.without_wall(base.read_rows(out)) == base.without_wall(rows)  # all, each once
+    # results already written are released: the lost worker took none that were run again
+    assert "lose already computed" not in (cluster.folder / "scheduler.log").read_text()
+
+
+def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys):
+    with socket.socket() as s:  # a free port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = base.sweep_args(["default"], tmp_path / "out", "--dask", f"tcp://127.0.0.1:{port}",
+                           "--dask-timeout", "2", "--no-report", policies=["fifo"])
+    assert sweep.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"--dask tcp://127.0.0.1:{port}: cannot connect" in err and "Traceback" not in err
+    assert not base.read_rows(tmp_path / "out")
