@@ -96,11 +96,13 @@ def local(tmp_path_factory):
 def test_dask_sweep_writes_the_local_csv(cluster, local, tmp_path):
     traces, rows = local
     out = tmp_path / "out"
-    assert sweep.main(base.sweep_args(traces, out, "--dask", cluster.address)) == 0
+    with distributed.get_task_stream(client=cluster.client) as stream:
+        assert sweep.main(base.sweep_args(traces, out, "--dask", cluster.address)) == 0
     assert base.without_wall(base.read_rows(out)) == base.without_wall(rows)
     assert (out / "report" / "avg_jct_default.png").exists()
-    # both workers took part
-    assert set(cluster.worker_names().values()) == {"w1", "w2"}
+    ran = [t for t in stream.data if str(t["key"]).startswith("interlace-sweep-")]
+    assert len(ran) == len(rows)  # each run once, on the cluster's workers, both of them
+    assert {t["worker"] for t in ran} == set(cluster.worker_names())
 
 
 def test_a_worker_killed_mid_sweep_loses_no_run(cluster, local, tmp_path):
@@ -110,31 +112,42 @@ def test_a_worker_killed_mid_sweep_loses_no_run(cluster, local, tmp_path):
     command = [sys.executable, "-m", "scheduler.tools.sweep",
                *base.sweep_args(traces[::-1], out, "--dask", cluster.address, "--no-report",
                                 policies=base.POLICIES[::-1])]
-    run = subprocess.Popen(command, cwd=ROOT, env=cluster.env, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait(lambda: base._lines(out / "runs.csv") >= 2, "a first row", timeout=120)
-        names = cluster.worker_names()
-
-        def busy():
-            """(address, its keys) of a worker with a run in flight, if any"""
-            return next(((a, k) for a, k in cluster.client.processing().items() if k), None)
-
-        address, in_flight = _wait(busy, "a worker with a run in flight")
-        cluster.procs[names[address]].send_signal(signal.SIGKILL)
-        done_at_kill = base._lines(out / "runs.csv") - 1
-        _, err = run.communicate(timeout=300)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+    with distributed.get_task_stream(client=cluster.client) as stream:
+        run = subprocess.Popen(command, cwd=ROOT, env=cluster.env, stderr=subprocess.PIPE,
+                               text=True)
+        try:
+            name, address, in_flight, done_at_kill = _kill_a_busy_worker(cluster, out)
+            _, err = run.communicate(timeout=300)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     total = len(rows)
+    ran = [t for t in stream.data if str(t["key"]).startswith("interlace-sweep-")]
+    # what was in flight on the killed worker ran to the end on the other one
+    survivor = {t["key"] for t in ran if t["worker"] != address}
+    assert set(in_flight) & survivor
     assert in_flight and done_at_kill < total, "the worker was not killed mid-sweep"
     assert run.returncode == 0, err
-    assert cluster.procs[names[address]].wait(timeout=30) == -signal.SIGKILL
+    assert cluster.procs[name].wait(timeout=30) == -signal.SIGKILL
     assert len(cluster.client.scheduler_info()["workers"]) == 1
     assert base.without_wall(base.read_rows(out)) == base.without_wall(rows)  # all, each once
     # results already written are released: the lost worker took none that were run again
     assert "lose already computed" not in (cluster.folder / "scheduler.log").read_text()
+
+
+def _kill_a_busy_worker(cluster: Cluster, out: Path) -> tuple[str, str, list, int]:
+    """Once a row is written, SIGKILL a worker with a run in flight: (its name, address, the
+    runs it had, rows written by then)."""
+    _wait(lambda: base._lines(out / "runs.csv") >= 2, "a first row", timeout=120)
+    names = cluster.worker_names()
+
+    def busy():
+        return next(((a, k) for a, k in cluster.client.processing().items() if k), None)
+
+    address, in_flight = _wait(busy, "a worker with a run in flight")
+    cluster.procs[names[address]].send_signal(signal.SIGKILL)
+    return names[address], address, list(in_flight), base._lines(out / "runs.csv") - 1
 
 
 def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys):
@@ -145,5 +158,7 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys):
                            "--dask-timeout", "2", "--no-report", policies=["fifo"])
     assert sweep.main(args) == 1
     err = capsys.readouterr().err
-    assert f"--dask tcp://127.0.0.1:{port}: cannot connect" in err and "Traceback" not in err
+    last = err.splitlines()[-1]  # after the line saying what would run
+    assert last.startswith(f"interlace-sweep: --dask tcp://127.0.0.1:{port}: cannot connect")
+    assert "Traceback" not in err and len(err.splitlines()) == 2
     assert not base.read_rows(tmp_path / "out")

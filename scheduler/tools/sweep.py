@@ -164,11 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         keys = [(t, p, r, s) for t in traces for p in policies for r in presets
                 for s in range(args.seeds)]
         todo = [k for k in keys if (k[0], k[1], k[2], str(k[3])) not in have]
+        processes = min(args.jobs or default_processes(), max(len(todo), 1))
         workers = (f"on Dask at {args.dask}" if args.dask else
-                   f"in {min(args.jobs or default_processes(), max(len(todo), 1))} processes")
+                   f"in {processes} process{'es' * (processes > 1)}")
         print(f"{PROG}: {len(keys)} runs: {len(keys) - len(todo)} already in {store.csv}, "
               f"{len(todo)} to run {workers}", file=sys.stderr, flush=True)
-        failed = _execute(args, store, spec, records, todo) if todo else 0
+        try:
+            failed = _execute(args, store, spec, records, todo) if todo else 0
+        except DaskError as err:
+            return _fail([err])
         if not args.no_report:
             from scheduler.tools.sweep_plots import write_report
 
@@ -199,14 +203,10 @@ def _execute(args, store: Store, spec, records: dict, todo: list[tuple]) -> int:
         outcomes = run_dask(tasks(), args.dask, args.dask_timeout)
     else:
         outcomes = run_local(tasks(), min(args.jobs or default_processes(), len(todo)))
-    try:
-        for task, outcome in outcomes:
-            if not isinstance(outcome, BaseException):
-                store.add(*outcome)
-            progress(task, outcome)
-    except DaskError as err:
-        _fail([err])
-        return len(todo) - progress.done + progress.failed
+    for task, outcome in outcomes:
+        if not isinstance(outcome, BaseException):
+            store.add(*outcome)
+        progress(task, outcome)
     return progress.failed
 
 
