@@ -276,3 +276,43 @@ def test_a_folder_of_another_spec_is_refused(small, capsys):
     assert sweep.main(["--traces", "default", "--policies", "fifo", "--spec", "n8g8",
                        "--out", str(out)]) == 1
     assert f"holds runs on spec {SPEC}" in capsys.readouterr().err
+
+
+class _Terminal:
+    """A stream that says it is a terminal and keeps what is written."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_progress_is_a_bar_on_a_terminal_and_a_line_per_run_elsewhere():
+    from io import StringIO
+
+    from scheduler.tools.sweep import _Progress
+    from scheduler.tools.sweep_runs import Task
+
+    tasks = [Task("t", p, "default", 0, SPEC, None, ()) for p in ("fifo", "srsf")]
+    row = {"avg_jct_s": 7200.0, "wall_s": 1.0}
+    terminal = _Terminal()
+    bar = _Progress(2, terminal)
+    bar(tasks[0], (row, {}))
+    bar(tasks[1], RuntimeError("no GPUs"))
+    assert "1/2 runs" in terminal.text and "2/2 runs, 1 failed" in terminal.text
+    assert "t srsf default seed 0: failed: RuntimeError: no GPUs\n" in terminal.text
+    assert terminal.text.endswith("\n") and terminal.text.count("\n") == 2
+    log = StringIO()
+    lines = _Progress(2, log)
+    lines(tasks[0], (row, {}))
+    lines(tasks[1], RuntimeError("no GPUs"))
+    assert log.getvalue().splitlines() == [
+        "interlace-sweep: [1/2] t fifo default seed 0: avg JCT 2.00 h in 1.0 s",
+        "interlace-sweep: [2/2] t srsf default seed 0: failed: RuntimeError: no GPUs"]

@@ -168,7 +168,7 @@ def _groups(plt, runs: list[dict], where: str, path: Path) -> Path:
     right.set_ylabel("GPU-hours")
     right.set_xlim(0, 1)
     if eff:
-        right.legend(fontsize=9, loc="upper left")
+        right.legend(fontsize=9, loc="upper right")  # efficiencies near 1 are rare
     fig.suptitle(f"Groups, {len(runs)} seed{'s' * (len(runs) > 1)} pooled: {where}", fontsize=10)
     return _finish(plt, fig, path)
 
@@ -178,7 +178,7 @@ def _avg_jct(plt, rows: list[dict], where: str, path: Path) -> Path:
     dots = the seeds."""
     traces = list(dict.fromkeys(r["trace"] for r in rows))
     policies = list(dict.fromkeys(r["policy"] for r in rows))
-    fig, axes = plt.subplots(1, len(traces), figsize=(max(4.5 * len(traces), 6), 4.5),
+    fig, axes = plt.subplots(1, len(traces), figsize=(max(4.5 * len(traces), 7), 4.8),
                              squeeze=False, layout="constrained")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, trace in zip(axes[0], traces):
@@ -196,6 +196,6 @@ def _avg_jct(plt, rows: list[dict], where: str, path: Path) -> Path:
         ax.set_ylabel("average JCT (hours)")
         ax.grid(alpha=0.3, axis="y")
     seeds = len({r["seed"] for r in rows})
-    fig.suptitle(f"Average JCT over {seeds} seed{'s' * (seeds > 1)}: bar = mean, whiskers = "
-                 f"min to max, dots = each seed; {where}", fontsize=10)
+    fig.suptitle(f"Average JCT over {seeds} seed{'s' * (seeds > 1)}, {where}\n"
+                 "bar = mean, whiskers = min to max, dots = each seed", fontsize=10)
     return _finish(plt, fig, path)
