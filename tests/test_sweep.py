@@ -253,7 +253,7 @@ def test_one_folder_one_sweep_at_a_time(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (["--policies", "fifo,no-such-policy"], "--policies: no-such-policy: "),
+    (["--policies", "fifo,no-such-policy"], "--policies: unknown policy 'no-such-policy'"),
     (["--traces", "no-such-trace"], "no packaged trace of that name"),
     (["--presets", "paperish"], "--presets: unknown preset 'paperish'"),
     (["--seeds", "0"], "--seeds: expected at least 1"),
@@ -316,3 +316,32 @@ def test_progress_is_a_bar_on_a_terminal_and_a_line_per_run_elsewhere():
     assert log.getvalue().splitlines() == [
         "interlace-sweep: [1/2] t fifo default seed 0: avg JCT 2.00 h in 1.0 s",
         "interlace-sweep: [2/2] t srsf default seed 0: failed: RuntimeError: no GPUs"]
+
+
+def test_the_example_plug_in_runs_in_a_sweep_by_its_names(tmp_path):
+    """Installed (a dist-info with the example's entry point, as pip writes it) it is run by
+    its registered name; and by package.module:Class. Each pool process resolves the name."""
+    site = tmp_path / "site"
+    info = site / "interlace_policy_example-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: interlace-policy-example\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[interlace.policies]\nlargest-first = interlace_policy_example.policy:LargestFirst\n")
+    example = ROOT / "examples" / "interlace-policy-example" / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, site, example)))}
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler.tools.sweep", "--traces", "default", "--spec", SPEC,
+         "--policies", "largest-first,interlace_policy_example.policy:LargestFirst,fifo",
+         "--seeds", "2", "--jobs", "2", "--no-report", "--out", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {(r["policy"], r["seed"]): r for r in read_rows(out)}
+    assert len(rows) == 6
+    for seed in ("0", "1"):
+        plug_in = rows[("largest-first", seed)]
+        assert without_wall([plug_in])[0] | {"policy": ""} == \
+            without_wall([rows[("interlace_policy_example.policy:LargestFirst", seed)]])[0] \
+            | {"policy": ""}  # the same class by either name
+        assert plug_in["avg_jct_s"] != rows[("fifo", seed)]["avg_jct_s"]  # and not FIFO

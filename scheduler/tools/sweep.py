@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from scheduler.core.policies import POLICIES, make_policy
+from scheduler.core.policies import PolicyError, make_policy, policy_names
 from scheduler.core.presets import PRESETS, get_preset
 from scheduler.tools.sweep_dask import DaskError, run_dask
 from scheduler.tools.sweep_runs import Task, default_processes, run_local
@@ -39,8 +39,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="trace CSVs (Muri schema) or packaged trace names "
                         f"({', '.join(available_traces())}), comma-separated")
     p.add_argument("--policies", required=True, metavar="NAME[,...]",
-                   help=f"comma-separated policy names (built in: {', '.join(POLICIES)}; "
-                        "installed plug-ins by their names)")
+                   help=f"comma-separated policies: {', '.join(policy_names())}, or "
+                        "package.module:Class (resolved by name where each run runs)")
     p.add_argument("--presets", default="default", metavar="NAME[,...]",
                    help=f"comma-separated presets: {', '.join(sorted(PRESETS))} (default: default)")
     p.add_argument("--seeds", type=int, default=1, metavar="N",
@@ -134,8 +134,8 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
         for policy in dict.fromkeys(policies):
             try:
                 make_policy(policy, made)  # the worker makes it again by the same name
-            except Exception as err:  # a plug-in may fail in any way; one line names it
-                problems.append(f"--policies: {policy}: {err}")
+            except PolicyError as err:  # one line that names the policy or plug-in
+                problems.append(f"--policies: {err}")
     return (problems, spec, records, list(dict.fromkeys(traces)),
             list(dict.fromkeys(policies)), list(dict.fromkeys(presets)))
 
