@@ -20,7 +20,7 @@ from scheduler.tools import sweep
 distributed = pytest.importorskip("distributed")
 
 ROOT = base.ROOT
-DASK = Path(sys.executable).with_name("dask")
+DASK = [sys.executable, "-m", "dask"]  # the `dask` command of this interpreter
 
 
 def _wait(predicate, what: str, timeout: float = 60.0):
@@ -41,11 +41,11 @@ class Cluster:
         self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.procs: dict[str, subprocess.Popen] = {}
         info = folder / "scheduler.json"
-        self._start("scheduler", [str(DASK), "scheduler", "--host", "127.0.0.1", "--port", "0",
+        self._start("scheduler", [*DASK, "scheduler", "--host", "127.0.0.1", "--port", "0",
                                   "--no-dashboard", "--scheduler-file", str(info)])
         self.address = _wait(lambda: info.exists() and _address(info), "the scheduler")
         for name in ("w1", "w2"):
-            self._start(name, [str(DASK), "worker", self.address, "--host", "127.0.0.1",
+            self._start(name, [*DASK, "worker", self.address, "--host", "127.0.0.1",
                                "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name", name])
         self.client = distributed.Client(self.address, timeout=30)
         self.client.wait_for_workers(2, timeout=60)
