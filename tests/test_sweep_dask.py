@@ -132,8 +132,8 @@ def test_a_worker_killed_mid_sweep_loses_no_run(cluster, local, tmp_path):
     assert cluster.procs[name].wait(timeout=30) == -signal.SIGKILL
     assert len(cluster.client.scheduler_info()["workers"]) == 1
     assert base.without_wall(base.read_rows(out)) == base.without_wall(rows)  # all, each once
-    # results already written are released: the lost worker took none that were run again
-    assert "lose already computed" not in (cluster.folder / "scheduler.log").read_text()
+    # (a run that finished on the killed worker just before the kill, its result not yet
+    # gathered, is rightly run again elsewhere: Dask's log then says "lose already computed")
 
 
 def _kill_a_busy_worker(cluster: Cluster, out: Path) -> tuple[str, str, list, int]:
