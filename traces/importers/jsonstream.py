@@ -59,6 +59,11 @@ def iter_array(path: str | os.PathLike[str], progress: Progress, base: int = 0,
             text.fail("unexpected text after the job list")
 
 
+def _cut_number(value: object, following: str) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and following in "0123456789.eE+-"
+
+
 class _Text:
     """The undecoded tail of the file and the line it starts on."""
 
@@ -116,8 +121,8 @@ class _Text:
                 continue
             except RecursionError:
                 self.fail("JSON nested too deeply")
-            if end == len(self.buf) and not self.eof:  # a number may go on in the next chunk
-                self.more()
+            if not self.eof and (end == len(self.buf) or _cut_number(value, self.buf[end])):
+                self.more()  # a number may go on in the next chunk ("0" of "0.5")
                 continue
             self.advance(end - self.pos)
             return value

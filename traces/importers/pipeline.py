@@ -156,7 +156,10 @@ def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
 def _iso(seconds: float | None) -> str | None:
     if seconds is None:
         return None
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a log's own number, beyond dates
+        return None
 
 
 def _summary(fmt: str, inputs: Inputs, out: Path, options: Options, ledger: Ledger,

@@ -22,6 +22,8 @@ Progress = Callable[[int], None]
 # Statuses the readers map onto; anything else is kept verbatim (lower case).
 OK, FAILED, KILLED = "ok", "failed", "killed"
 
+# Beyond this many seconds (about year 33,000) a time is a broken cell, not a moment.
+MAX_SECONDS = 1e12
 _MISSING = frozenset({"", "none", "null", "nan", "nat", "na", "n/a", "-"})
 
 
@@ -85,8 +87,10 @@ def parse_time(text: object, column: str) -> float | None:
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=timezone.utc)
             return moment.timestamp()
-    if not math.isfinite(value):
-        return None if math.isnan(value) else _raise(f"{column}: not a finite time: {text!r}")
+    if math.isnan(value):
+        return None
+    if not abs(value) <= MAX_SECONDS:
+        raise CellError(f"{column}: time out of range: {_short(str(text))}")
     return value
 
 
@@ -111,7 +115,10 @@ def parse_seconds(text: object, column: str) -> float | None:
     """A length of time in seconds; None when the cell is empty."""
     if is_missing(text):
         return None
-    return parse_number(text, column)
+    value = parse_number(text, column)
+    if not abs(value) <= MAX_SECONDS:
+        raise CellError(f"{column}: out of range: {_short(str(text))}")
+    return value
 
 
 def _raise(message: str) -> float:
