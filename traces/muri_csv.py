@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -62,6 +63,13 @@ def _parse_number(text: str, *, integer: bool) -> tuple[object, str | None]:
 
 def _format_ms(seconds: float) -> str:
     """Shortest decimal text (in ms) that reads back as exactly `seconds`."""
+    if seconds < 1e9 and math.copysign(1.0, seconds) > 0:  # the common case, without Decimal: whole or tenth milliseconds
+        tenths = seconds * 10000
+        if tenths.is_integer() and int(tenths) / 10000 == seconds:
+            # below 1e9 s a float's spacing is far under 0.1 ms, so no shorter decimal
+            # names the same float: this is the text the general path gives
+            whole, tenth = divmod(int(tenths), 10)
+            return f"{whole}.{tenth}" if tenth else str(whole)
     number = Decimal(repr(float(seconds)))
     if not number.is_finite():
         raise ValueError(f"cannot write a non-finite time: {seconds!r}")

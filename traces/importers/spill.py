@@ -48,7 +48,9 @@ class Spill:
         path = os.path.join(self._dir.name, f"run{len(self._runs)}")
         with open(path, "wb") as out:
             for start in range(0, len(self._buffer), BATCH):
-                marshal.dump(self._buffer[start:start + BATCH], out)
+                blob = marshal.dumps(self._buffer[start:start + BATCH])
+                out.write(len(blob).to_bytes(8, "little"))
+                out.write(blob)
         self._runs.append(path)
         self._buffer = []
 
@@ -92,9 +94,9 @@ def _read_run(path: str) -> Iterator[Spilled]:
 
 
 def _batches(run: BinaryIO) -> Iterator[Spilled]:
+    # length-prefixed blobs: marshal.load on a file reads it in tiny pieces, loads is fast
     while True:
-        try:
-            batch = marshal.load(run)
-        except EOFError:
+        size = run.read(8)
+        if not size:
             return
-        yield from batch
+        yield from marshal.loads(run.read(int.from_bytes(size, "little")))
