@@ -85,7 +85,7 @@ def write_helios(path: Path, rows: int, seed: int = 0) -> dict:
             odd["negative"] += int(negative.sum())
             odd["repeat"] += int(repeat.sum())
             odd["unreadable"] += int(broken.sum())
-            odd["cpu"] += int(((gpus == 0) & ~broken).sum())
+            odd["cpu"] += int(((gpus == 0) & ~broken & ~no_end & ~negative).sum())
     return odd
 
 

@@ -226,3 +226,64 @@ def test_unreadable_inputs_name_file_and_line(capsys, tmp_path):
     code, _, err = run(capsys, "import", "helios", latin, "--out", tmp_path / "o.csv")
     assert code == 1 and f"{latin}:2: not UTF-8" in err
     assert not (tmp_path / "o.csv").exists()
+
+
+def _decimal_ms(seconds: float) -> str:
+    """The general rule of the Muri writer, spelled out with Decimal for the comparison."""
+    from decimal import Decimal
+
+    number = Decimal(repr(float(seconds))).scaleb(3)
+    return format(number, "f") if -20 <= number.adjusted() <= 20 else str(number)
+
+
+def test_fast_millisecond_text_is_the_general_text():
+    """The writer's quick path for whole and tenth milliseconds (every imported time) gives
+    exactly the text of the Decimal rule, so read_trace(write_trace(x)) == x still holds."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from traces.muri_csv import _format_ms
+
+    values = st.one_of(
+        st.integers(0, 10**12).map(lambda ms: round(ms / 1000, 3)),
+        st.integers(0, 10**10).map(lambda t: round(t / 10000, 4)),
+        st.floats(min_value=-1e10, max_value=1e10, allow_nan=False),
+        st.sampled_from([0.0, -0.0, 0.0775, 1e9, 999999999.9999, 5e-324, 0.1 + 0.2]),
+    )
+
+    @settings(max_examples=3000, deadline=None)
+    @given(values)
+    def same(seconds):
+        assert _format_ms(seconds) == _decimal_ms(seconds)
+
+    same()
+
+
+def test_progress_bar_only_when_asked_off_a_terminal(capsys, tmp_path):
+    _, _, quiet = run(capsys, "import", "helios", SAMPLES["helios"], "--out", tmp_path / "a.csv")
+    _, _, loud = run(capsys, "import", "helios", SAMPLES["helios"], "--out", tmp_path / "b.csv",
+                     "--progress")
+    assert "reading [" not in quiet and "\r" not in quiet
+    assert "reading [" in loud and "writing [" in loud
+    assert (tmp_path / "a.csv").read_text() == (tmp_path / "b.csv").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.csv", "a.csv.summary.json", "b.csv", "b.csv.summary.json"]  # no .part left
+
+
+def test_bench_import_runs_small(capsys):
+    """The benchmark end to end on a small log, so it cannot rot: its generated odd rows are
+    counted as such, its window equals the full import's first rows, and it simulates."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_import
+
+    assert bench_import.main(["--rows", "3000", "--sim-jobs", "100", "--policies", "srsf"]) == 0
+    steps = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    odd = steps[0]["odd_rows"]
+    full = steps[1]
+    assert full["rows_read"] == 3000
+    assert full["dropped"].get("missing_times", 0) == odd["no_end"]
+    assert full["dropped"].get("negative_duration", 0) == odd["negative"]
+    assert full["dropped"].get("malformed", 0) == odd["unreadable"]
+    assert full["dropped"].get("cpu_only", 0) == odd["cpu"]
+    assert steps[2]["same_as_full_prefix"] and steps[2]["kept"] == 100
+    assert [(s["policy"], s["jobs"]) for s in steps[3:]] == [("srsf", 100)]
