@@ -287,3 +287,13 @@ def test_bench_import_runs_small(capsys):
     assert full["dropped"].get("cpu_only", 0) == odd["cpu"]
     assert steps[2]["same_as_full_prefix"] and steps[2]["kept"] == 100
     assert [(s["policy"], s["jobs"]) for s in steps[3:]] == [("srsf", 100)]
+
+
+def test_nothing_kept_is_said(capsys, tmp_path):
+    out = tmp_path / "o.csv"
+    code, stdout, err = run(capsys, "import", "openb", SAMPLES["openb"], "--out", out,
+                            "--tenant", "vcA")  # openb names no tenant
+    assert code == 0 and "wrote 0 jobs" in stdout and "warning: no job kept" in err
+    summary = json.loads((tmp_path / "o.csv.summary.json").read_text())
+    # the 4 kept by default and the repeated 0001: the tenant rule comes before duplicates
+    assert summary["dropped"]["other_tenant"] == 5 and summary["kept"] == 0

@@ -252,6 +252,9 @@ def _import(args: argparse.Namespace) -> int:
         return 1
     for line in summary_table(summary):
         print(line, file=sys.stderr)
+    if not summary["kept"]:
+        print(f"{PROG}: warning: no job kept; {summary_path(args.out)} says why",
+              file=sys.stderr)
     print(f"wrote {summary['kept']} jobs to {args.out} "
           f"(summary: {summary_path(args.out)})")
     return 0

@@ -63,7 +63,12 @@ class CellError(ValueError):
 
 
 def is_missing(text: object) -> bool:
-    return text is None or (isinstance(text, str) and text.strip().lower() in _MISSING)
+    if text is None:
+        return True
+    if text.__class__ is not str:
+        return False
+    cell = text.strip()  # type: ignore[attr-defined]
+    return len(cell) <= 4 and cell.lower() in _MISSING
 
 
 def parse_time(text: object, column: str) -> float | None:
@@ -121,10 +126,6 @@ def parse_seconds(text: object, column: str) -> float | None:
     return value
 
 
-def _raise(message: str) -> float:
-    raise CellError(message)
-
-
 def _short(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
@@ -164,7 +165,7 @@ def csv_rows(
         raise TraceError([problem])
     need = tuple(columns if required is None else required)
     with open(label, "rb") as raw:
-        text = _TextLines(raw, label)
+        text = _TextLines(raw)
         reader = csv.reader(text)
         index: dict[str, int] | None = None
         width = 0
@@ -209,7 +210,7 @@ class _TextLines:
     """UTF-8 lines of a binary file, with the byte position for the progress bar (a text
     file's tell() is unavailable while it is iterated)."""
 
-    def __init__(self, raw, label: str):
+    def __init__(self, raw):
         self._raw = raw
         self._first = True
 
