@@ -249,6 +249,7 @@ def test_fast_millisecond_text_is_the_general_text():
         st.integers(0, 10**10).map(lambda t: round(t / 10000, 4)),
         st.floats(min_value=-1e10, max_value=1e10, allow_nan=False),
         st.sampled_from([0.0, -0.0, 0.0775, 1e9, 999999999.9999, 5e-324, 0.1 + 0.2]),
+        st.integers(-10**12, 10**12),  # a record may hold whole seconds as int
     )
 
     @settings(max_examples=3000, deadline=None)

@@ -63,11 +63,13 @@ def _parse_number(text: str, *, integer: bool) -> tuple[object, str | None]:
 
 def _format_ms(seconds: float) -> str:
     """Shortest decimal text (in ms) that reads back as exactly `seconds`."""
-    if seconds < 1e9 and math.copysign(1.0, seconds) > 0:  # the common case, without Decimal: whole or tenth milliseconds
-        tenths = seconds * 10000
+    if seconds < 1e9 and math.copysign(1.0, seconds) > 0:
+        # The common case (whole or tenth milliseconds) without Decimal, which a
+        # million-row import would otherwise spend most of its writing time in. Below 1e9 s
+        # a float's spacing is far under 0.1 ms, so no shorter decimal names the same
+        # float: this is exactly the text of the general path below.
+        tenths = float(seconds) * 10000
         if tenths.is_integer() and int(tenths) / 10000 == seconds:
-            # below 1e9 s a float's spacing is far under 0.1 ms, so no shorter decimal
-            # names the same float: this is the text the general path gives
             whole, tenth = divmod(int(tenths), 10)
             return f"{whole}.{tenth}" if tenth else str(whole)
     number = Decimal(repr(float(seconds)))
