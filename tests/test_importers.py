@@ -298,3 +298,11 @@ def test_nothing_kept_is_said(capsys, tmp_path):
     summary = json.loads((tmp_path / "o.csv.summary.json").read_text())
     # the 4 kept by default and the repeated 0001: the tenant rule comes before duplicates
     assert summary["dropped"]["other_tenant"] == 5 and summary["kept"] == 0
+
+
+def test_examples_locate_rows(capsys, tmp_path):
+    _, summary = do_import(capsys, tmp_path, "helios", "--limit", "4")
+    src = SAMPLES["helios"]
+    assert summary["examples"]["duplicate"] == [f"{src}:8: job h1 again"]
+    assert summary["examples"]["too_many_gpus"] == [f"{src}:9: job h8: 64 GPUs > 16"]
+    assert summary["examples"]["beyond_limit"] == [f"{src}:15: job h14"]

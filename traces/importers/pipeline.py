@@ -3,7 +3,8 @@ assign models and write the Muri CSV and its summary, all streamed.
 
 Pass 1 reads rows and spills the kept ones to sorted runs on disk; pass 2 merges the runs in
 submit order, drops duplicates and rows outside the window or the limit, and writes. Peak
-memory is one run of rows plus 9 bytes per kept row (id hash and duplicate flag).
+memory is one run of rows plus 9 bytes per row that passed the row rules (its id's hash and
+its duplicate flag).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Opt
                 file_of = job.where.rsplit(":", 1)[0]
                 spill.add(job.submit, f"{file_of}\0{job.key}",  # type: ignore[arg-type]
                           (job.key, job.duration, int(job.gpus), job.user, job.tenant,
-                           job.status, job.workload, job.priority))
+                           job.status, job.workload, job.priority, job.where))
         bar(total)
         bar.close()
         duplicate = spill.duplicates()
@@ -124,16 +125,16 @@ def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
                 done += 1
                 if done % 8192 == 0:
                     bar(done)
-                submit, seq, _, key, duration, gpus, user, tenant, status, workload, priority = row
-                where = f"job {key}"
+                (submit, seq, _, key, duration, gpus, user, tenant, status, workload, priority,
+                 where) = row
                 if duplicate[seq]:
-                    ledger.drop("duplicate", where)
+                    ledger.drop("duplicate", where, f"job {key} again")
                     continue
                 if (since is not None and submit < since) or (until is not None and submit >= until):
-                    ledger.drop("out_of_window", where)
+                    ledger.drop("out_of_window", where, f"job {key}")
                     continue
                 if options.limit is not None and ledger.kept >= options.limit:
-                    ledger.drop("beyond_limit", where)
+                    ledger.drop("beyond_limit", where, f"job {key}")
                     continue
                 if first is None:
                     first, previous = submit, 0.0

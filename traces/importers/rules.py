@@ -108,7 +108,7 @@ def apply_row_rules(row: Row, rules: RowRules, ledger: Ledger) -> SourceJob | No
         ledger.drop("failed_or_killed", job.where, f"job {job.key}: {job.status}")
         return None
     if rules.tenant is not None and job.tenant != rules.tenant:
-        ledger.drop("other_tenant", job.where)
+        ledger.drop("other_tenant", job.where, f"job {job.key}: tenant {job.tenant!r}")
         return None
     if fractional:
         ledger.adjust("fractional_gpus_ceiled")
