@@ -95,6 +95,7 @@ def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Opt
         models = _write(out, spill, duplicate, ledger, options, first_seen, written)
         written.close()
     finally:
+        bar.close()  # a bar cut short by an error still ends its line before the message
         spill.close()
     summary = _summary(fmt, inputs, out, options, ledger, models, first_seen)
     with open(summary_path(out), "w", encoding="utf-8") as handle:
