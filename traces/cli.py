@@ -62,7 +62,8 @@ def _positive_float(text: str) -> float:
 
 
 def _parser() -> _Parser:
-    parser = _Parser(prog=PROG, description="Generate and validate Interlace trace files.")
+    parser = _Parser(prog=PROG,
+                     description="Generate, import and validate Interlace trace files.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     gen = sub.add_parser("generate", help="write a seeded Philly-like synthetic trace")
@@ -82,11 +83,181 @@ def _parser() -> _Parser:
     gen.add_argument("--max-duration", type=_positive_float, default=5 * 86400.0,
                      help="longest run time, seconds (default 5 days)")
 
+    _import_parser(sub)
+
     val = sub.add_parser("validate", help="check a trace; one line per problem on stderr")
     val.add_argument("path", help="trace CSV file")
     val.add_argument("--spec", help="cluster spec file or packaged spec name: "
                      f"{', '.join(available_specs())}")
     return parser
+
+
+IMPORT_EPILOG = """\
+formats and the file to pass as SRC:
+  philly  cluster_job_log (JSON list) from github.com/msr-fiddle/philly-traces
+  helios  cluster_log.csv (one per cluster) from github.com/S-Lab-System-Group/HeliosData
+  pai     from github.com/alibaba/clusterdata cluster-trace-gpu-v2020: SRC is the
+          directory holding pai_job_table.csv, pai_task_table.csv and (optional)
+          pai_group_tag_table.csv, or SRC is pai_job_table.csv with --tasks FILE
+          [--groups FILE]
+  openb   openb_pod_list_*.csv from github.com/alibaba/clusterdata cluster-trace-gpu-v2023
+
+Every row is kept or dropped for one counted reason (missing times, negative or zero run
+time, zero GPUs, more GPUs than --spec holds, duplicate id, outside the window, ...);
+the counts go to OUT.summary.json and, as a table, to stderr. Output times start at the
+first kept job; TIME for --since/--until is a date-time (2017-10-03 or
+"2017-10-03 12:00:00", UTC), epoch seconds, or +N[s|m|h|d] after the log's first
+submission. --since is inclusive, --until exclusive; --limit keeps the first N jobs (by
+submit time) that pass every other rule.
+"""
+
+
+def _import_parser(sub) -> None:
+    from traces.importers import FORMATS
+    from traces.importers.assign import __doc__ as models_doc
+
+    rules = (models_doc or "").split("Rules (`--models`):", 1)[-1]
+    imp = sub.add_parser(
+        "import", help="convert a public cluster log (Philly, Helios, PAI, openb) to a trace",
+        description="Convert a public GPU-cluster log into a Muri-schema trace that "
+                    "interlace-sim reads, with user and tenant kept as extra columns.",
+        epilog=IMPORT_EPILOG + "\nmodel rules (--models):" + rules,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    imp.add_argument("format", choices=sorted(FORMATS), help="the log's format")
+    imp.add_argument("sources", nargs="+", metavar="SRC", help="input file(s); see below")
+    imp.add_argument("--out", type=Path, required=True, help="trace CSV to write")
+    imp.add_argument("--spec", default="n2g8",
+                     help="cluster the trace is for: jobs needing more GPUs than it holds are "
+                          "dropped (file or packaged name: "
+                          f"{', '.join(available_specs())}; default n2g8, as interlace-sim)")
+    imp.add_argument("--models", default="gputime", metavar="RULE",
+                     help="how jobs get a model (default gputime; see below)")
+    imp.add_argument("--seed", type=_non_negative_int, default=0,
+                     help="seed of the model choice (default 0)")
+    imp.add_argument("--since", type=_time_bound, metavar="TIME",
+                     help="keep jobs submitted at or after TIME")
+    imp.add_argument("--until", type=_time_bound, metavar="TIME",
+                     help="keep jobs submitted before TIME")
+    imp.add_argument("--limit", type=_positive_int, metavar="N", help="keep at most N jobs")
+    imp.add_argument("--tenant", metavar="NAME",
+                     help="keep only this tenant (Philly/Helios virtual cluster)")
+    imp.add_argument("--fractional", choices=("ceil", "drop"), default="ceil",
+                     help="a fractional GPU count (PAI, openb): round up or drop (default ceil)")
+    imp.add_argument("--drop-failed", action="store_true",
+                     help="drop failed and killed jobs (default: keep them, they held GPUs)")
+    imp.add_argument("--tasks", type=Path, metavar="FILE", help="pai: pai_task_table.csv")
+    imp.add_argument("--groups", type=Path, metavar="FILE",
+                     help="pai: pai_group_tag_table.csv (workload labels, for --models workload)")
+    imp.add_argument("--progress", action="store_true",
+                     help="draw the progress bar even when stderr is not a terminal")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _time_bound(text: str):  # -> Bound
+    from datetime import datetime, timezone
+
+    from traces.importers import Bound
+
+    cell = text.strip()
+    try:
+        if cell.startswith("+"):
+            unit = _UNITS.get(cell[-1:].lower())
+            number = float(cell[1:-1] if unit else cell[1:])
+            if not 0 <= number < float("inf"):
+                raise ValueError
+            return Bound(number * (unit or 1), relative=True)
+        try:
+            number = float(cell)
+        except ValueError:
+            moment = datetime.fromisoformat(cell)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=timezone.utc)
+            return Bound(moment.timestamp())
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError
+        return Bound(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a date-time, epoch seconds or +N[s|m|h|d], got {text!r}") from None
+
+
+def _pai_inputs(args: argparse.Namespace):  # -> Inputs | str
+    from traces.importers import Inputs
+    from traces.importers.pai import FILES
+
+    sources, tasks, groups = [], args.tasks, args.groups
+    for src in map(Path, args.sources):
+        if src.is_dir():
+            sources.append(src / FILES["sources"])
+            tasks = tasks or src / FILES["tasks"]
+            if groups is None and (src / FILES["groups"]).exists():
+                groups = src / FILES["groups"]
+        else:
+            sources.append(src)
+    if tasks is None:
+        return "pai: needs the task table: pass a directory as SRC, or --tasks FILE"
+    return Inputs(tuple(sources), tasks, groups)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from specs import SpecError
+    from traces.importers import FORMATS, Inputs, Options, RowRules, run_import, summary_path
+    from traces.importers.assign import ModelRuleError, parse_model_rule
+    from traces.importers.pipeline import summary_table
+    from traces.importers.source import open_problem
+
+    try:
+        spec = _load_spec(args.spec)
+    except SpecError as exc:
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        return 1
+    try:
+        model_rule = parse_model_rule(args.models)
+    except ModelRuleError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "pai":
+        inputs = _pai_inputs(args)
+        if isinstance(inputs, str):
+            print(f"{PROG}: error: {inputs}", file=sys.stderr)
+            return 2
+    else:
+        if args.tasks or args.groups:
+            print(f"{PROG}: error: --tasks/--groups are for the pai format", file=sys.stderr)
+            return 2
+        inputs = Inputs(tuple(map(Path, args.sources)))
+    problems = [str(p) for p in map(open_problem, inputs.all_files()) if p is not None]
+    parent = args.out.parent
+    if not parent.is_dir():
+        problems.append(f"{args.out}: no such directory {str(parent)!r}")
+    elif args.out.is_dir():
+        problems.append(f"{args.out}: is a directory")
+    if problems:
+        for line in problems:
+            print(line, file=sys.stderr)
+        return 1
+    options = Options(
+        rules=RowRules(total_gpus=spec.total_gpus, fractional=args.fractional,
+                       drop_failed=args.drop_failed, tenant=args.tenant),
+        models=model_rule, seed=args.seed, since=args.since, until=args.until,
+        limit=args.limit, progress=True if args.progress else None)
+    try:
+        summary = run_import(args.format, FORMATS[args.format], inputs, args.out, options)
+    except OSError as exc:
+        print(f"{getattr(exc, 'filename', None) or args.out}: cannot write: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    for line in summary_table(summary):
+        print(line, file=sys.stderr)
+    if not summary["kept"]:
+        print(f"{PROG}: warning: no job kept; {summary_path(args.out)} says why",
+              file=sys.stderr)
+    print(f"wrote {summary['kept']} jobs to {args.out} "
+          f"(summary: {summary_path(args.out)})")
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -153,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help and friends
         return exc.code if isinstance(exc.code, int) else 0
     try:
-        return _generate(args) if args.command == "generate" else _validate(args)
+        commands = {"generate": _generate, "import": _import, "validate": _validate}
+        return commands[args.command](args)
     except TraceError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

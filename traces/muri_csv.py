@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -62,6 +63,15 @@ def _parse_number(text: str, *, integer: bool) -> tuple[object, str | None]:
 
 def _format_ms(seconds: float) -> str:
     """Shortest decimal text (in ms) that reads back as exactly `seconds`."""
+    if seconds < 1e9 and math.copysign(1.0, seconds) > 0:
+        # The common case (whole or tenth milliseconds) without Decimal, which a
+        # million-row import would otherwise spend most of its writing time in. Below 1e9 s
+        # a float's spacing is far under 0.1 ms, so no shorter decimal names the same
+        # float: this is exactly the text of the general path below.
+        tenths = float(seconds) * 10000
+        if tenths.is_integer() and int(tenths) / 10000 == seconds:
+            whole, tenth = divmod(int(tenths), 10)
+            return f"{whole}.{tenth}" if tenth else str(whole)
     number = Decimal(repr(float(seconds)))
     if not number.is_finite():
         raise ValueError(f"cannot write a non-finite time: {seconds!r}")
@@ -255,32 +265,56 @@ def write_trace(path: PathLike, records: Iterable[JobRecord]) -> None:
     """Write jobs in Muri's schema (ms); a resource_time_3 column appears only when needed."""
     records = list(records)
     for record in records:
-        if len(record.stage_times) not in (3, 4):
-            raise ValueError(
-                f"job {record.job_id}: stage_times must have 3 or 4 values, "
-                f"got {len(record.stage_times)}"
-            )
+        _check_stages(record)
     four = any(len(r.stage_times) == 4 for r in records)
-    stage_columns = STAGE_COLUMNS if four else STAGE_COLUMNS[:3]
-    header = [*REQUIRED_COLUMNS[:9], *stage_columns, "priority"]
     with open(path, "w", encoding="utf-8", newline="") as out:
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(header)
+        writer = TraceWriter(out, four_stages=four)
         for r in records:
-            stages = [_format_ms(t) for t in r.stage_times]
-            stages += [""] * (len(stage_columns) - len(stages))
-            writer.writerow(
-                [
-                    str(r.job_id),
-                    str(r.num_gpu),
-                    _format_ms(r.submit_time),
-                    str(r.iterations),
-                    r.model_name,
-                    str(r.batch_size),
-                    _format_ms(r.duration),
-                    _format_ms(r.interval),
-                    _format_ms(r.iteration_time),
-                    *stages,
-                    str(r.priority),
-                ]
-            )
+            writer.write(r)
+
+
+def _check_stages(record: JobRecord) -> None:
+    if len(record.stage_times) not in (3, 4):
+        raise ValueError(
+            f"job {record.job_id}: stage_times must have 3 or 4 values, "
+            f"got {len(record.stage_times)}"
+        )
+
+
+class TraceWriter:
+    """Writes Muri rows one at a time to an open text file, so a trace of millions of jobs
+    never has to be held in memory; `extra` names columns after `priority` (the reader
+    ignores them) for facts a trace carries beyond Muri's schema, such as user and tenant."""
+
+    def __init__(self, out, *, four_stages: bool = False, extra: Sequence[str] = ()):
+        self._stage_columns = STAGE_COLUMNS if four_stages else STAGE_COLUMNS[:3]
+        self._extra = tuple(extra)
+        self._writer = csv.writer(out, lineterminator="\n")
+        self._writer.writerow(
+            [*REQUIRED_COLUMNS[:9], *self._stage_columns, "priority", *self._extra]
+        )
+
+    def write(self, r: JobRecord, extra: Sequence[str] = ()) -> None:
+        _check_stages(r)
+        if len(r.stage_times) > len(self._stage_columns):
+            raise ValueError(f"job {r.job_id}: 4 stage times in a 3-stage trace")
+        if len(extra) != len(self._extra):
+            raise ValueError(f"job {r.job_id}: expected {len(self._extra)} extra values")
+        stages = [_format_ms(t) for t in r.stage_times]
+        stages += [""] * (len(self._stage_columns) - len(stages))
+        self._writer.writerow(
+            [
+                str(r.job_id),
+                str(r.num_gpu),
+                _format_ms(r.submit_time),
+                str(r.iterations),
+                r.model_name,
+                str(r.batch_size),
+                _format_ms(r.duration),
+                _format_ms(r.interval),
+                _format_ms(r.iteration_time),
+                *stages,
+                str(r.priority),
+                *extra,
+            ]
+        )

@@ -1,0 +1,202 @@
+"""One import: read a public log, apply the row rules, sort by submit time, cut the window,
+assign models and write the Muri CSV and its summary, all streamed.
+
+Pass 1 reads rows and spills the kept ones to sorted runs on disk; pass 2 merges the runs in
+submit order, drops duplicates and rows outside the window or the limit, and writes. Peak
+memory is one run of rows plus 9 bytes per row that passed the row rules (its id's hash and
+its duplicate flag).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterator, Sequence, TextIO
+
+from traces.importers.assign import ModelRule, choose_model, make_record, parse_model_rule
+from traces.importers.progress import Bar
+from traces.importers.rules import ADJUSTMENTS, REASONS, Ledger, RowRules, apply_row_rules
+from traces.importers.source import Progress, Row
+from traces.importers.spill import Spill
+from traces.muri_csv import TraceWriter
+
+EXTRA_COLUMNS = ("user", "tenant", "source_id", "status", "workload")
+
+Reader = Callable[["Inputs", Progress], Iterator[Row]]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The files of one import: the main SRC files, plus PAI's task and group-tag tables."""
+
+    sources: tuple[Path, ...]
+    tasks: Path | None = None
+    groups: Path | None = None
+
+    def all_files(self) -> list[Path]:
+        return [*self.sources, *(p for p in (self.tasks, self.groups) if p is not None)]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A --since/--until: an absolute time (epoch seconds) or seconds after the log's first
+    submission (`relative`)."""
+
+    seconds: float
+    relative: bool = False
+
+    def resolve(self, first_submit: float) -> float:
+        return first_submit + self.seconds if self.relative else self.seconds
+
+
+@dataclass(frozen=True)
+class Options:
+    rules: RowRules = field(default_factory=RowRules)
+    models: ModelRule = field(default_factory=lambda: parse_model_rule("gputime"))
+    seed: int = 0
+    since: Bound | None = None
+    until: Bound | None = None
+    limit: int | None = None
+    progress: bool | None = None  # None: on a terminal only
+    temp_dir: str | None = None
+
+
+def summary_path(out: Path) -> Path:
+    return out.with_name(out.name + ".summary.json")
+
+
+def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Options,
+               *, stream: TextIO | None = None) -> dict:
+    """Write `out` and its summary; return the summary. TraceError for an unusable input."""
+    ledger = Ledger()
+    total = sum(_size(p) for p in inputs.all_files())
+    bar = Bar("reading", total, enabled=options.progress, stream=stream)
+    spill = Spill(options.temp_dir)
+    first_seen: float | None = None
+    try:
+        for row in reader(inputs, bar):
+            submit = getattr(row, "submit", None)
+            if submit is not None and (first_seen is None or submit < first_seen):
+                first_seen = submit
+            job = apply_row_rules(row, options.rules, ledger)
+            if job is not None:
+                file_of = job.where.rsplit(":", 1)[0]
+                spill.add(job.submit, f"{file_of}\0{job.key}",  # type: ignore[arg-type]
+                          (job.key, job.duration, int(job.gpus), job.user, job.tenant,
+                           job.status, job.workload, job.priority, job.where))
+        bar(total)
+        bar.close()
+        duplicate = spill.duplicates()
+        written = Bar("writing", spill.count, enabled=options.progress, stream=stream,
+                      unit="k rows", scale=1e3)
+        models = _write(out, spill, duplicate, ledger, options, first_seen, written)
+        written.close()
+    finally:
+        bar.close()  # a bar cut short by an error still ends its line before the message
+        spill.close()
+    summary = _summary(fmt, inputs, out, options, ledger, models, first_seen)
+    with open(summary_path(out), "w", encoding="utf-8") as handle:
+        json.dump(summary, handle, indent=2)
+        handle.write("\n")
+    return summary
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
+           first_seen: float | None, bar: Bar) -> dict[str, int]:
+    since = options.since.resolve(first_seen) if options.since and first_seen is not None else None
+    until = options.until.resolve(first_seen) if options.until and first_seen is not None else None
+    models: dict[str, int] = {}
+    part = out.with_name(out.name + ".part")
+    first = previous = None
+    done = 0
+    try:
+        with open(part, "w", encoding="utf-8", newline="") as handle:
+            writer = TraceWriter(handle, extra=EXTRA_COLUMNS)
+            for row in spill.merged():
+                done += 1
+                if done % 8192 == 0:
+                    bar(done)
+                (submit, seq, _, key, duration, gpus, user, tenant, status, workload, priority,
+                 where) = row
+                if duplicate[seq]:
+                    ledger.drop("duplicate", where, f"job {key} again")
+                    continue
+                if (since is not None and submit < since) or (until is not None and submit >= until):
+                    ledger.drop("out_of_window", where, f"job {key}")
+                    continue
+                if options.limit is not None and ledger.kept >= options.limit:
+                    ledger.drop("beyond_limit", where, f"job {key}")
+                    continue
+                if first is None:
+                    first, previous = submit, 0.0
+                relative = round(submit - first, 3)
+                model = choose_model(options.models, options.seed, key, gpus, duration, workload)
+                record = make_record(ledger.kept, gpus, relative,
+                                     round(relative - previous, 3), duration, model, priority)
+                previous = relative
+                writer.write(record, (user, tenant, key, status, workload))
+                models[model] = models.get(model, 0) + 1
+                ledger.kept += 1
+        os.replace(part, out)
+    finally:
+        if part.exists():
+            part.unlink()
+    bar(spill.count)
+    return models
+
+
+def _iso(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a log's own number, beyond dates
+        return None
+
+
+def _summary(fmt: str, inputs: Inputs, out: Path, options: Options, ledger: Ledger,
+             models: dict[str, int], first_seen: float | None) -> dict:
+    assert ledger.balanced(), "every row read is kept or dropped once"
+    return {
+        "format": fmt,
+        "inputs": [str(p) for p in inputs.all_files()],
+        "output": str(out),
+        "rows_read": ledger.read,
+        "kept": ledger.kept,
+        "dropped": {k: v for k, v in ledger.dropped.items()},
+        "adjusted": {k: v for k, v in ledger.adjusted.items()},
+        "examples": ledger.examples,
+        "reasons": dict(REASONS),
+        "adjustments": dict(ADJUSTMENTS),
+        "models": dict(sorted(models.items())),
+        "model_rule": options.models.describe(),
+        "seed": options.seed,
+        "first_submit_utc": _iso(first_seen),
+        "options": {
+            "since": None if options.since is None else vars(options.since),
+            "until": None if options.until is None else vars(options.until),
+            "limit": options.limit,
+            "tenant": options.rules.tenant,
+            "total_gpus": options.rules.total_gpus,
+            "fractional": options.rules.fractional,
+            "drop_failed": options.rules.drop_failed,
+        },
+    }
+
+
+def summary_table(summary: dict) -> Sequence[str]:
+    """The short human form of a summary, for stderr."""
+    rows = [("rows read", summary["rows_read"]), ("kept", summary["kept"])]
+    rows += [("dropped " + k, n) for k, n in summary["dropped"].items() if n]
+    rows += [("adjusted " + k, n) for k, n in summary["adjusted"].items() if n]
+    return [f"{label:<30}{count:>10}" for label, count in rows]
