@@ -6,6 +6,7 @@ and run from that environment's own `interlace-sim` and `pytest`.
 """
 from __future__ import annotations
 
+import csv
 import importlib
 import importlib.util
 import json
@@ -363,6 +364,14 @@ def test_the_example_installs_with_pip_lists_runs_and_passes_its_tests(tmp_path,
             del sys.modules[name]
     assert runs["largest-first"]["avg_jct"] == pytest.approx(here.summary.avg_jct, rel=1e-9)
     assert runs["largest-first"]["avg_jct"] != pytest.approx(runs["fifo"]["avg_jct"])
+
+    # and in a sweep, by that environment's interlace-sweep: the same run as interlace-sim's
+    sweep = tmp_path / "venv" / "bin" / "interlace-sweep"
+    _run([sweep, "--traces", "default", "--policies", "largest-first,fifo", "--seeds", "1",
+          "--out", tmp_path / "study", "--jobs", "1"], tmp_path, env)
+    with open(tmp_path / "study" / "runs.csv", newline="") as fh:
+        swept = {row["policy"]: float(row["avg_jct_s"]) for row in csv.DictReader(fh)}
+    assert swept == {p: pytest.approx(runs[p]["avg_jct"], rel=1e-9) for p in runs}
 
     tests = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], example, env).stdout
     assert " passed" in tests and "failed" not in tests and "skipped" not in tests
