@@ -59,6 +59,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--torch-config", default="{}",
                    help="JSON settings for every torch workload, e.g. '{\"input_size\": 16}'")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--http", default=None, metavar="HOST:PORT",
+                   help="serve the live web view and its JSON API here (e.g. 127.0.0.1:8080); "
+                        "a non-loopback HOST needs --http-key or --http-insecure")
+    p.add_argument("--http-key", default=None, metavar="FILE",
+                   help="a secret (the file's text) non-loopback web clients must send as "
+                        "'Authorization: Bearer SECRET'")
+    p.add_argument("--http-insecure", action="store_true",
+                   help="let any web client that can reach --http see the view, keyless")
     from broker.keys import add_client_key_argument
     add_client_key_argument(p)
     a = p.parse_args(argv)
@@ -126,9 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above
         log.error("journal_unusable", path=str(journal_path), error=str(err))
         return 1
+    from scheduler.live.webstart import start_webview
+    web = start_webview(args, service.state, log)
+    if web is False:
+        return 2
     try:
         return service.run(stop)
     finally:
+        if web is not None:
+            web.close()
         service.close()
 
 
