@@ -22,7 +22,7 @@ import pytest
 from broker.curve import InsecureBind
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
-from scheduler.live.webdata import STAGES, Snapshot, occupancy
+from scheduler.live.webdata import STAGES, Snapshot, occupancy, period
 from scheduler.live.webview import WebView, admits, parse_address
 from specs import spec_path
 from specs.spec import load_spec
@@ -152,11 +152,28 @@ def test_occupancy_gives_each_resource_to_one_member_at_a_time_in_slot_order():
     for job in (7, 3, 9):  # a member holds one resource at a time
         held = sorted((s["start"], s["end"]) for s in spans if s["job_id"] == job)
         assert all(a[1] <= b[0] + 1e-9 for a, b in zip(held, held[1:])), job
-    # in a phase the member at slot i holds stage (i + phase): at the same instant the three
-    # members hold three different, cyclically consecutive stages
+    # as the core's cyclic model: in slot s the member at position i holds stage (s - i) mod
+    # 4, so at one instant the three members hold cyclically consecutive stages, backwards
     first = min(s["start"] for s in spans if s["start"] > 95.0)
     now = {s["job_id"]: STAGES.index(s["stage"]) for s in spans if s["start"] == first}
-    assert len(now) == 3 and (now[3] - now[7]) % 4 == 1 and (now[9] - now[3]) % 4 == 1
+    assert len(now) == 3 and (now[7] - now[3]) % 4 == 1 and (now[3] - now[9]) % 4 == 1
+    # the testbed pipeline's three stages (data on io, gpu, net) in four slots, the same way
+    three = {"members": [1, 2], "jobs": {"1": {"profile": [0.2, 0.5, 0.1]},
+                                         "2": {"profile": [0.3, 0.1, 0.4]}}}
+    spans3 = occupancy(three, now=10.0, window=3 * period(three))
+    assert {s["stage"] for s in spans3} == {"io", "gpu", "net"}
+    for key in [("stage", st) for st in ("io", "gpu", "net")] + [("job_id", 1), ("job_id", 2)]:
+        held = sorted((s["start"], s["end"]) for s in spans3 if s[key[0]] == key[1])
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(held, held[1:])), key
+    assert occupancy({"members": [1, 2], "jobs": {"1": {"profile": [0.2, 0.5, 0.1]},
+                                                 "2": {"profile": [0.1] * 4}}}, 10.0, 5.0) == []
+    # one period is the core's iteration time of the group in that order
+    from scheduler.core.interleave import cyclic_tt
+    profiles = [tuple(group["jobs"][str(j)]["profile"]) for j in group["members"]]
+    turns = sorted(s["start"] for s in spans if s["job_id"] == 7 and s["stage"] == "io")
+    gaps = [b - a for a, b in zip(turns, turns[1:])]
+    assert len(gaps) >= 3 and all(g == pytest.approx(cyclic_tt(profiles), abs=1e-5)
+                                  for g in gaps)
 
 
 def test_the_snapshot_is_built_once_per_ttl_whoever_asks():
@@ -184,7 +201,7 @@ def _dump_dom(url: str, budget_ms: int = 8000) -> str:
 
 def _screenshot(url: str, path: Path) -> None:
     out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--hide-scrollbars", "--window-size=1280,1100",
+                          "--hide-scrollbars", "--window-size=1280,1700",
                           "--virtual-time-budget=8000", f"--screenshot={path}", url],
                          capture_output=True, text=True, timeout=90)
     assert out.returncode == 0 and path.exists(), out.stderr[-2000:]
@@ -211,28 +228,43 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
             return s if grouped and s["counts"]["pending"] >= 3 else None
 
         wait_for(busy, 90, "a running group and a queue of 3")
-        api = json.loads(_get(url + "api/status")[1])
+        before = json.loads(_get(url + "api/status")[1])
         dom = _dump_dom(url)
-        status = live.status()
+        after = json.loads(_get(url + "api/status")[1])
         shot = tmp_path / "webview.png"
         _screenshot(url, shot)
         print(f"screenshot: {shot}")
     finally:
         live.stop_all()
+    (tmp_path / "dom.html").write_text(dom)
+    (tmp_path / "api.json").write_text(json.dumps([before, after]))
     assert 'data-rendered="1"' in dom, dom[-3000:]
-    # every running group the API shows is drawn, with its members in slot order
-    assert api["groups"]
-    for g in api["groups"]:
-        assert f'data-members="{"-".join(map(str, g["members"]))}"' in dom
-    multi = [g for g in api["groups"] if len(g["members"]) > 1]
+    # the page draws the groups the scheduler runs, members in slot order (the page and the
+    # two reads around it may straddle a round: what it drew is what one of them showed, and
+    # a group both showed is drawn)
+    def keys(doc):
+        return {"-".join(map(str, g["members"])) for g in doc["groups"]}
+    drawn = set(re.findall(r'class="group" data-members="([\d-]+)"', dom))
+    assert drawn and drawn <= keys(before) | keys(after), (drawn, keys(before), keys(after))
+    assert keys(before) & keys(after) <= drawn
+    assert any("-" in k for k in drawn), "a group of two or more is drawn"
+    multi = [g for g in before["groups"] + after["groups"] if len(g["members"]) > 1]
     assert multi and all(g["occupancy"] for g in multi)
+    # each drawn group of two or more has its occupancy strip, one bar per turn
+    for members in (k for k in drawn if "-" in k):
+        block = dom.split(f'data-members="{members}"', 1)[1].split('class="group"', 1)[0]
+        assert 'class="occupancy"' in block and block.count("<rect") >= 2, members
+    # a group's members run now: none of them is in the queue the same reply shows
+    for doc in (before, after):
+        queued_ids = {j["job_id"] for j in doc["jobs"] if j["state"] == "pending"}
+        assert not any(set(g["members"]) & queued_ids for g in doc["groups"])
     # the queue: one row per pending job, positions 1..n in the reply's order
     rows = re.findall(r'<tr data-job="(\d+)"><td class="num">(\d+)</td>', dom)
     assert rows, dom[-3000:]
     assert [int(p) for _, p in rows] == list(range(1, len(rows) + 1))
-    pending_now = {j["job_id"] for j in status["jobs"] if j["state"] == "pending"}
-    pending_then = {j["job_id"] for j in api["jobs"] if j["state"] == "pending"}
-    assert {int(j) for j, _ in rows} & (pending_now | pending_then)
+    queued = [[j["job_id"] for j in doc["jobs"] if j["state"] == "pending"]
+              for doc in (before, after)]
+    assert [int(j) for j, _ in rows] in queued, (rows, queued)
     # the cluster grid: every node with its GPUs
     for node in ("n0", "n1", "n2"):
         assert f'data-node="{node}"' in dom

@@ -20,63 +20,98 @@ from scheduler.live.ledger import node_name
 from scheduler.live.state import LiveState
 
 EVENTS_SHOWN = 40  # recent journal events on the page
+ITERATIONS_SHOWN = 3  # group iterations on each occupancy strip
 STAGES = ("io", "cpu", "gpu", "net")  # the trainers' stage order (trainer/stages.py)
 
 
 def groups(state: LiveState) -> list[dict[str, Any]]:
-    """Each running group once: members in slot order, where they run, the group's iteration
-    time and each member's stage times (measured when telemetry gave them, else planned).
-    Called with the lock held."""
-    seen: dict[tuple, dict[str, Any]] = {}
-    for job_id, where in state.ledger.placed.items():
-        key = tuple(where.group) or (job_id,)
-        entry = seen.get(key)
-        if entry is None:
-            entry = seen[key] = {"members": list(key), "tt": where.tt, "slots": {}, "jobs": {}}
-        job = state.core.jobs.get(job_id)
-        entry["jobs"][str(job_id)] = {
-            "profile": [round(t, 6) for t in job.profile] if job is not None else [],
-            "model": job.model if job is not None else "",
-            "num_gpu": job.num_gpu if job is not None else 0,
-        }
-        for s in where.slices:
-            entry["slots"].setdefault(node_name(s.node), set()).update(s.gpus)
+    """Each running group once: the jobs placed on the same GPUs, in slot order, where they
+    run, the group's iteration time and each member's stage times (measured when telemetry
+    gave them, else planned). A group is what shares GPUs now: while a round is being applied
+    the members' own records of their group may disagree for a moment. Called with the lock
+    held; O(running jobs)."""
+    placed = state.ledger.placed
+    sharing: dict[tuple, list[int]] = {}
+    for job_id, where in placed.items():
+        sharing.setdefault(where.slices, []).append(job_id)
     out = []
-    for entry in seen.values():
-        entry["slots"] = {n: sorted(g) for n, g in sorted(entry["slots"].items())}
-        out.append(entry)
+    for slices, jobs in sharing.items():
+        told = max((placed[j].group for j in jobs), key=len)  # the fullest slot order known
+        rank = {j: i for i, j in enumerate(told)}
+        members = sorted(jobs, key=lambda j: (rank.get(j, len(rank)), j))
+        info = {}
+        for j in members:
+            job = state.core.jobs.get(j)
+            info[str(j)] = {"profile": [round(t, 6) for t in job.profile] if job else [],
+                            "model": job.model if job else "",
+                            "num_gpu": job.num_gpu if job else 0}
+        where = {}
+        for sl in slices:
+            where.setdefault(node_name(sl.node), set()).update(sl.gpus)
+        out.append({"members": members, "tt": max(placed[j].tt for j in jobs),
+                    "slots": {n: sorted(g) for n, g in sorted(where.items())}, "jobs": info})
     out.sort(key=lambda g: g["members"])
     return out
 
 
-def occupancy(group: dict[str, Any], now: float, window: float) -> list[dict[str, Any]]:
-    """Who holds which resource over the last `window` trace seconds, as the interleave model
-    runs the group: members take the stages in slot order, one phase per stage, and a phase
-    lasts as long as its slowest holder. Spans [start, end, stage, job_id], oldest first."""
+def stage_names(profile_len: int) -> tuple[str, ...]:
+    """The resource each profile entry holds: (io, cpu, gpu, net), or for the testbed
+    pipeline's three values (data, gpu, net) the data stage on io."""
+    return ("io", "gpu", "net") if profile_len == 3 else STAGES[:profile_len]
+
+
+def _layout(group: dict[str, Any]) -> tuple | None:
+    """(members, profiles, stage names, held(i, slot), slot lengths, period) of the cyclic
+    model for the group; None when the members' profiles do not match."""
     members = group["members"]
     profiles = [group["jobs"].get(str(j), {}).get("profile") or [] for j in members]
-    n = len(STAGES)
-    if not members or not all(len(p) == n for p in profiles):
-        return []
-    phases = []
-    for phase in range(n):  # in phase p, the member at slot i holds stage (i + p) mod n
-        phases.append(max((profiles[i][(i + phase) % n] for i in range(len(members))),
-                          default=0.0))
+    lengths = {len(p) for p in profiles}
+    if not members or len(lengths) != 1 or 0 in lengths:
+        return None
+    names = stage_names(lengths.pop())
+    k = 4 if len(names) == 3 else len(names)
+
+    def held(i: int, slot: int) -> int | None:
+        stage = (slot - i) % k
+        return stage if stage < len(names) else None
+
+    phases = [max((profiles[i][st] for i in range(len(members))
+                   if (st := held(i, slot)) is not None), default=0.0) for slot in range(k)]
     period = sum(phases)
-    if period <= 0:
+    return (members, profiles, names, held, phases, period) if period > 0 else None
+
+
+def period(group: dict[str, Any]) -> float:
+    """The group's iteration time in the model (0 when it cannot be drawn)."""
+    layout = _layout(group)
+    return layout[-1] if layout is not None else 0.0
+
+
+def occupancy(group: dict[str, Any], now: float, window: float) -> list[dict[str, Any]]:
+    """Who holds which resource over the last `window` trace seconds, as the core's cyclic
+    interleave model runs the group (scheduler/core/interleave.py): k slots per iteration
+    (k = 4 for both profile shapes), in slot s the member at position i holds its stage
+    (s - i) mod k (none when that is past its last stage), and a slot lasts as long as its
+    slowest holder. The pipeline model's prefetch overlap is not drawn. Spans
+    {start, end, stage, job_id}, oldest first; [] when the members' profiles do not match."""
+    layout = _layout(group)
+    if layout is None:
         return []
+    members, profiles, names, held, phases, period = layout
     spans: list[dict[str, Any]] = []
     t = (now - window) - ((now - window) % period)
     while t < now and len(spans) < 2000:
-        for phase, length in enumerate(phases):
+        for slot, length in enumerate(phases):
             start, end = t, t + length
             if end > now - window and start < now:
                 for i, job_id in enumerate(members):
-                    stage = (i + phase) % n
+                    stage = held(i, slot)
+                    if stage is None:
+                        continue
                     lo = round(max(start, now - window), 6)
                     hi = round(min(start + min(profiles[i][stage], length), now), 6)
                     if hi > lo:  # clipped to the window: what is left of the turn, if any
-                        spans.append({"start": lo, "end": hi, "stage": STAGES[stage],
+                        spans.append({"start": lo, "end": hi, "stage": names[stage],
                                       "job_id": job_id})
             t = end
     return spans
@@ -117,20 +152,19 @@ class JournalReader:
             self._db = None
 
 
-def build(state: LiveState, reader: JournalReader, window: float = 30.0) -> dict[str, Any]:
+def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     """The /api/status document."""
     body = status_reply.status(state, jobs=True)
     with state.lock:  # a copy of the ledger's groups: O(running jobs)
         running_groups = groups(state)
         now = state.now()
-    window_trace = window * state.opt.time_scale
-    for g in running_groups:
-        g["occupancy"] = occupancy(g, now, window_trace)
+    for g in running_groups:  # the last few iterations of each group, a picture's worth
+        g["window"] = ITERATIONS_SHOWN * period(g)
+        g["occupancy"] = occupancy(g, now, g["window"]) if g["window"] > 0 else []
     pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]
     for position, job in enumerate(pending, start=1):
         job["position"] = job.get("position", position)
     body["groups"] = running_groups
-    body["window"] = window_trace
     body["cluster"] = {"nodes": [node_name(i) for i in range(state.opt.spec.num_nodes)],
                        "gpus_per_node": state.opt.spec.gpus_per_node}
     try:

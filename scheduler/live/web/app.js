@@ -55,14 +55,23 @@ function drawGroups(s) {
   const box = document.getElementById("groups");
   const frag = document.createDocumentFragment();
   if (!s.groups.length) frag.appendChild(el("div", { class: "muted" }, "no group running"));
-  const W = 520, H = 14, L = 34;
+  const W = 600, H = 14, L = 34;
   for (const g of s.groups) {
     const div = el("div", { class: "group", "data-members": g.members.join("-") });
     const where = Object.entries(g.slots).map(([n, gs]) => `${n}:${gs.join(",")}`).join(" ");
-    div.appendChild(el("div", {}, `group ${g.members.map(j => "job " + j).join(" → ")} · ${where} · iteration ${fmt(g.tt)} s`));
+    const title = el("div", {}, "group ");
+    g.members.forEach((j, i) => {
+      if (i) title.appendChild(document.createTextNode(" → "));
+      const tag = el("span", { class: "job-tag" }, `job ${j}`);
+      tag.style.background = colour(j);
+      title.appendChild(tag);
+    });
+    title.appendChild(document.createTextNode(
+      ` · ${where} · iteration ${(+g.tt).toFixed(3)} s · strip: last ${(+g.window).toFixed(2)} s (3 model periods)`));
+    div.appendChild(title);
     if (g.occupancy.length) {
       const pic = svg("svg", { width: W + L, height: H * 4 + 4, class: "occupancy" });
-      const t1 = s.now, t0 = s.now - s.window;
+      const t1 = s.now, t0 = s.now - g.window;
       STAGES.forEach((st, i) => pic.appendChild(svg("text", { x: 0, y: i * H + 11, "font-size": 10 }, st)));
       for (const sp of g.occupancy) {
         const x = L + (sp.start - t0) / (t1 - t0) * W, w = Math.max(0.5, (sp.end - sp.start) / (t1 - t0) * W);
