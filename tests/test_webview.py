@@ -6,6 +6,7 @@ loaded by the distribution's chromium (skipped, with the reason, where it is abs
 screenshot lands in the test's tmp dir (its path is printed) for a person to look at."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -137,6 +138,30 @@ def test_a_real_non_loopback_peer_is_refused_without_the_key(tmp_path):
         assert code == 200
     finally:
         view.close()
+
+
+def test_the_scheduler_refuses_a_non_loopback_http_without_key_or_insecure(tmp_path):
+    """The scheduler's own command line: exit 2 and one line, before it waits for a broker."""
+    import subprocess as sp
+    import sys
+
+    from tests.live import ROOT, trainer_env
+
+    def run(*extra):
+        return sp.run([sys.executable, "-m", "scheduler.live", "--spec", "n3g4", "--endpoints",
+                       str(tmp_path / "none.json"), "--run-dir", str(tmp_path / "run"),
+                       "--wait-endpoints", "0.1", *extra], cwd=ROOT, env=trainer_env(),
+                      capture_output=True, text=True, timeout=60)
+    refused = run("--http", "0.0.0.0:0")
+    assert refused.returncode == 2 and "--http: refusing to bind 0.0.0.0" in refused.stderr
+    assert run("--http", "nonsense").returncode == 2
+    assert run("--http-insecure").returncode == 2  # without --http: a mistake, said so
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    for ok in (["--http", "0.0.0.0:0", "--http-insecure"], ["--http", "0.0.0.0:0",
+                                                             "--http-key", str(key)]):
+        done = run(*ok)  # past the flags: it stops only for want of the broker's endpoints
+        assert done.returncode == 1 and "--http" not in done.stderr, done.stderr
 
 
 # -- what it computes --------------------------------------------------------------------------
@@ -274,7 +299,7 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
 @needs_chromium
 def test_the_page_loads_in_under_a_second_with_1000_queued_jobs_and_64_agents(tmp_path):
     """Light agents (bench/bench_service.py's: real broker services, nothing run) stand in for
-    64 nodes; 1,500 long jobs leave >= 1,000 queued. The page times itself: navigation start
+    64 nodes; 1,300 long 4-GPU jobs leave >= 1,000 queued. The page times itself: navigation start
     to the first full render of /api/status (performance.now(), written into the DOM)."""
     from bench.bench_service import LightAgent, heartbeats
     from broker.client import Requester
@@ -300,8 +325,12 @@ def test_the_page_loads_in_under_a_second_with_1000_queued_jobs_and_64_agents(tm
         errors: list[str] = []
         threading.Thread(target=heartbeats, args=(agents, stop, errors), daemon=True).start()
         wait_for(lambda: all(a.registered for a in agents), 90, "64 agents to register")
-        records = generate(1500, 11, max_gpus=8, backlog=True, median_duration=10 * 86400.0,
-                           min_duration=86400.0)
+        # 4-GPU jobs: two slices per node (an 8-GPU job needs more CPUs than a node of the
+        # bench's 32 has), grouped by up to 4, so <= 512 run and >= 788 queue; in practice
+        # ~130 run (1,300 in all stays within the status reply's list of 1,500)
+        records = [dataclasses.replace(r, num_gpu=4) for r in generate(
+            1300, 11, max_gpus=8, backlog=True, median_duration=10 * 86400.0,
+            min_duration=86400.0)]
         feeder = Requester(endpoints, "test-feeder", timeout=10.0, retries=5)
         for rec in records:
             feeder.request("scheduler", "job.submit", job=job_map(rec))
@@ -324,7 +353,7 @@ def test_the_page_loads_in_under_a_second_with_1000_queued_jobs_and_64_agents(tm
         assert rows >= 1000
         print(f"page load with {api['counts']['pending']} queued jobs, 64 agents: "
               f"{times} ms")
-        assert min(times) < 1000.0
+        assert max(times) < 1000.0
     finally:
         stop.set()
         for a in agents:

@@ -76,6 +76,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
             raise ValueError("not a JSON object")
     except ValueError as err:
         p.error(f"--torch-config must be a JSON object: {err}")
+    from scheduler.live.webstart import check_args as check_http_args
+    check_http_args(p, a)
     if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
         p.error("--time-scale, --round and --agent-timeout must be > 0")
     try:
