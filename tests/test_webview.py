@@ -216,6 +216,31 @@ def test_the_snapshot_is_built_once_per_ttl_whoever_asks():
 
 
 # -- in a real browser -------------------------------------------------------------------------
+@needs_chromium
+def test_the_queue_shows_expected_start_when_the_reply_has_it_and_a_dash_otherwise(tmp_path):
+    """The page against a fixed /api/status document (the estimator is another part's): a
+    pending job with `expected_start` shows it, one without shows "-", positions follow the
+    reply's order when it gives none."""
+    view = WebView(_state(tmp_path), "127.0.0.1", 0).start()
+    doc = json.loads(view.snapshot.get())
+    doc["jobs"] = [
+        {"job_id": 5, "state": "pending", "num_gpu": 2, "iterations": 10, "iterations_done": 0,
+         "expected_start": 1234.5},
+        {"job_id": 9, "state": "running", "num_gpu": 1, "iterations": 10, "iterations_done": 3},
+        {"job_id": 7, "state": "pending", "num_gpu": 1, "iterations": 10, "iterations_done": 0},
+    ]
+    view.snapshot = Snapshot(lambda: doc, ttl=60.0)
+    try:
+        dom = _dump_dom(view.url)
+    finally:
+        view.close()
+    rows = re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', dom)
+    cells = [(job, re.findall(r"<td[^>]*>([^<]*)</td>", row)) for job, row in rows]
+    assert cells == [("5", ["1", "5", "2", "0/10", "1234.5 s"]),
+                     ("7", ["2", "7", "1", "0/10", "-"])], cells
+
+
+
 def _dump_dom(url: str, budget_ms: int = 8000) -> str:
     out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                           f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
@@ -256,6 +281,10 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
         before = json.loads(_get(url + "api/status")[1])
         dom = _dump_dom(url)
         after = json.loads(_get(url + "api/status")[1])
+        running_id = after["groups"][0]["members"][0]
+        queued_ids = [j["job_id"] for j in after["jobs"] if j["state"] == "pending"]
+        one_running = json.loads(_get(url + f"api/jobs/{running_id}")[1])
+        one_queued = json.loads(_get(url + f"api/jobs/{queued_ids[-1]}")[1])
         shot = tmp_path / "webview.png"
         _screenshot(url, shot)
         print(f"screenshot: {shot}")
@@ -290,6 +319,11 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
     queued = [[j["job_id"] for j in doc["jobs"] if j["state"] == "pending"]
               for doc in (before, after)]
     assert [int(j) for j, _ in rows] in queued, (rows, queued)
+    # /api/jobs/ID: where a running job runs and with whom; a queued job's place in line
+    assert one_running["job_id"] == running_id and one_running["nodes"]
+    assert one_running["state"] in ("running", "finished") and one_running["events"]
+    if one_queued["state"] == "pending":
+        assert 1 <= one_queued["position"] <= len(queued_ids)
     # the cluster grid: every node with its GPUs
     for node in ("n0", "n1", "n2"):
         assert f'data-node="{node}"' in dom
