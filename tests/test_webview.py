@@ -376,6 +376,7 @@ def test_the_page_loads_in_under_a_second_with_1000_queued_jobs_and_64_agents(tm
         assert api["counts"]["pending"] >= 1000 and len(api["agents"]) == 64
         times, rows = [], 0
         with Browser() as browser:
+            cold = None
             for attempt in range(4):  # the first load also warms chromium's own caches
                 browser.open(url)
                 ms = browser.wait_for("document.body && document.body.dataset.rendered && "
@@ -384,9 +385,11 @@ def test_the_page_loads_in_under_a_second_with_1000_queued_jobs_and_64_agents(tm
                                         ".length")
                 if attempt:
                     times.append(float(ms))
+                else:
+                    cold = float(ms)
         assert rows >= 1000
         print(f"page load with {api['counts']['pending']} queued jobs, 64 agents: "
-              f"{times} ms")
+              f"{times} ms (first, cold browser: {cold} ms)")
         assert max(times) < 1000.0
     finally:
         stop.set()

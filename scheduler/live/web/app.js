@@ -101,6 +101,8 @@ function drawQueue(s) {
   });
   const box = document.getElementById("queue");
   box.replaceChildren(pending.length ? t : el("div", { class: "muted" }, "queue empty"));
+  if (s.jobs_truncated)  // the status reply lists at most so many jobs: say the rest exist
+    box.appendChild(el("div", { class: "muted" }, `${s.counts.pending - pending.length} more pending, not listed`));
 }
 
 function drawEvents(s) {
