@@ -18,7 +18,7 @@ class Gates:
     def for_group(self, group: tuple, workload: dict) -> Any:
         """The group's stage gate on this node (started now if it is the first member's
         launch), or None for a workload that takes no turns."""
-        if workload["kind"] != "torch":
+        if workload["kind"] not in ("torch", "command"):  # a user's command may take turns
             return None
         gate = self._gates.get(group)
         if gate is None:
