@@ -3,9 +3,8 @@
 Why its own module: it is a read-only estimate for `status.query` (and the commands and views
 built on it), computed per query in O(jobs log jobs) and never on the round's path.
 
-Position: the job's place among the pending jobs in the order the policy last sorted its
-runnable jobs (`Policy.carried_order`'s memory; jobs the policy has not seen yet follow in
-submission order). 1 is next.
+Position: the job's place among the pending jobs in the policy's order (`pending_order`).
+1 is next.
 
 Expected start, in wall seconds from now (None when it cannot be projected). Assumes:
 * each running group frees its GPUs when its slowest member finishes: remaining iterations
@@ -25,14 +24,20 @@ from scheduler.core.state import Status
 
 
 def pending_order(core: Any) -> list[Any]:
-    """The pending jobs in the policy's last order (new ones after, in submission order)."""
+    """The pending jobs in the policy's order: by the key of a policy that keeps a sorted
+    order (`order.CarriedOrder`: FIFO, SRTF, SRSF, AntMan), else as the policy last sorted
+    its runnable jobs (`Policy.carried_order`: Muri, Themis), new ones after; ties and
+    anything else in submission order. Read-only: the policy's state is not touched."""
     pending = [j for j in core.queue if j.status is Status.PENDING]
-    last = getattr(core.policy, "_order", None) or []
-    rank = {}
-    for job in last:
+    policy = core.policy
+    key = getattr(getattr(policy, "_kept", None), "key", None)
+    if callable(key):
+        return sorted(pending, key=key)  # stable: submission order among ties
+    rank: dict[int, int] = {}
+    for job in getattr(policy, "_order", None) or ():
         rank.setdefault(job.id, len(rank))
     tail = len(rank)
-    return sorted(pending, key=lambda j: rank.get(j.id, tail))  # stable: submission order
+    return sorted(pending, key=lambda j: rank.get(j.id, tail))
 
 
 def projection(core: Any, time_scale: float) -> dict[int, tuple[int, float | None]]:
