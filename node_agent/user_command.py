@@ -90,6 +90,7 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
     """One process per GPU of this slice (one in all for a one-rank job); the lowest rank
     here gets the gate (the others take no turns, as with the torch trainer)."""
     job_dir(cfg.checkpoint_dir, job_id).mkdir(parents=True, exist_ok=True)
+    cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
     ranks = len(gpus) if world > 1 else 1
     workdir = workload["workdir"] or os.getcwd()
     procs: list[subprocess.Popen] = []
