@@ -56,7 +56,8 @@ def check(w: dict) -> dict[str, Any]:
         raise Refusal("bad_workload", f"need a non-empty argv and iterations > 0, got {w!r}")
     if workdir and not Path(workdir).is_dir():
         raise Refusal("bad_workload", f"work dir {workdir!r} does not exist on this node")
-    return {"kind": "command", "iterations": total, "argv": argv, "workdir": workdir}
+    return {"kind": "command", "iterations": total, "argv": argv, "workdir": workdir,
+            "turns": bool(w.get("turns", True))}
 
 
 def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: float,

@@ -11,6 +11,7 @@ import sqlite3
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -72,7 +73,6 @@ def test_a_finished_job_is_not_cancelled(live):
 
 # -- command records ---------------------------------------------------------------------------
 def _command_job(command: tuple, workdir: str = "/tmp"):
-    from dataclasses import replace
     return replace(job(5), command=command, workdir=workdir)
 
 
@@ -95,6 +95,29 @@ def test_bad_commands_are_refused(live, command, workdir):
     wire.setdefault("command", list(command))
     wire.setdefault("workdir", workdir)
     assert refused(h, "job.submit", job=wire) == "bad_job"
+
+
+def test_a_command_takes_turns_only_in_a_group_whose_members_all_do(live, tmp_path):
+    from scheduler.core.state import NodeSlice
+    from scheduler.live.launches import Launcher
+    from scheduler.live.ledger import Placed
+    from node_agent.gates import Gates
+
+    state, h = live
+    for record in (_command_job(("a",)), job(6), replace(_command_job(("b",)), job_id=7)):
+        say(h, "job.submit", job=record_to_map(record))
+    launcher, where = Launcher(state, None), (NodeSlice(0, (0,)),)
+    commands = launcher.workload(state.core.jobs[5], Placed((5, 7), 0.3, where))
+    mixed = launcher.workload(state.core.jobs[5], Placed((5, 6), 0.3, where))
+    assert (commands["kind"], commands["turns"], mixed["turns"]) == ("command", True, False)
+    gates = Gates(AgentConfig(node="n0", gpus=(0,), cpus=1, mem=1.0, endpoints_file="",
+                              run_dir=tmp_path), state.log)
+    assert gates.for_group((5, 6), user_command.check(mixed)) is None
+    gate = gates.for_group((5, 7), user_command.check(commands))
+    try:
+        assert gate is not None and gate.endpoint
+    finally:
+        gate.close()
 
 
 # -- queue view --------------------------------------------------------------------------------

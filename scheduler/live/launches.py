@@ -31,8 +31,14 @@ class Launcher:
     def workload(self, job: Any, want: Placed) -> dict[str, Any]:
         opt = self.state.opt
         if job.record.command:  # a user's own program, whatever the packaged workload
+            # it takes turns at a gate only with members that take turns too (torch trainers,
+            # other commands): an emulated member paces itself and never joins a gate
+            jobs = self.state.core.jobs
+            turns = opt.workload == "torch" or all(
+                jobs[j].record.command for j in want.group if j in jobs)
             return {"kind": "command", "iterations": job.record.iterations,
-                    "argv": list(job.record.command), "workdir": job.record.workdir}
+                    "argv": list(job.record.command), "workdir": job.record.workdir,
+                    "turns": turns}
         if opt.workload == "torch":
             return {"kind": "torch", "iterations": job.record.iterations, "model": job.model,
                     "batch_size": 0, "config": dict(opt.torch_config)}
