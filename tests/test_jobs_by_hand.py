@@ -26,6 +26,8 @@ from scheduler.core.state import Status
 from scheduler.live.queue_view import pending_order, projection
 from scheduler.tools.jobs import format_job
 from tests.helpers import job, spec
+from tests.live import wait_for
+from tests.test_agent import cluster  # noqa: F401  (a real agent process, a fake scheduler)
 from tests.test_live_handlers import _job_placed_on_n0, live, refused, say  # noqa: F401
 from trainer import api, checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
@@ -277,3 +279,32 @@ def test_sigterm_asks_the_loop_to_stop(tmp_path):
         assert job.should_stop()
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+# -- a command that never uses the API, on a real agent process ----------------------------------
+
+
+def _launch_command(cluster, job_id: int, code: str) -> dict:
+    work = {"kind": "command", "iterations": 100, "argv": [sys.executable, "-c", code],
+            "workdir": str(cluster.run_dir)}
+    return cluster.to_agent("job.launch", job_id=job_id, gpus=[0], group=[job_id], slot=0,
+                            workload=work, start_iteration=0.0)["body"]
+
+
+def test_a_command_that_ignores_the_api_runs_and_is_stopped_by_signal(cluster):
+    marker = cluster.run_dir / "started"
+    reply = _launch_command(cluster, 21, f"import time; open({str(marker)!r}, 'w').close(); "
+                                         "time.sleep(600)")
+    assert reply["launched"] is True
+    wait_for(marker.exists, 30, "the command to start")
+    assert cluster.to_agent("job.stop", job_id=21)["body"]["stopping"] is True
+    stopped = cluster.sched.wait(lambda: cluster.sched.of("job.stopped", 21), "job.stopped")[0]
+    assert stopped["requested"] is True and stopped["exit_code"] == -signal.SIGTERM
+    assert stopped["iterations"] == 0.0  # no checkpoint: it resumes from its start
+
+    _launch_command(cluster, 22, "raise SystemExit(0)")
+    _launch_command(cluster, 23, "raise SystemExit('bad input')")
+    ok = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 22), "job 22")[0]
+    bad = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 23), "job 23")[0]
+    assert ok["ok"] is True
+    assert bad["ok"] is False and "bad input" in bad["detail"]
