@@ -308,3 +308,17 @@ def test_a_command_that_ignores_the_api_runs_and_is_stopped_by_signal(cluster):
     bad = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 23), "job 23")[0]
     assert ok["ok"] is True
     assert bad["ok"] is False and "bad input" in bad["detail"]
+
+
+def test_the_loader_wrapper_yields_every_batch_and_times_each_fetch_as_io(tmp_path):
+    job = api.Job(_env(tmp_path, 8), handle_sigterm=False)
+    fetched = []
+
+    def batches():
+        for k in range(3):
+            time.sleep(0.01)  # a slow fetch (the work being timed)
+            fetched.append(k)
+            yield k
+
+    assert list(job.loader(batches())) == [0, 1, 2] and fetched == [0, 1, 2]
+    assert job._times["io"] >= 0.03  # every fetch, and the final empty one, counted as io
