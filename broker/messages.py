@@ -34,6 +34,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "service.unregister": {"service": (_STR, True)},
     # -- feeder -> scheduler -------------------------------------------------------------
     "job.submit": {"job": (_MAP, True)},  # a trace record as a map (traces.record fields)
+    # -- a user (interlace-cancel) -> scheduler -------------------------------------------
+    "job.cancel": {"job_id": (_INT, True)},
     # -- agent -> scheduler ------------------------------------------------------------------
     # `incarnation` names the agent process; `launches` counts the launches it had carried
     # out when `running` was taken (a launch reply carries its own number, `launch_seq`)
@@ -150,6 +152,7 @@ BOUNDS: dict[str, dict[str, _Check]] = {
                        "mem": _number(0.0, MAX_MEM), "running": _RUNNING, "launches": _COUNT},
     "agent.heartbeat": {"running": _RUNNING, "launches": _COUNT},
     "job.finished": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
+    "job.cancel": {"job_id": _JOB_ID},
     "job.stopped": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
     "event.timing": {"job_id": _JOB_ID, "stages": _stage_map, "iteration_time": _SECONDS,
                      "iterations": _ITERATIONS, "restart_overhead": _SECONDS},

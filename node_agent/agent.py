@@ -82,7 +82,7 @@ class Agent:
                         "launch_seq": table.launches}
             group = tuple(int(j) for j in msg["group"])
             rendezvous = {}
-            if workload["kind"] == "torch" and world > 1:
+            if workload["kind"] in ("torch", "command") and world > 1:
                 port = msg.get("master_port") or (launcher.free_port() if rank == 0 else None)
                 if not port:
                     raise Refusal("bad_request", "rank > 0 needs rank 0's master_port")

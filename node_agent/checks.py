@@ -23,6 +23,10 @@ def workload(w: dict) -> dict[str, Any]:
     """The launch's workload, checked: `emulated` (iterations, iteration_time, stages) or
     `torch` (iterations, model from the workload registry, optional batch_size/config)."""
     kind = w.get("kind")
+    if kind == "command":
+        from node_agent.user_command import check
+
+        return check(w)
     if kind == "torch":
         from workloads.registry import TORCH_NAMES
 

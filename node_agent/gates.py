@@ -1,6 +1,7 @@
 """The stage gates this node runs: one per group of torch jobs that share its GPUs, started
 by the group's first launch here and closed when its last member here leaves. Only torch
-trainers take turns; emulated ones replay the planner's pace and need no gate."""
+trainers and users' commands (where the scheduler says `turns`: every member takes turns)
+take turns; emulated ones replay the planner's pace and need no gate."""
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -18,7 +19,7 @@ class Gates:
     def for_group(self, group: tuple, workload: dict) -> Any:
         """The group's stage gate on this node (started now if it is the first member's
         launch), or None for a workload that takes no turns."""
-        if workload["kind"] != "torch":
+        if workload["kind"] not in ("torch", "command") or not workload.get("turns", True):
             return None
         gate = self._gates.get(group)
         if gate is None:

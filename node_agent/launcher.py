@@ -35,6 +35,10 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
     """Start the job's processes here: one for an emulated job, one rank per GPU for a
     torch job (ranks rank..rank+len(gpus)-1; the lowest one takes the gate's turns)."""
     cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
+    if workload["kind"] == "command":  # the user's own program (node_agent/user_command.py)
+        from node_agent.user_command import spawn as spawn_command
+
+        return spawn_command(cfg, job_id, gpus, workload, start, rank, world, rendezvous, gate)
     common = [sys.executable, "-m", "trainer.run", "--job-id", str(job_id), "--node",
               cfg.node, "--endpoints", cfg.endpoints_file, "--checkpoint-dir",
               str(cfg.checkpoint_dir), "--iterations", repr(workload["iterations"]),

@@ -30,6 +30,10 @@ class JobRecord:
     iteration_time: float
     stage_times: tuple[float, ...]
     priority: int = 0
+    # a user's own program (`interlace-submit -- python train.py`): its argv and the
+    # directory it runs in; empty for the packaged workloads
+    command: tuple[str, ...] = ()
+    workdir: str = ""
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -43,6 +47,10 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
     """The wire and journal form of a record (a plain map; stage_times as a list)."""
     out = dataclasses.asdict(record)
     out["stage_times"] = list(record.stage_times)
+    if record.command:
+        out["command"] = list(record.command)
+    else:  # a packaged job's map stays as it always was (traces, journals, older peers)
+        del out["command"], out["workdir"]
     return out
 
 
@@ -54,4 +62,7 @@ def record_from_map(data: Mapping[str, Any]) -> JobRecord:
     stages = fields.get("stage_times")
     if isinstance(stages, (list, tuple)):
         fields["stage_times"] = tuple(stages)
+    command = fields.get("command")
+    if isinstance(command, (list, tuple)):
+        fields["command"] = tuple(command)
     return JobRecord(**fields)

@@ -44,6 +44,9 @@ class Handlers:
                                                for p in problems))
         if not math.isfinite(record.iterations * record.iteration_time):
             raise Refusal("bad_job", "iterations x iteration_time is not finite")
+        problem = command_problem(record)
+        if problem:
+            raise Refusal("bad_job", problem)
         return record
 
     def node_index(self, name: Any) -> int:
@@ -213,6 +216,33 @@ class Handlers:
         state.log.info("late_stop_settled", job_id=job_id, node=name, iterations=its)
         return {"settled": True}
 
+    def on_cancel(self, msg: Any) -> dict[str, Any]:
+        """A user cancels a job: journaled as ended (with a `cancelled` event) first; a
+        pending job leaves the queue, a running one's trainers become strays that the main
+        thread stops through their agents (their late reports find the job done)."""
+        state, job_id = self.state, msg["job_id"]
+        job = state.core.jobs.get(job_id)
+        if job is None and job_id not in state.finished_before:
+            raise Refusal("unknown_job", f"job {job_id} was never submitted here")
+        if job_id in state.cancelled:
+            return {"cancelled": False, "job_id": job_id, "reason": "already cancelled"}
+        if job is None or job.status is Status.DONE:
+            return {"cancelled": False, "job_id": job_id, "reason": "already finished"}
+        was = status.job_state(state, job_id)
+        now = state.now()
+        done = max(state.resume_point(job_id), state.progress.get(job_id, 0.0))
+        state.journal.mark_cancelled(job_id, now, done)
+        where = state.ledger.release(job_id, keep=None)
+        state.core.finish(job_id, now)
+        state.cancelled.add(job_id)
+        state.progress.pop(job_id, None)
+        state.profiles.forget(job_id)
+        state.log.info("job_cancelled", job_id=job_id, was=was, iterations=done, now=now,
+                       nodes=[node_name(n) for n in (where.nodes if where else ())])
+        state.emit_job(job_id, "cancelled", {"was": was, "iterations": done})
+        state.wake_reasons.add("cancel")
+        return {"cancelled": True, "job_id": job_id, "was": was}
+
     def on_status(self, msg: Any) -> dict[str, Any]:
         what = msg.get("what") or "all"
         if what not in ("all", "summary"):
@@ -227,4 +257,27 @@ class Handlers:
         "job.finished": on_finished,
         "job.stopped": on_stopped,
         "status.query": on_status,
+        "job.cancel": on_cancel,
     })
+
+
+MAX_COMMAND_ARGS = 256
+MAX_COMMAND_CHARS = 16_384  # the whole argv, with the work dir; a job record must fit a frame
+
+
+def command_problem(record: JobRecord) -> str | None:
+    """What is wrong with a job's user command (None when fine or when it has none)."""
+    command, workdir = record.command, record.workdir
+    if not isinstance(workdir, str) or not isinstance(command, tuple):
+        return "command must be a list of strings and workdir a string"
+    if not command:
+        return "a workdir needs a command" if workdir else None
+    if not all(isinstance(a, str) for a in command) or not command[0]:
+        return "command must be a non-empty list of strings"
+    if len(command) > MAX_COMMAND_ARGS or \
+            sum(map(len, command)) + len(workdir) > MAX_COMMAND_CHARS:
+        return f"command too long (at most {MAX_COMMAND_ARGS} arguments, " \
+               f"{MAX_COMMAND_CHARS} characters)"
+    if any("\0" in a for a in (*command, workdir)):
+        return "command and workdir must not contain NUL"
+    return None

@@ -170,6 +170,19 @@ class Journal:
             self._event(db, now, "finished", job_id, node, None)
             return True
 
+    def mark_cancelled(self, job_id: int, now: float, iterations: float) -> bool:
+        """A user cancelled the job: it ends as finished (so a restart never runs it again)
+        with a `cancelled` event beside it, in one transaction; False when it had ended."""
+        with self._tx() as db:
+            self._require(db, job_id)
+            cur = db.execute(
+                "UPDATE jobs SET state='finished', finish_trace=?, iterations_done=? "
+                "WHERE job_id=? AND state != 'finished'", (float(now), float(iterations), job_id))
+            if cur.rowcount != 1:
+                return False
+            self._event(db, now, "cancelled", job_id, None, None)
+            return True
+
     def log_event(self, kind: str, now: float, job_id: int | None = None,
                   node: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
         """Append an event that changes no job (an agent lost, a restart)."""

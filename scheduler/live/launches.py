@@ -30,6 +30,15 @@ class Launcher:
 
     def workload(self, job: Any, want: Placed) -> dict[str, Any]:
         opt = self.state.opt
+        if job.record.command:  # a user's own program, whatever the packaged workload
+            # it takes turns at a gate only with members that take turns too (torch trainers,
+            # other commands): an emulated member paces itself and never joins a gate
+            jobs = self.state.core.jobs
+            turns = opt.workload == "torch" or all(
+                jobs[j].record.command for j in want.group if j in jobs)
+            return {"kind": "command", "iterations": job.record.iterations,
+                    "argv": list(job.record.command), "workdir": job.record.workdir,
+                    "turns": turns}
         if opt.workload == "torch":
             return {"kind": "torch", "iterations": job.record.iterations, "model": job.model,
                     "batch_size": 0, "config": dict(opt.torch_config)}
@@ -68,7 +77,7 @@ class Launcher:
         launched: list[int] = []
         seqs: dict[int, Launch] = {}
         ranks = {"rank": 0, "world_size": sum(len(g) for g in gpus_of.values())} \
-            if workload["kind"] == "torch" else {}
+            if workload["kind"] in ("torch", "command") else {}
         for piece in want.slices:
             name = node_name(piece.node)
             reply = self.gateway.request(requester, name, "job.launch", job_id=job_id,

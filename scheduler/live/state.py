@@ -51,6 +51,7 @@ class LiveState:
         self.last_round = -math.inf
         self.next_wakeup: float | None = None
         self.finished_before: dict[int, Any] = {}  # journal entries of jobs done before start
+        self.cancelled: set[int] = set()  # jobs a user cancelled (the core holds them as done)
         self.awaiting: set[str] = set()  # after a restart: nodes to hear from before a round
         self.wall0 = clock()
         self.offset = self.journal.clock()

@@ -1,0 +1,238 @@
+"""`interlace-submit`, `interlace-status`, `interlace-cancel`: jobs by hand on a live scheduler.
+
+    interlace-submit --endpoints E --gpus 2 --model resnet18 --iterations 500
+    interlace-submit --endpoints E --gpus 1 --iterations 300 -- python train.py --lr 0.1
+    interlace-status --endpoints E [JOB]
+    interlace-cancel --endpoints E JOB
+
+They talk to the `scheduler` service through the broker as the feeder does, and reuse its
+client (traces.feeder: endpoints, retries while the scheduler registers, refusal handling).
+A command job runs the user's program in the directory `interlace-submit` ran in, with the
+INTERLACE_* environment of node_agent/user_command.py; its stage profile starts as the
+`--model` it resembles until the program reports its own (trainer/api.py).
+
+Exit status: 0 done; 1 the scheduler refused or could not be reached (or, for status and
+cancel, the job is unknown or already over); 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+from traces.feeder import SERVICE, Feeder, FeedError, load_endpoints
+from traces.models import MODELS
+from traces.record import JobRecord
+
+ID_TRIES = 20  # ids tried when another submitter took the one chosen meanwhile
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoints", default=os.environ.get("INTERLACE_ENDPOINTS"),
+                   metavar="FILE", help="the broker's endpoints file (default "
+                                        "$INTERLACE_ENDPOINTS)")
+    p.add_argument("--timeout", type=float, default=2.0, metavar="S",
+                   help="seconds per try of a request (default 2)")
+    p.add_argument("--retries", type=int, default=3, metavar="N",
+                   help="resends of an unanswered request (default 3)")
+    p.add_argument("--client-key", default=os.environ.get("INTERLACE_CLIENT_KEY") or None,
+                   metavar="FILE", help="CURVE secret certificate for a keyed broker "
+                                        "(default $INTERLACE_CLIENT_KEY)")
+
+
+def make_record(args: argparse.Namespace, job_id: int, command: Sequence[str],
+                workdir: str) -> JobRecord:
+    """The job as the scheduler takes it: the model's typical profile (a 1-GPU job does no
+    all-reduce, so no net time), or the user's iteration time over it."""
+    profile = MODELS[args.model]
+    stages = list(profile.stage_times)
+    if args.gpus == 1:
+        stages[-1] = 0.0
+    tt = args.iteration_time if args.iteration_time is not None else profile.iteration_time
+    if args.iteration_time is not None and sum(stages) > 0:
+        stages = [s * tt / sum(stages) for s in stages]
+    return JobRecord(job_id=job_id, num_gpu=args.gpus, submit_time=0.0,
+                     iterations=args.iterations, model_name=args.model,
+                     batch_size=profile.batch_size, duration=args.iterations * tt, interval=0.0,
+                     iteration_time=tt, stage_times=tuple(stages), priority=args.priority,
+                     command=tuple(command), workdir=workdir if command else "")
+
+
+def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
+    """(requester, feeder) on the broker; FeedError when the endpoints cannot be read."""
+    import structlog
+
+    from broker.client import Requester
+    from broker.curve import attach_client_key
+
+    if not args.endpoints:
+        raise FeedError("no endpoints file: give --endpoints or set $INTERLACE_ENDPOINTS")
+    endpoints = attach_client_key(load_endpoints(args.endpoints, 0.0, threading.Event()),
+                                  args.client_key)
+    requester = Requester(endpoints, prog, timeout=args.timeout, retries=args.retries)
+    return requester, Feeder(requester, structlog.get_logger(prog), patience=5.0,
+                             where=args.endpoints)
+
+
+def _request(requester: Any, type_: str, **fields: Any) -> dict[str, Any]:
+    """One request's reply body; FeedError with the scheduler's reason when refused."""
+    from broker.client import RequestFailed, RequestTimeout
+
+    try:
+        reply = requester.request(SERVICE, type_, **fields)
+    except RequestTimeout:
+        raise FeedError("the scheduler did not answer") from None
+    except RequestFailed as err:
+        raise FeedError(f"{err.code}: {err.reason}") from None
+    return reply.get("body") or {}
+
+
+def _run(prog: str, argv: Sequence[str] | None, parser: argparse.ArgumentParser,
+         body: Callable[[argparse.Namespace, Any, Any], int]) -> int:
+    args = parser.parse_args(argv)
+    if not (args.timeout > 0 and args.retries >= 0):
+        parser.error("--timeout must be > 0 and --retries >= 0")
+    requester = None
+    try:
+        requester, feeder = _connect(prog, args)
+        return body(args, requester, feeder)
+    except FeedError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if requester is not None:
+            requester.close()
+
+
+# -- interlace-submit ------------------------------------------------------------------------
+def _submit_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="interlace-submit", description=(
+        "Submit one job to a live Interlace scheduler: a packaged workload (--model), or your "
+        "own program after `--`, run with the INTERLACE_* environment."),
+        usage="%(prog)s [options] [-- COMMAND [ARG ...]]")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs the job needs")
+    p.add_argument("--iterations", type=int, required=True, help="iterations to train")
+    p.add_argument("--model", default="resnet18", choices=sorted(MODELS),
+                   help="the packaged workload; for a command, the model it resembles "
+                        "(its first stage profile; default resnet18)")
+    p.add_argument("--iteration-time", type=float, default=None, metavar="S",
+                   help="expected seconds per iteration alone (default: the model's)")
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--job-id", type=int, default=None,
+                   help="the job's id (default: one above the highest the scheduler knows)")
+    _common(p)
+    return p
+
+
+def submit_main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, command = argv[:at], argv[at + 1:]
+        if not command:
+            print("interlace-submit: nothing after `--`: give the command to run",
+                  file=sys.stderr)
+            return 2
+    parser = _submit_parser()
+
+    def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
+        if args.gpus < 1 or args.iterations < 1 or (args.iteration_time is not None
+                                                     and not args.iteration_time > 0):
+            parser.error("--gpus and --iterations must be >= 1, --iteration-time > 0")
+        if args.job_id is not None:
+            ids: Any = [args.job_id]
+        else:
+            known = [j["job_id"] for j in _request(requester, "status.query").get("jobs", [])]
+            first = max(known, default=0) + 1
+            ids = range(first, first + ID_TRIES)
+        for job_id in ids:
+            outcome = feeder.submit(make_record(args, job_id, command, os.getcwd()))
+            if outcome == "accepted":
+                print(f"submitted job {job_id}")
+                return 0
+            if outcome != "duplicate":
+                print(f"interlace-submit: refused: {outcome}", file=sys.stderr)
+                return 1
+        print(f"interlace-submit: job id {ids[-1]} is taken" if args.job_id is not None
+              else "interlace-submit: no free job id found; give --job-id", file=sys.stderr)
+        return 1
+
+    return _run("interlace-submit", argv, parser, body)
+
+
+# -- interlace-status ------------------------------------------------------------------------
+def _when(seconds: Any) -> str:
+    if seconds is None:
+        return "unknown"
+    return "now" if seconds < 0.5 else f"in {seconds:.0f} s"
+
+
+def format_job(job: dict[str, Any]) -> str:
+    """One line per job: id, state, GPUs, progress, and position / expected start if queued."""
+    line = (f"{job['job_id']:>6}  {job['state']:<9} {job['num_gpu']:>2} GPU  "
+            f"{job['iterations_done']:.0f}/{job['iterations']:.0f} it")
+    if job["state"] == "running":
+        line += f"  on {','.join(job['nodes'])}"
+    if "position" in job:
+        line += f"  position {job['position']}, expected start {_when(job['expected_start'])}"
+    return line
+
+
+def _status_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="interlace-status", description=(
+        "Jobs on a live Interlace scheduler: state, and for queued jobs their position and "
+        "expected start (a projection: see scheduler/live/queue_view.py)."))
+    p.add_argument("job", nargs="?", type=int, metavar="JOB", help="only this job")
+    p.add_argument("--json", action="store_true", help="print the reply as JSON")
+    _common(p)
+    return p
+
+
+def status_main(argv: Sequence[str] | None = None) -> int:
+    def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
+        reply = _request(requester, "status.query", what="all")
+        jobs = reply.get("jobs") or []
+        if args.job is not None:
+            jobs = [j for j in jobs if j.get("job_id") == args.job]
+            if not jobs:
+                print(f"interlace-status: no job {args.job} on this scheduler",
+                      file=sys.stderr)
+                return 1
+        if args.json:
+            print(json.dumps(jobs[0] if args.job is not None else reply, indent=1))
+            return 0
+        if args.job is None:
+            counts = reply.get("counts") or {}
+            print(", ".join(f"{k} {v}" for k, v in counts.items()))
+        for job in jobs:
+            print(format_job(job))
+        return 0
+
+    return _run("interlace-status", argv, _status_parser(), body)
+
+
+# -- interlace-cancel ------------------------------------------------------------------------
+def _cancel_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="interlace-cancel", description=(
+        "Cancel a job on a live Interlace scheduler: a queued job leaves the queue, a "
+        "running one is stopped on its nodes."))
+    p.add_argument("job", type=int, metavar="JOB")
+    _common(p)
+    return p
+
+
+def cancel_main(argv: Sequence[str] | None = None) -> int:
+    def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
+        reply = _request(requester, "job.cancel", job_id=args.job)
+        if not reply.get("cancelled"):
+            print(f"interlace-cancel: job {args.job} not cancelled: {reply.get('reason')}",
+                  file=sys.stderr)
+            return 1
+        print(f"cancelled job {args.job} (was {reply.get('was')})")
+        return 0
+
+    return _run("interlace-cancel", argv, _cancel_parser(), body)
