@@ -164,6 +164,9 @@ def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]
     for position, job in enumerate(pending, start=1):
         job["position"] = job.get("position", position)
+    # the queue in the policy's order (the reply lists jobs by id): the page draws it as listed
+    pending.sort(key=lambda j: j["position"])
+    body["jobs"] = [j for j in body.get("jobs", []) if j["state"] != "pending"] + pending
     body["groups"] = running_groups
     body["cluster"] = {"nodes": [node_name(i) for i in range(state.opt.spec.num_nodes)],
                        "gpus_per_node": state.opt.spec.gpus_per_node}
