@@ -165,3 +165,10 @@ def test_prometheus_scrapes_the_scheduler_and_an_agent_and_agrees_with_status(me
     assert sizes == want
     assert prom.one('interlace_agent_gpus{node="n0"}') == 8
     assert prom.one('interlace_agent_gpus_allocated{node="n0"}') == (8 if on_n0 else 0)
+    # every query of the Grafana dashboard is valid PromQL on this Prometheus, and those on
+    # what this run certainly produced return data
+    from tests.test_dashboard import dashboard_exprs
+    answered = {expr: prom.query(expr) for expr in dashboard_exprs()}
+    for expr in ("interlace_jobs", "interlace_groups", "interlace_agents_alive",
+                 "interlace_agent_trainers", "interlace_gpus_allocated / interlace_gpus"):
+        assert answered[expr], f"no data for the dashboard's {expr}"
