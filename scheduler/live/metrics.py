@@ -93,7 +93,14 @@ class SchedulerMetrics(NoMetrics):
         self.journal.observe(seconds)
 
 
-def _gpu_busy(profiles: list[tuple[float, ...]], tt: float) -> float:
+def _group_figures(where: Any, profiles: tuple) -> tuple[int, float, float | None]:
+    """A launched group's GPUs, predicted GPU-busy share, and predicted efficiency."""
+    gpus = sum(len(s.gpus) for s in where.slices)
+    eff = efficiency(profiles, where.tt) if profiles and where.tt > 0 else None
+    return gpus, _gpu_busy(profiles, where.tt), eff
+
+
+def _gpu_busy(profiles: tuple[tuple[float, ...], ...], tt: float) -> float:
     """Share of the group's iteration during which its GPUs compute, as the planner predicts."""
     if not profiles or not tt > 0:
         return 0.0
@@ -106,11 +113,14 @@ def _gpu_busy(profiles: list[tuple[float, ...]], tt: float) -> float:
 
 
 class StateCollector(Collector):
-    """Gauges read from a LiveState at scrape time, under its lock: O(running jobs), plus
-    O(1) counts of the rest, so a scrape costs a round no more than a status.query summary."""
+    """Gauges read from a LiveState at scrape time. Under its lock only a snapshot is taken
+    (O(running jobs) references, O(1) counts), so a round waits for a scrape no longer than
+    that; each group's GPUs, predicted GPU share and efficiency are computed after, outside
+    the lock, and kept from one scrape to the next while the group is unchanged."""
 
     def __init__(self, state: Any):
         self.state = state
+        self._groups: dict[tuple, tuple[int, float, float | None]] = {}  # per launched group
 
     def describe(self) -> list:
         return []  # families are made per scrape; nothing to check at registration
@@ -124,21 +134,31 @@ class StateCollector(Collector):
             pending = len(core.queue) - running
             groups = {p.group: p for j, p in placed.items() if core.jobs[j].status
                       is not Status.DONE}
-            by_size: Counter[int] = Counter(len(g) for g in groups)
+            launched = [(where, tuple(core.jobs[j].profile for j in where.group
+                                      if j in core.jobs)) for where in groups.values()]
             total_gpus = core.spec.total_gpus
-            allocated = busy = 0.0
-            eff_sum: Counter[int] = Counter()
-            for group, where in groups.items():
-                gpus = sum(len(s.gpus) for s in where.slices)
-                allocated += gpus
-                profiles = [core.jobs[j].profile for j in group if j in core.jobs]
-                busy += gpus * _gpu_busy(profiles, where.tt)
-                if profiles and where.tt > 0:
-                    eff_sum[len(group)] += efficiency(profiles, where.tt)
             agents = len(state.agents)
             offline = len(core.cluster.offline)
-            refused = state.refusals.counts()
             rounds, failures = state.rounds, state.round_failures
+        refused = state.refusals.counts()  # the refusal log has a lock of its own
+        by_size: Counter[int] = Counter()
+        eff_sum: Counter[int] = Counter()
+        eff_n: Counter[int] = Counter()
+        allocated = busy = 0.0
+        known, self._groups = self._groups, {}
+        for key in launched:
+            figures = known.get(key)
+            if figures is None:
+                figures = _group_figures(*key)
+            self._groups[key] = figures
+            gpus, gpu_share, eff = figures
+            size = len(key[0].group)
+            by_size[size] += 1
+            allocated += gpus
+            busy += gpus * gpu_share
+            if eff is not None:
+                eff_sum[size] += eff
+                eff_n[size] += 1
 
         jobs = GaugeMetricFamily("interlace_jobs", "Jobs by state, as status.query counts them",
                                  labels=["state"])
@@ -166,7 +186,7 @@ class StateCollector(Collector):
             "efficiency of running groups (busy resource-time share), by group size",
             labels=["size"])
         for size in sorted(eff_sum):
-            eff.add_metric([str(size)], eff_sum[size] / by_size[size])
+            eff.add_metric([str(size)], eff_sum[size] / eff_n[size])
         yield eff
         yield GaugeMetricFamily("interlace_agents_alive", "Registered agents with a heartbeat "
                                 "within --agent-timeout", value=agents)
