@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import urllib.parse
@@ -103,6 +104,9 @@ def metered(tmp_path):
     finally:
         if prometheus is not None:
             prometheus.close()
+        for name in ("agent-n0", "agent-n1"):  # agents first: their last reports get through
+            if name in live.procs:
+                live.kill(name, signal.SIGTERM)
         live.stop_all()
 
 
