@@ -228,7 +228,8 @@ def _serve_metrics(cfg: AgentConfig, agent: Agent, log: Any) -> Any:
 
     metrics = AgentMetrics(cfg.node, cfg.gpus, agent.table)
     agent.table.gates.on_event = metrics.gate_event
-    return MetricsServer(metrics.registry, *cfg.metrics, insecure=cfg.metrics_insecure, log=log)
+    return MetricsServer(metrics.registry, *cfg.metrics, key=cfg.metrics_key,
+                         insecure=cfg.metrics_insecure, log=log)
 
 
 def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:

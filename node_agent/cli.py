@@ -35,11 +35,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--address", default="127.0.0.1",
                    help="this node's address for torch rendezvous (other nodes connect to it)")
     p.add_argument("--log-level", default="info")
-    p.add_argument("--metrics", default=None, metavar="HOST:PORT",
-                   help="serve Prometheus metrics on HOST:PORT (or PORT, on loopback); "
-                        "a non-loopback HOST needs --insecure")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow --metrics on a non-loopback interface (plain HTTP, no auth)")
+    from broker.metrics_http import add_arguments as add_metrics_arguments
+    add_metrics_arguments(p)
     from broker.keys import add_client_key_argument
     add_client_key_argument(p)
     a = p.parse_args(argv)
@@ -53,23 +50,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         p.error("--time-scale, --heartbeat, --report-every and --stop-timeout must be > 0")
     if not a.wait_endpoints >= 0:
         p.error("--wait-endpoints must be >= 0")
-    if a.metrics is not None:
-        from broker.curve import is_loopback
-        from broker.metrics_http import parse_address
-        try:
-            a.metrics = parse_address(a.metrics)
-        except ValueError as err:
-            p.error(f"--metrics: {err}")
-        if not is_loopback(a.metrics[0]) and not a.insecure:
-            p.error(f"--metrics: {a.metrics[0]} is not loopback: metrics are plain HTTP, "
-                    "so a non-loopback interface needs --insecure")
+    from broker.metrics_http import check_arguments as check_metrics_arguments
+    check_metrics_arguments(p, a)
     cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem,
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
                       stop_timeout=a.stop_timeout, address=a.address,
                       wait_endpoints=a.wait_endpoints,
-                      metrics=a.metrics, metrics_insecure=a.insecure,
+                      metrics=a.metrics, metrics_key=a.metrics_key,
+                      metrics_insecure=a.metrics_insecure,
                       client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
     return cfg, a.log_level
 

@@ -4,18 +4,19 @@ messages, a real stage gate with real clients; each value is checked against wha
 says (the status.query reply) or against what the test itself did."""
 from __future__ import annotations
 
+import io
 import itertools
 import time
 import urllib.request
 from typing import Any
 
 import pytest
-from prometheus_client import generate_latest
+from prometheus_client import generate_latest, make_wsgi_app
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.curve import InsecureBind
 from broker.messages import make
-from broker.metrics_http import MetricsServer, parse_address
+from broker.metrics_http import MetricsServer, guarded, parse_address
 from scheduler.core.interleave import efficiency
 from scheduler.live import status, telemetry
 from scheduler.live.handlers import Handlers
@@ -191,7 +192,7 @@ def test_metrics_are_served_over_http_on_loopback(live):
     assert "# TYPE interlace_round_seconds histogram" in text
 
 
-def test_a_non_loopback_metrics_address_needs_insecure(live):
+def test_a_non_loopback_metrics_address_needs_a_key_or_insecure(live):
     _, _, metrics = live
     with pytest.raises(InsecureBind):
         MetricsServer(metrics.registry, "0.0.0.0", 0)
@@ -203,8 +204,29 @@ def test_a_non_loopback_metrics_address_needs_insecure(live):
             parse_address(bad)
 
 
+def test_with_a_key_non_loopback_scrapers_must_send_it_and_loopback_ones_need_not(live):
+    _, _, metrics = live
+    app = guarded(make_wsgi_app(metrics.registry), "s3cret")
+
+    def get(remote: str, auth: str | None = None) -> tuple[str, bytes]:
+        said = []
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "",
+                   "REMOTE_ADDR": remote, "wsgi.input": io.BytesIO()}
+        if auth is not None:
+            environ["HTTP_AUTHORIZATION"] = auth
+        body = b"".join(app(environ, lambda status, headers: said.append(status)))
+        return said[0], body
+
+    assert get("10.1.2.3")[0].startswith("401")
+    assert get("10.1.2.3", "Bearer wrong")[0].startswith("401")
+    status, body = get("10.1.2.3", "Bearer s3cret")
+    assert status.startswith("200") and b"interlace_jobs" in body
+    assert get("127.0.0.1")[0].startswith("200")
+
+
 @pytest.mark.parametrize("module", ["scheduler", "agent"])
-def test_the_command_lines_refuse_a_non_loopback_metrics_host_without_insecure(module, capsys):
+def test_the_command_lines_refuse_a_non_loopback_metrics_host_without_key_or_insecure(
+        module, capsys, tmp_path):
     if module == "scheduler":
         from scheduler.live.cli import parse_args
         base = ["--spec", "n2g8", "--endpoints", "e.json", "--run-dir", "r"]
@@ -214,6 +236,15 @@ def test_the_command_lines_refuse_a_non_loopback_metrics_host_without_insecure(m
     with pytest.raises(SystemExit) as exit_:
         parse_args([*base, "--metrics", "0.0.0.0:9100"])
     assert exit_.value.code == 2 and "--insecure" in capsys.readouterr().err
-    parsed = parse_args([*base, "--metrics", "0.0.0.0:9100", "--insecure"])[0]
+    parsed = parse_args([*base, "--metrics", "0.0.0.0:9100", "--metrics-insecure"])[0]
     assert parsed.metrics == ("0.0.0.0", 9100)
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    parsed = parse_args([*base, "--metrics", "0.0.0.0:9100", "--metrics-key", str(key)])[0]
+    assert parsed.metrics_key == "s3cret"
+    (tmp_path / "empty").write_text("")
+    for bad in (["--metrics", "0.0.0.0:1", "--metrics-key", str(tmp_path / "empty")],
+                ["--metrics-insecure"]):
+        with pytest.raises(SystemExit):
+            parse_args([*base, *bad])
     assert parse_args([*base, "--metrics", "9100"])[0].metrics == ("127.0.0.1", 9100)

@@ -59,11 +59,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--torch-config", default="{}",
                    help="JSON settings for every torch workload, e.g. '{\"input_size\": 16}'")
     p.add_argument("--log-level", default="info")
-    p.add_argument("--metrics", default=None, metavar="HOST:PORT",
-                   help="serve Prometheus metrics on HOST:PORT (or PORT, on loopback); "
-                        "a non-loopback HOST needs --insecure")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow --metrics on a non-loopback interface (plain HTTP, no auth)")
+    from broker.metrics_http import add_arguments as add_metrics_arguments
+    add_metrics_arguments(p)
     from broker.keys import add_client_key_argument
     add_client_key_argument(p)
     a = p.parse_args(argv)
@@ -73,16 +70,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
             raise ValueError("not a JSON object")
     except ValueError as err:
         p.error(f"--torch-config must be a JSON object: {err}")
-    if a.metrics is not None:
-        from broker.curve import is_loopback
-        from broker.metrics_http import parse_address
-        try:
-            a.metrics = parse_address(a.metrics)
-        except ValueError as err:
-            p.error(f"--metrics: {err}")
-        if not is_loopback(a.metrics[0]) and not a.insecure:
-            p.error(f"--metrics: {a.metrics[0]} is not loopback: metrics are plain HTTP, "
-                    "so a non-loopback interface needs --insecure")
+    from broker.metrics_http import check_arguments as check_metrics_arguments
+    check_metrics_arguments(p, a)
     if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
         p.error("--time-scale, --round and --agent-timeout must be > 0")
     try:
@@ -136,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       journal=Path(args.journal) if args.journal else None,
                       checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
                       workload=args.workload, torch_config=args.torch_config,
-                      metrics=args.metrics, metrics_insecure=args.insecure)
+                      metrics=args.metrics, metrics_key=args.metrics_key,
+                      metrics_insecure=args.metrics_insecure)
     try:
         service = SchedulerService(endpoints, options, log=log)
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above

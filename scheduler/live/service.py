@@ -145,7 +145,7 @@ class SchedulerService:
         from broker.metrics_http import MetricsServer
 
         host, port = self.opt.metrics
-        return MetricsServer(self.state.metrics.registry, host, port,
+        return MetricsServer(self.state.metrics.registry, host, port, key=self.opt.metrics_key,
                              insecure=self.opt.metrics_insecure, log=self.log)
 
     def _serve(self, stop: threading.Event, ready: threading.Event,
