@@ -1,6 +1,7 @@
 """Micro-benchmark of the scheduler's inner loops: order search and max-weight matching.
 
 Run from the repository root:  python bench/bench_matching.py [--sizes 32 64 128 256]
+                               python bench/bench_matching.py --replay TRACE.csv [--spec n8g8]
 
 Why: a simulated round evaluates thousands of candidate groups and matches graphs of up to a
 few hundred nodes, millions of times per trace, so these figures bound simulation speed.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduler import interleave  # noqa: E402
+from scheduler.core import interleave  # noqa: E402
 from scheduler.core.matching import max_weight_pairs, matching_weight  # noqa: E402
 
 
@@ -126,6 +127,79 @@ def bench_blossom(rng, sizes, budget):
               f"{times[0] / times[1]:>8.1f}   {found[0] == found[1]}")
 
 
+def record_matchings(trace: str, spec: str, policy: str) -> tuple[list[tuple], float, float]:
+    """Every (kinds, m, table, pairs) the paper preset's matcher is asked during one simulation
+    of `trace`, that run's CPU seconds (recording included) and its average JCT."""
+    from scheduler.core.policies import muri
+    from scheduler.core.presets import get_preset
+    from scheduler.sim.simulator import simulate
+    from specs import load_spec, spec_path
+    from traces import read_trace
+
+    cluster = load_spec(spec if spec.endswith(".csv") else spec_path(spec))
+    records = read_trace(trace, spec=cluster)
+    calls: list[tuple] = []
+    solve = muri.blossom_pairs_indexed
+
+    def recording(kinds, m, table):
+        pairs = solve(kinds, m, table)
+        calls.append((list(kinds), m, list(table), pairs))
+        return pairs
+
+    muri.blossom_pairs_indexed = recording
+    try:
+        started = time.process_time()
+        result = simulate(records, cluster, policy, get_preset("paper"))
+        cpu = time.process_time() - started
+    finally:
+        muri.blossom_pairs_indexed = solve
+    return calls, cpu, result.summary.avg_jct
+
+
+def bench_replay(trace: str, spec: str, policy: str, sample: int) -> None:
+    """Where a Muri paper-preset simulation's matching time goes: how many matchings, of
+    what size, how many repeat an earlier one's input exactly, the compiled matcher's CPU
+    time on all of them, and the pure-Python twin's on a sample (same pairs checked)."""
+    from scheduler.core.blossom import blossom_pairs_indexed
+
+    calls, cpu, avg_jct = record_matchings(trace, spec, policy)
+    if not calls:
+        print("no matching was run")
+        return
+    sizes = sorted(len(c[0]) for c in calls)
+    print(f"{policy} paper on {Path(trace).name}: {len(calls)} matchings in a {cpu:.1f} CPU s run; "
+          f"nodes median {sizes[len(sizes) // 2]}, p90 {sizes[len(sizes) * 9 // 10]}, "
+          f"max {sizes[-1]}; kinds max {max(c[1] for c in calls)}; avg JCT {avg_jct!r}")
+    seen, repeats, total, repeated = set(), 0, 0.0, 0.0
+    for kinds, m, table, pairs in calls:
+        start = time.process_time()
+        got = blossom_pairs_indexed(kinds, m, table)
+        spent = time.process_time() - start
+        if got != pairs:
+            raise AssertionError("the compiled matcher is not deterministic")
+        key = (tuple(kinds), m, tuple(table))
+        if key in seen:
+            repeats += 1
+            repeated += spent
+        seen.add(key)
+        total += spent
+    print(f"  compiled: {total:.2f} CPU s for all; {repeats} repeat an earlier input exactly "
+          f"({repeated:.2f} s of it)")
+    step = max(1, len(calls) // sample) if sample else 0
+    if step:
+        chosen = calls[::step][:sample]
+        start = time.process_time()
+        same = all(blossom_pairs_indexed(k, m, t, compiled=False) == p for k, m, t, p in chosen)
+        slow = time.process_time() - start
+        fast = 0.0
+        for k, m, t, _ in chosen:
+            start = time.process_time()
+            blossom_pairs_indexed(k, m, t)
+            fast += time.process_time() - start
+        print(f"  pure Python on every {step}th ({len(chosen)}): {slow:.2f} CPU s, "
+              f"compiled {fast:.2f} s, same pairs: {same}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 256])
@@ -133,7 +207,16 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=1.0,
                         help="seconds to spend per (size, backend) after the first run")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--replay", metavar="TRACE.csv",
+                        help="instead: record a paper-preset Muri run's matchings and time them")
+    parser.add_argument("--spec", default="n8g8", help="cluster for --replay (name or CSV)")
+    parser.add_argument("--policy", default="muri-s", help="policy for --replay")
+    parser.add_argument("--sample", type=int, default=200,
+                        help="matchings the pure-Python twin replays (0: none)")
     args = parser.parse_args(argv)
+    if args.replay:
+        bench_replay(args.replay, args.spec, args.policy, args.sample)
+        return
     rng = random.Random(args.seed)
     print(f"python {platform.python_version()} on {platform.machine()}")
     bench_orders(rng)

@@ -61,6 +61,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--log-level", default="info")
     from broker.metrics_http import add_arguments as add_metrics_arguments
     add_metrics_arguments(p)
+    p.add_argument("--http", default=None, metavar="HOST:PORT",
+                   help="serve the live web view and its JSON API here (e.g. 127.0.0.1:8080); "
+                        "a non-loopback HOST needs --http-key or --http-insecure")
+    p.add_argument("--http-key", default=None, metavar="FILE",
+                   help="a secret (the file's text) non-loopback web clients must send as "
+                        "'Authorization: Bearer SECRET'")
+    p.add_argument("--http-insecure", action="store_true",
+                   help="let any web client that can reach --http see the view, keyless")
     from broker.keys import add_client_key_argument
     add_client_key_argument(p)
     a = p.parse_args(argv)
@@ -72,6 +80,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
         p.error(f"--torch-config must be a JSON object: {err}")
     from broker.metrics_http import check_arguments as check_metrics_arguments
     check_metrics_arguments(p, a)
+    from scheduler.live.webstart import check_args as check_http_args
+    check_http_args(p, a)
     if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
         p.error("--time-scale, --round and --agent-timeout must be > 0")
     try:
@@ -132,9 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above
         log.error("journal_unusable", path=str(journal_path), error=str(err))
         return 1
+    from scheduler.live.webstart import start_webview
+    web = start_webview(args, service.state, log)
+    if web is False:
+        return 2
     try:
         return service.run(stop)
     finally:
+        if web is not None:
+            web.close()
         service.close()
 
 

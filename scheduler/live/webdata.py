@@ -1,0 +1,233 @@
+"""What the web view shows, as JSON: the status.query reply plus the groups on the GPUs, the
+recent events, the JCTs so far and the queue order.
+
+Why a separate read path: the page is polled by any number of browsers, and a round must
+never wait on them. So the scheduler's lock is held only for the status reply and a copy of
+the ledger (O(jobs), the same as one status.query), the journal is read through a read-only
+connection of its own (WAL: readers never block the writer), and a snapshot is reused for
+`ttl` seconds, so many viewers cost one build.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from typing import Any, Callable
+
+from scheduler.live import status as status_reply
+from scheduler.live.ledger import node_name
+from scheduler.live.state import LiveState
+
+EVENTS_SHOWN = 40  # recent journal events on the page
+ITERATIONS_SHOWN = 3  # group iterations on each occupancy strip
+STAGES = ("io", "cpu", "gpu", "net")  # the trainers' stage order (trainer/stages.py)
+
+
+def groups(state: LiveState) -> list[dict[str, Any]]:
+    """Each running group once: the jobs placed on the same GPUs, in slot order, where they
+    run, the group's iteration time and each member's stage times (measured when telemetry
+    gave them, else planned). A group is what shares GPUs now: while a round is being applied
+    the members' own records of their group may disagree for a moment. Called with the lock
+    held; O(running jobs)."""
+    placed = state.ledger.placed
+    sharing: dict[tuple, list[int]] = {}
+    for job_id, where in placed.items():
+        sharing.setdefault(where.slices, []).append(job_id)
+    out = []
+    for slices, jobs in sharing.items():
+        told = max((placed[j].group for j in jobs), key=len)  # the fullest slot order known
+        rank = {j: i for i, j in enumerate(told)}
+        members = sorted(jobs, key=lambda j: (rank.get(j, len(rank)), j))
+        info = {}
+        for j in members:
+            job = state.core.jobs.get(j)
+            info[str(j)] = {"profile": [round(t, 6) for t in job.profile] if job else [],
+                            "model": job.model if job else "",
+                            "num_gpu": job.num_gpu if job else 0}
+        where = {}
+        for sl in slices:
+            where.setdefault(node_name(sl.node), set()).update(sl.gpus)
+        out.append({"members": members, "tt": max(placed[j].tt for j in jobs),
+                    "slots": {n: sorted(g) for n, g in sorted(where.items())}, "jobs": info})
+    out.sort(key=lambda g: g["members"])
+    return out
+
+
+def stage_names(profile_len: int) -> tuple[str, ...]:
+    """The resource each profile entry holds: (io, cpu, gpu, net), or for the testbed
+    pipeline's three values (data, gpu, net) the data stage on io."""
+    return ("io", "gpu", "net") if profile_len == 3 else STAGES[:profile_len]
+
+
+def _layout(group: dict[str, Any]) -> tuple | None:
+    """(members, profiles, stage names, held(i, slot), slot lengths, period) of the cyclic
+    model for the group; None when the members' profiles do not match."""
+    members = group["members"]
+    profiles = [group["jobs"].get(str(j), {}).get("profile") or [] for j in members]
+    lengths = {len(p) for p in profiles}
+    if not members or len(lengths) != 1 or 0 in lengths:
+        return None
+    names = stage_names(lengths.pop())
+    k = 4 if len(names) == 3 else len(names)
+
+    def held(i: int, slot: int) -> int | None:
+        stage = (slot - i) % k
+        return stage if stage < len(names) else None
+
+    phases = [max((profiles[i][st] for i in range(len(members))
+                   if (st := held(i, slot)) is not None), default=0.0) for slot in range(k)]
+    period = sum(phases)
+    return (members, profiles, names, held, phases, period) if period > 0 else None
+
+
+def period(group: dict[str, Any]) -> float:
+    """The group's iteration time in the model (0 when it cannot be drawn)."""
+    layout = _layout(group)
+    return layout[-1] if layout is not None else 0.0
+
+
+def occupancy(group: dict[str, Any], now: float, window: float) -> list[dict[str, Any]]:
+    """Who holds which resource over the last `window` trace seconds, as the core's cyclic
+    interleave model runs the group (scheduler/core/interleave.py): k slots per iteration
+    (k = 4 for both profile shapes), in slot s the member at position i holds its stage
+    (s - i) mod k (none when that is past its last stage), and a slot lasts as long as its
+    slowest holder. The pipeline model's prefetch overlap is not drawn. Spans
+    {start, end, stage, job_id}, oldest first; [] when the members' profiles do not match."""
+    layout = _layout(group)
+    if layout is None:
+        return []
+    members, profiles, names, held, phases, period = layout
+    spans: list[dict[str, Any]] = []
+    t = (now - window) - ((now - window) % period)
+    while t < now and len(spans) < 2000:
+        for slot, length in enumerate(phases):
+            start, end = t, t + length
+            if end > now - window and start < now:
+                for i, job_id in enumerate(members):
+                    stage = held(i, slot)
+                    if stage is None:
+                        continue
+                    lo = round(max(start, now - window), 6)
+                    hi = round(min(start + min(profiles[i][stage], length), now), 6)
+                    if hi > lo:  # clipped to the window: what is left of the turn, if any
+                        spans.append({"start": lo, "end": hi, "stage": names[stage],
+                                      "job_id": job_id})
+            t = end
+    return spans
+
+
+class JournalReader:
+    """A read-only connection to the journal for the web view's thread (never the writer's)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                       check_same_thread=False, timeout=1.0)
+        return self._db
+
+    def recent_events(self, limit: int = EVENTS_SHOWN,
+                      job_id: int | None = None) -> list[dict[str, Any]]:
+        where, args = ("WHERE job_id=?", (job_id, limit)) if job_id is not None else ("", (limit,))
+        rows = self._conn().execute(
+            f"SELECT ts, kind, job_id, node, detail FROM events {where} "
+            "ORDER BY seq DESC LIMIT ?", args).fetchall()
+        return [{"ts": ts, "kind": kind, "job_id": j, "node": node,
+                 "detail": json.loads(d) if d else None} for ts, kind, j, node, d in rows]
+
+    def jcts(self) -> list[float]:
+        """Every finished job's completion time (trace seconds), sorted: the CDF's x values."""
+        rows = self._conn().execute(
+            "SELECT finish_trace - submit_trace FROM jobs WHERE state='finished' "
+            "AND finish_trace IS NOT NULL ORDER BY 1").fetchall()
+        return [r[0] for r in rows]
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
+    """The /api/status document."""
+    body = status_reply.status(state, jobs=True)
+    with state.lock:  # a copy of the ledger's groups: O(running jobs)
+        running_groups = groups(state)
+        now = state.now()
+    for g in running_groups:  # the last few iterations of each group, a picture's worth
+        g["window"] = ITERATIONS_SHOWN * period(g)
+        g["occupancy"] = occupancy(g, now, g["window"]) if g["window"] > 0 else []
+    pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]
+    for position, job in enumerate(pending, start=1):
+        job["position"] = job.get("position", position)
+    body["groups"] = running_groups
+    body["cluster"] = {"nodes": [node_name(i) for i in range(state.opt.spec.num_nodes)],
+                       "gpus_per_node": state.opt.spec.gpus_per_node}
+    try:
+        body["events"] = reader.recent_events()
+        body["jcts"] = reader.jcts()
+    except sqlite3.Error as err:  # the journal is the scheduler's: show the page without it
+        body["events"], body["jcts"] = [], []
+        body["journal_error"] = str(err)
+    return body
+
+
+def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str, Any] | None:
+    """The /api/jobs/ID document, or None for a job the scheduler does not know."""
+    with state.lock:
+        job = state.core.jobs.get(job_id)
+        if job is not None:
+            where = state.ledger.placed.get(job_id)
+            doc = {"job_id": job_id, "state": status_reply.job_state(state, job_id),
+                   "model": job.model, "num_gpu": job.num_gpu,
+                   "iterations": job.record.iterations,
+                   "iterations_done": job.record.iterations - job.remaining,
+                   "profile": list(job.profile), "preemptions": job.preemptions,
+                   "submit": job.submit_time, "first_start": job.first_start,
+                   "nodes": [node_name(n) for n in where.nodes] if where else [],
+                   "group": list(where.group) if where else []}
+        elif job_id in state.finished_before:
+            entry = state.finished_before[job_id]
+            doc = {"job_id": job_id, "state": "finished", "model": entry.record.model_name,
+                   "num_gpu": entry.record.num_gpu, "iterations": entry.record.iterations,
+                   "iterations_done": entry.iterations_done, "preemptions": entry.preemptions,
+                   "nodes": [], "group": []}
+        else:
+            return None
+    if doc["state"] == "pending":
+        body = status_reply.status(state, jobs=True)
+        pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]
+        for position, j in enumerate(pending, start=1):
+            if j["job_id"] == job_id:
+                doc["position"] = j.get("position", position)
+                if "expected_start" in j:
+                    doc["expected_start"] = j["expected_start"]
+    try:
+        doc["events"] = reader.recent_events(limit=200, job_id=job_id)
+    except sqlite3.Error:
+        doc["events"] = []
+    return doc
+
+
+class Snapshot:
+    """The last /api/status document, rebuilt at most every `ttl` seconds whoever asks."""
+
+    def __init__(self, make: Callable[[], dict[str, Any]], ttl: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic):
+        self._make, self.ttl, self._clock = make, ttl, clock
+        self._lock = threading.Lock()
+        self._at = -float("inf")
+        self._body: bytes = b""
+        self.builds = 0
+
+    def get(self) -> bytes:
+        with self._lock:  # one builder at a time; the others take its result
+            if self._clock() - self._at >= self.ttl:
+                self._body = json.dumps(self._make(), separators=(",", ":")).encode()
+                self._at = self._clock()
+                self.builds += 1
+            return self._body
