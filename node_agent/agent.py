@@ -219,6 +219,19 @@ def _serve(cfg: AgentConfig, endpoints: Any, agent: Agent, stop: threading.Event
         service.close()
 
 
+def _serve_metrics(cfg: AgentConfig, agent: Agent, log: Any) -> Any:
+    """The agent's /metrics server when --metrics asked for one (None otherwise)."""
+    if cfg.metrics is None:
+        return None
+    from broker.metrics_http import MetricsServer
+    from node_agent.metrics import AgentMetrics
+
+    metrics = AgentMetrics(cfg.node, cfg.gpus, agent.table)
+    agent.table.gates.on_event = metrics.gate_event
+    return MetricsServer(metrics.registry, *cfg.metrics, key=cfg.metrics_key,
+                         insecure=cfg.metrics_insecure, log=log)
+
+
 def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     """Serve until `stop` is set, then stop all trainers (checkpointing) and say so."""
     from broker.curve import component_endpoints
@@ -228,6 +241,7 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     if endpoints is None:
         return 1
     agent = Agent(cfg, log)
+    metrics_server = _serve_metrics(cfg, agent, log)
     svc_stop = threading.Event()
     svc = threading.Thread(target=_serve, args=(cfg, endpoints, agent, svc_stop, log),
                            name="agent-service", daemon=True)
@@ -259,6 +273,8 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
         agent.collect()
         link.deliver(once=True)
         link.req.close()
+        if metrics_server is not None:
+            metrics_server.close()
         log.info("agent_exit", node=cfg.node)
     return 0
 

@@ -35,6 +35,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--address", default="127.0.0.1",
                    help="this node's address for torch rendezvous (other nodes connect to it)")
     p.add_argument("--log-level", default="info")
+    from broker.metrics_http import add_arguments as add_metrics_arguments
+    add_metrics_arguments(p)
     from broker.keys import add_client_key_argument
     add_client_key_argument(p)
     a = p.parse_args(argv)
@@ -48,12 +50,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         p.error("--time-scale, --heartbeat, --report-every and --stop-timeout must be > 0")
     if not a.wait_endpoints >= 0:
         p.error("--wait-endpoints must be >= 0")
+    from broker.metrics_http import check_arguments as check_metrics_arguments
+    check_metrics_arguments(p, a)
     cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem,
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
                       stop_timeout=a.stop_timeout, address=a.address,
                       wait_endpoints=a.wait_endpoints,
+                      metrics=a.metrics, metrics_key=a.metrics_key,
+                      metrics_insecure=a.metrics_insecure,
                       client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
     return cfg, a.log_level
 

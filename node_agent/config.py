@@ -23,6 +23,9 @@ class AgentConfig:
     gate_stall_timeout: float = 30.0
     client_key: str | None = None  # CURVE secret certificate; also handed to its trainers
     wait_endpoints: float = 30.0  # seconds to wait for the broker's endpoints file
+    metrics: tuple[str, int] | None = None  # (host, port) to serve Prometheus metrics on
+    metrics_key: str | None = None  # the secret non-loopback scrapers must send (--metrics-key)
+    metrics_insecure: bool = False  # allow a non-loopback metrics host keyless
 
     @property
     def name(self) -> str:

@@ -15,6 +15,7 @@ class Gates:
     def __init__(self, cfg: AgentConfig, log: Any):
         self.cfg, self.log = cfg, log
         self._gates: dict[tuple, Any] = {}
+        self.on_event: Any = None  # (gate name, event) for every gate's events (metrics)
 
     def for_group(self, group: tuple, workload: dict) -> Any:
         """The group's stage gate on this node (started now if it is the first member's
@@ -26,8 +27,12 @@ class Gates:
             from node_agent.gate import StageGate
             from trainer.stages import STAGES
 
-            gate = StageGate(group, STAGES, name=f"{self.cfg.node}:{'-'.join(map(str, group))}",
-                             log=self.log, stall_timeout=self.cfg.gate_stall_timeout).start()
+            name = f"{self.cfg.node}:{'-'.join(map(str, group))}"
+            listen = self.on_event
+            gate = StageGate(group, STAGES, name=name, log=self.log,
+                             stall_timeout=self.cfg.gate_stall_timeout,
+                             on_event=None if listen is None else
+                             (lambda event, name=name: listen(name, event))).start()
             self._gates[group] = gate
         return gate
 

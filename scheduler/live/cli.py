@@ -59,6 +59,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--torch-config", default="{}",
                    help="JSON settings for every torch workload, e.g. '{\"input_size\": 16}'")
     p.add_argument("--log-level", default="info")
+    from broker.metrics_http import add_arguments as add_metrics_arguments
+    add_metrics_arguments(p)
     p.add_argument("--http", default=None, metavar="HOST:PORT",
                    help="serve the live web view and its JSON API here (e.g. 127.0.0.1:8080); "
                         "a non-loopback HOST needs --http-key or --http-insecure")
@@ -76,6 +78,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
             raise ValueError("not a JSON object")
     except ValueError as err:
         p.error(f"--torch-config must be a JSON object: {err}")
+    from broker.metrics_http import check_arguments as check_metrics_arguments
+    check_metrics_arguments(p, a)
     from scheduler.live.webstart import check_args as check_http_args
     check_http_args(p, a)
     if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
@@ -130,7 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       agent_timeout=args.agent_timeout,
                       journal=Path(args.journal) if args.journal else None,
                       checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
-                      workload=args.workload, torch_config=args.torch_config)
+                      workload=args.workload, torch_config=args.torch_config,
+                      metrics=args.metrics, metrics_key=args.metrics_key,
+                      metrics_insecure=args.metrics_insecure)
     try:
         service = SchedulerService(endpoints, options, log=log)
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above

@@ -29,6 +29,7 @@ class RoundExecutor:
     def round(self, requester: Any) -> None:
         """Advance the core, plan, and make the agents run the plan: stops first, then launches."""
         state, ledger = self.state, self.state.ledger
+        began = time.perf_counter()
         with state.lock:
             now = state.now()
             reasons = sorted(state.wake_reasons) or ["tick"]
@@ -42,6 +43,7 @@ class RoundExecutor:
             started = time.perf_counter()
             plan = state.core.round(now)
             latency_ms = (time.perf_counter() - started) * 1000.0
+            state.metrics.round_planned(latency_ms / 1000.0)
             state.rounds += 1
             state.last_round = state.clock()
             state.next_wakeup = plan.wakeup
@@ -94,6 +96,7 @@ class RoundExecutor:
         # its end, for whole-round latency; apply_ms is the time since planning ended.
         state.log.info("round_done", round=state.rounds,
                        apply_ms=(state.clock() - state.last_round) * 1000.0)
+        state.metrics.round_done(time.perf_counter() - began)
 
     def _stop_job(self, requester: Any, job_id: int, was: Placed,
                   now_placed: Placed | None) -> None:

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from traces.record import JobRecord, record_from_map, record_to_map  # noqa: F401  (re-exported)
 
@@ -69,6 +69,7 @@ class Journal:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
+        self.on_write: Callable[[float], None] | None = None  # seconds per commit (metrics)
         self._lock = threading.Lock()
         # autocommit mode; every change runs in an explicit BEGIN IMMEDIATE ... COMMIT
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
@@ -97,6 +98,7 @@ class Journal:
             except BaseException:
                 self.journal._lock.release()
                 raise
+            self.began = time.perf_counter()
             return self.journal._db
 
         def __exit__(self, kind, value, tb) -> None:
@@ -104,6 +106,8 @@ class Journal:
                 self.journal._db.execute("COMMIT" if kind is None else "ROLLBACK")
             finally:
                 self.journal._lock.release()
+            if kind is None and self.journal.on_write is not None:
+                self.journal.on_write(time.perf_counter() - self.began)
 
     def _tx(self) -> "Journal._Tx":
         return Journal._Tx(self)

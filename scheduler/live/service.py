@@ -54,6 +54,10 @@ class SchedulerService:
         self.gateway = AgentGateway(self.state, endpoints)
         self.executor = RoundExecutor(self.state, self.gateway)
         self._refusals_said = (0, -math.inf)  # (total, wall) when the counts were last logged
+        if options.metrics is not None:  # observed from now on, served while `run` runs
+            from scheduler.live.metrics import SchedulerMetrics
+            self.state.metrics = SchedulerMetrics(self.state)
+            self.state.journal.on_write = self.state.metrics.journal_write
         recovery.recover(self.state)
 
     # the state's parts, by the names callers (and tests) know them
@@ -108,6 +112,7 @@ class SchedulerService:
                       time_scale=self.opt.time_scale, round_s=self.opt.round_s,
                       agent_timeout=self.opt.agent_timeout, pid=os.getpid(), clock=self.now())
         svc_ready.wait(10.0)
+        metrics_server = self._serve_metrics()
         if ready is not None:
             ready.set()
         try:
@@ -122,6 +127,8 @@ class SchedulerService:
         finally:
             svc_stop.set()
             thread.join(timeout=5.0)
+            if metrics_server is not None:
+                metrics_server.close()
             for sock in (requester, publisher, subscriber, *self.gateway.close()):
                 try:
                     sock.close()
@@ -130,6 +137,16 @@ class SchedulerService:
             self.journal.set_clock(self.now())
             self.log.info("scheduler_exit", rounds=self.rounds, clock=self.now(),
                           round_failures=self.round_failures, refused=self.refusals.counts())
+
+    def _serve_metrics(self) -> Any:
+        """The /metrics HTTP server when --metrics asked for one (None otherwise)."""
+        if self.opt.metrics is None:
+            return None
+        from broker.metrics_http import MetricsServer
+
+        host, port = self.opt.metrics
+        return MetricsServer(self.state.metrics.registry, host, port, key=self.opt.metrics_key,
+                             insecure=self.opt.metrics_insecure, log=self.log)
 
     def _serve(self, stop: threading.Event, ready: threading.Event,
                error: list[BaseException]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from scheduler.core.engine import Core
 from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger, Placed, node_name
+from scheduler.live.metrics import NoMetrics
 from scheduler.live.options import Options
 from scheduler.live.stopwaits import StopWaits
 from scheduler.core.policies import make_policy
@@ -44,6 +45,7 @@ class LiveState:
         # sender and kind; shared by the service thread's Service and the main thread
         self.refusals = RefusalLog(log)
         self.stop_waits = StopWaits()
+        self.metrics = NoMetrics()  # SchedulerMetrics under --metrics (metrics.py)
         self.outbox: list[tuple[str, dict[str, Any]]] = []  # events for the main thread
         self.wake_reasons: set[str] = set()
         self.rounds = 0
@@ -99,6 +101,7 @@ class LiveState:
                       preemptions=entry.preemptions, model=entry.record.model_name,
                       num_gpu=entry.record.num_gpu, trace_submit=entry.record.submit_time)
         self.emit_job(job_id, "finished", {"submit": submit, "start": start, "end": now})
+        self.metrics.job_finished(now - submit, None if start is None else start - submit)
         self.wake_reasons.add("completion")
 
     def requeue(self, job_id: int, now: float, reason: str, skip: str | None = None,

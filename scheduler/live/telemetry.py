@@ -36,6 +36,7 @@ def note_timing(state: LiveState, msg: Any) -> None:
     job = state.core.jobs.get(msg["job_id"])
     if job is None or job.status is not Status.RUNNING:
         return
+    state.metrics.stage_times(msg["stages"])
     overhead = msg.get("restart_overhead")
     try:
         if overhead is not None and overhead != job.restart_overhead:

@@ -1,0 +1,203 @@
+"""The live scheduler's Prometheus metrics (`--metrics HOST:PORT`).
+
+Why two kinds: what happens (a round, a finished job, a journal write, a timing report) is
+observed where it happens into histograms, an O(1) cost on its path; what *is* (jobs by
+state, groups, GPUs, agents, refusals) is read from the state only when Prometheus scrapes,
+by `StateCollector`, so rounds pay nothing for it. Each scheduler has its own
+CollectorRegistry (no process-global registry), so tests can run many side by side.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from scheduler.core.interleave import efficiency
+from scheduler.core.profiles import LAYOUTS
+from scheduler.core.state import Status
+
+# round phases are milliseconds to seconds; JCT and queueing delay are trace seconds (minutes
+# to weeks); journal commits are fsyncs (sub-ms to tens of ms); stage times are per iteration
+ROUND_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+JOB_BUCKETS = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800, 2419200)
+JOURNAL_BUCKETS = (.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1)
+STAGE_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5)
+
+
+class NoMetrics:
+    """What the state observes into when no `--metrics` was asked for: nothing."""
+
+    def round_planned(self, seconds: float) -> None:
+        pass
+
+    def round_done(self, seconds: float) -> None:
+        pass
+
+    def job_finished(self, jct: float, queue_delay: float | None) -> None:
+        pass
+
+    def stage_times(self, stages: Mapping[str, float]) -> None:
+        pass
+
+    def journal_write(self, seconds: float) -> None:
+        pass
+
+
+class SchedulerMetrics(NoMetrics):
+    """The event-side metrics and the registry that also holds the scrape-time collector."""
+
+    def __init__(self, state: Any = None):
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self.planning = Histogram(
+            "interlace_round_planning_seconds", "Wall time the core took to plan one round",
+            buckets=ROUND_BUCKETS, registry=reg)
+        self.whole = Histogram(
+            "interlace_round_seconds", "Wall time of one whole round: plan, stops, regroups, "
+            "launches, each answered", buckets=ROUND_BUCKETS, registry=reg)
+        self.jct = Histogram(
+            "interlace_job_completion_seconds", "Job completion time (trace seconds from "
+            "submission to finish)", buckets=JOB_BUCKETS, registry=reg)
+        self.queueing = Histogram(
+            "interlace_job_queueing_delay_seconds", "Trace seconds from a job's submission to "
+            "its first start", buckets=JOB_BUCKETS, registry=reg)
+        self.stages = Histogram(
+            "interlace_measured_stage_seconds", "Per-iteration stage times trainers measured "
+            "and reported (event.timing), trace seconds", ["resource"],
+            buckets=STAGE_BUCKETS, registry=reg)
+        self.journal = Histogram(
+            "interlace_journal_write_seconds", "Wall time of one durable journal transaction",
+            buckets=JOURNAL_BUCKETS, registry=reg)
+        if state is not None:
+            reg.register(StateCollector(state))
+
+    def round_planned(self, seconds: float) -> None:
+        self.planning.observe(seconds)
+
+    def round_done(self, seconds: float) -> None:
+        self.whole.observe(seconds)
+
+    def job_finished(self, jct: float, queue_delay: float | None) -> None:
+        self.jct.observe(max(jct, 0.0))
+        if queue_delay is not None:
+            self.queueing.observe(max(queue_delay, 0.0))
+
+    def stage_times(self, stages: Mapping[str, float]) -> None:
+        for resource, seconds in stages.items():
+            self.stages.labels(resource=resource).observe(seconds)
+
+    def journal_write(self, seconds: float) -> None:
+        self.journal.observe(seconds)
+
+
+def _group_figures(where: Any, profiles: tuple) -> tuple[int, float, float | None]:
+    """A launched group's GPUs, predicted GPU-busy share, and predicted efficiency."""
+    gpus = sum(len(s.gpus) for s in where.slices)
+    eff = efficiency(profiles, where.tt) if profiles and where.tt > 0 else None
+    return gpus, _gpu_busy(profiles, where.tt), eff
+
+
+def _gpu_busy(profiles: tuple[tuple[float, ...], ...], tt: float) -> float:
+    """Share of the group's iteration during which its GPUs compute, as the planner predicts."""
+    if not profiles or not tt > 0:
+        return 0.0
+    busy = 0.0
+    for profile in profiles:
+        names = LAYOUTS.get(len(profile), ())
+        if "gpu" in names:
+            busy += profile[names.index("gpu")]
+    return min(busy / tt, 1.0)
+
+
+class StateCollector(Collector):
+    """Gauges read from a LiveState at scrape time. Under its lock only a snapshot is taken
+    (O(running jobs) references, O(1) counts), so a round waits for a scrape no longer than
+    that; each group's GPUs, predicted GPU share and efficiency are computed after, outside
+    the lock, and kept from one scrape to the next while the group is unchanged."""
+
+    def __init__(self, state: Any):
+        self.state = state
+        self._groups: dict[tuple, tuple[int, float, float | None]] = {}  # per launched group
+
+    def describe(self) -> list:
+        return []  # families are made per scrape; nothing to check at registration
+
+    def collect(self) -> Iterator[Any]:
+        state = self.state
+        with state.lock:
+            core, placed = state.core, state.ledger.placed
+            running = sum(1 for j in placed if core.jobs[j].status is not Status.DONE)
+            finished = len(core.jobs) - len(core.queue) + len(state.finished_before)
+            pending = len(core.queue) - running
+            groups = {p.group: p for j, p in placed.items() if core.jobs[j].status
+                      is not Status.DONE}
+            launched = [(where, tuple(core.jobs[j].profile for j in where.group
+                                      if j in core.jobs)) for where in groups.values()]
+            total_gpus = core.spec.total_gpus
+            agents = len(state.agents)
+            offline = len(core.cluster.offline)
+            rounds, failures = state.rounds, state.round_failures
+        refused = state.refusals.counts()  # the refusal log has a lock of its own
+        by_size: Counter[int] = Counter()
+        eff_sum: Counter[int] = Counter()
+        eff_n: Counter[int] = Counter()
+        allocated = busy = 0.0
+        known, self._groups = self._groups, {}
+        for key in launched:
+            figures = known.get(key)
+            if figures is None:
+                figures = _group_figures(*key)
+            self._groups[key] = figures
+            gpus, gpu_share, eff = figures
+            size = len(key[0].group)
+            by_size[size] += 1
+            allocated += gpus
+            busy += gpus * gpu_share
+            if eff is not None:
+                eff_sum[size] += eff
+                eff_n[size] += 1
+
+        jobs = GaugeMetricFamily("interlace_jobs", "Jobs by state, as status.query counts them",
+                                 labels=["state"])
+        for name, value in (("pending", pending), ("running", running),
+                            ("finished", finished)):
+            jobs.add_metric([name], value)
+        yield jobs
+        yield GaugeMetricFamily("interlace_queue_length",
+                                "Jobs waiting for GPUs (submitted, not running, not finished)",
+                                value=pending)
+        sizes = GaugeMetricFamily("interlace_groups", "Running groups by number of members",
+                                  labels=["size"])
+        for size in sorted(by_size):
+            sizes.add_metric([str(size)], by_size[size])
+        yield sizes
+        yield GaugeMetricFamily("interlace_gpus", "GPUs in the cluster spec", value=total_gpus)
+        yield GaugeMetricFamily("interlace_gpus_allocated",
+                                "GPUs held by running groups", value=allocated)
+        yield GaugeMetricFamily(
+            "interlace_gpu_utilisation_ratio", "Predicted share of the cluster's GPU time spent "
+            "computing: running groups' GPU stage time over their iteration time, per GPU",
+            value=busy / total_gpus if total_gpus else 0.0)
+        eff = GaugeMetricFamily(
+            "interlace_group_predicted_efficiency_ratio", "The planner's mean predicted "
+            "efficiency of running groups (busy resource-time share), by group size",
+            labels=["size"])
+        for size in sorted(eff_sum):
+            eff.add_metric([str(size)], eff_sum[size] / eff_n[size])
+        yield eff
+        yield GaugeMetricFamily("interlace_agents_alive", "Registered agents with a heartbeat "
+                                "within --agent-timeout", value=agents)
+        yield GaugeMetricFamily("interlace_nodes_offline", "Nodes of the spec without a live "
+                                "agent", value=offline)
+        refusals = CounterMetricFamily("interlace_messages_refused",
+                                       "Input refused (schema, handlers, core), by reason",
+                                       labels=["reason"])
+        for reason, count in refused.items():
+            refusals.add_metric([reason], count)
+        yield refusals
+        yield CounterMetricFamily("interlace_rounds", "Rounds run", value=rounds)
+        yield CounterMetricFamily("interlace_round_failures", "Rounds that raised",
+                                  value=failures)
