@@ -330,6 +330,7 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
             feeder_rc = None
     finally:
         live.stop_all()
+        killed = sorted(chaos.deaths)  # the trainers this harness SIGKILLed, before the strays
         strays = _reap_trainers(run_dir)
         chaos.deaths.update(strays)
     wall = time.monotonic() - wall0
@@ -340,7 +341,7 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
         verdict.problems.insert(0, waited)
     summary = {
         "seed": cfg.seed, "config": asdict(cfg), "ok": verdict.ok, "wall_s": round(wall, 1),
-        "plan": [asdict(k) for k in plan], "kills": chaos.done,
+        "plan": [asdict(k) for k in plan], "kills": chaos.done, "killed_trainers": killed,
         "kills_by_kind": kills_by_kind(plan, chaos.done),
         "ledger": verdict.ledger,
         "verdict": {**asdict(verdict),

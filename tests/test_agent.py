@@ -132,7 +132,7 @@ class Cluster:
         return self.to_agent("job.launch", job_id=job_id, gpus=list(gpus), group=[job_id],
                              slot=0, workload=w, start_iteration=start)
 
-    def wait_running(self, job_id: int) -> float:
+    def wait_running(self, job_id: int, deadline: float = DEADLINE_S) -> float:
         """Until a heartbeat shows the job with some progress; returns those iterations."""
         def seen():
             for m in reversed(self.sched.of("agent.heartbeat")):
@@ -140,7 +140,7 @@ class Cluster:
                     if r["job_id"] == job_id and r["iterations"] > 0:
                         return r["iterations"]
             return None
-        return self.sched.wait(seen, f"job {job_id} running")
+        return self.sched.wait(seen, f"job {job_id} running", deadline)
 
     def stop_agent(self) -> int:
         if self.agent.poll() is None:

@@ -13,6 +13,8 @@ from trainer import checkpoint
 from tests.test_agent import Cluster, gone
 from trainer.run import TEST_SLOW_STOP_ENV
 
+# two torch ranks starting (interpreter, torch import, gloo) took over 15 s at load 10 on 2 cores
+TORCH_START_S = 90.0
 SLOW_STOP_S = 3.0  # each trainer's stop checkpoint takes this long (the agent's stop timeout is 5)
 
 
@@ -71,11 +73,12 @@ def test_a_two_rank_torch_job_is_stopped_off_the_service_thread(slow_cluster):
                       workload={"kind": "torch", "iterations": 10**6, "model": "bert",
                                 "config": config})["body"]
     assert body["launched"] is True
-    c.wait_running(51)
+    c.wait_running(51, deadline=TORCH_START_S)
     pids = [r["pids"] for r in _agent_records(c, "job_launched") if r["job"] == 51][0]
     assert len(pids) == 2
     assert c.to_agent("job.stop", job_id=51)["body"]["stopping"] is True
-    report = c.sched.wait(lambda: c.sched.of("job.stopped", 51), "job 51's stop report")[0]
+    report = c.sched.wait(lambda: c.sched.of("job.stopped", 51), "job 51's stop report",
+                          TORCH_START_S)[0]
     assert report["requested"] is True and report["exit_code"] == 3
     assert report["iterations"] == checkpoint.iterations(c.run_dir / "checkpoints", 51) > 0
     assert all(gone(pid) for pid in pids)
