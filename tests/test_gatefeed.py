@@ -16,7 +16,7 @@ import msgpack
 
 from broker.messages import MessageError, decode
 from node_agent.gate_spans import GateSpans, group_of
-from scheduler.live.gatefeed import GateFeed, to_trace
+from scheduler.live.gatefeed import GateFeed, spans_of, to_trace
 from scheduler.live.webdata import measured_strip
 
 
@@ -139,7 +139,7 @@ def test_ages_become_trace_seconds_at_receipt_scaled():
 def test_the_feed_replaces_a_node_s_report_and_ignores_stale_ones():
     feed = GateFeed()
     feed.note("n0", [{"group": [2, 1], "spans": [[1, "io", 1.0, 0.0]]}], 50.0, 5.0, 1.0)
-    seen = feed.measured([1, 2], wall=6.0)
+    seen = spans_of(feed.measured([1, 2], wall=6.0))
     assert seen["node"] == "n0" and seen["at"] == 50.0 and seen["spans"][0]["start"] == 49.0
     feed.note("n0", [], 51.0, 6.0, 1.0)  # the group ended there
     assert feed.measured([1, 2], wall=6.0) is None
@@ -169,6 +169,7 @@ def test_a_live_group_s_strip_is_its_gate_s_turns(tmp_path):
     pytest.importorskip("torch", reason="the torch trainers need the train extra")
     from tests.helpers import job
     from tests.live import LiveCluster, wait_for
+    from tests.test_webview import CHROMIUM, _dump_dom, _screenshot
     from traces.muri_csv import write_trace
 
     spec = tmp_path / "spec.csv"
@@ -195,11 +196,17 @@ def test_a_live_group_s_strip_is_its_gate_s_turns(tmp_path):
         cluster.start()
         cluster.feed(trace)
         group = wait_for(measured, 80, "a group drawn from its gate's measured turns")
+        if CHROMIUM is not None:  # the page labels the strip as measured, in a real browser
+            dom = _dump_dom(f"http://127.0.0.1:{port}/")
+            _screenshot(f"http://127.0.0.1:{port}/", tmp_path / "measured.png")
+            print(f"screenshot: {tmp_path / 'measured.png'}")
     finally:
         cluster.stop_all()
     (tmp_path / "group.json").write_text(json.dumps(group))  # what the page drew, to look at
     assert group["members"] == [1, 2] or group["members"] == [2, 1]
     assert group["measured_on"] == "n0"
+    if CHROMIUM is not None:
+        assert 'class="occupancy-source"> [measured]</span>' in dom, dom[-3000:]
     by_stage: dict[str, list] = {}
     for s in group["occupancy"]:
         assert group["window_end"] - group["window"] - 1e-6 <= s["start"] <= s["end"]

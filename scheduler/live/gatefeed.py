@@ -1,9 +1,9 @@
 """The stage-gate turns the agents measured, for the web view's occupancy strips.
 
 Why here and not in the round: the spans are for people, the planner never reads them. Each
-heartbeat replaces its node's entry (O(spans) per heartbeat, nothing per round), so a group
-that ended or an agent that died leaves nothing behind once the node reports again, and
-lookups by a running group are O(1).
+heartbeat replaces its node's entry (O(gates) under the scheduler's lock: the spans are kept
+as received and converted by the web view's thread, outside the lock; nothing per round), so
+a group that ended or an agent that died leaves nothing behind once the node reports again.
 
 Times: an agent sends ages (seconds before its heartbeat was sent). They become the
 scheduler's trace seconds at receipt: t = now - age * time_scale, the message's transit
@@ -26,25 +26,34 @@ def to_trace(spans: list, now: float, scale: float) -> list[dict[str, Any]]:
 
 
 class GateFeed:
-    """node -> (trace time, wall time of receipt, {frozenset(group): (group, spans)})."""
+    """node -> (trace time, wall time of receipt, time scale, {frozenset(group): spans as
+    received}). Used under the scheduler's lock."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, tuple[float, float, dict[frozenset, tuple]]] = {}
+        self._nodes: dict[str, tuple[float, float, float, dict[frozenset, list]]] = {}
 
     def note(self, node: str, gates: list, now: float, wall: float, scale: float) -> None:
         """A heartbeat's `gate_spans` (validated by broker/messages.py) at trace time `now`."""
-        self._nodes[node] = (now, wall, {frozenset(g["group"]): (
-            list(g["group"]), to_trace(g["spans"], now, scale)) for g in gates})
+        self._nodes[node] = (now, wall, scale, {frozenset(g["group"]): g["spans"]
+                                                for g in gates})
 
     def forget(self, node: str) -> None:
         self._nodes.pop(node, None)
 
     def measured(self, members: list[int], wall: float) -> dict[str, Any] | None:
         """The newest fresh report of the group `members` from any node: {node, at (trace
-        time of receipt), spans}; None when no agent measured it lately."""
+        time of receipt), scale, raw (the spans as received)}; None when no agent measured
+        it lately. `spans_of` converts it."""
         key, best = frozenset(members), None
         for node in sorted(self._nodes):
-            at, seen, gates = self._nodes[node]
+            at, seen, scale, gates = self._nodes[node]
             if key in gates and wall - seen <= MAX_AGE_S and (best is None or at > best["at"]):
-                best = {"node": node, "at": at, "spans": gates[key][1]}
+                best = {"node": node, "at": at, "scale": scale, "raw": gates[key]}
         return best
+
+
+def spans_of(seen: dict[str, Any]) -> dict[str, Any]:
+    """A `measured` report with its spans in trace seconds (no lock needed: the report's
+    lists are never changed once received)."""
+    return {"node": seen["node"], "at": seen["at"],
+            "spans": to_trace(seen["raw"], seen["at"], seen["scale"])}

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from scheduler.live import status as status_reply
+from scheduler.live.gatefeed import spans_of
 from scheduler.live.ledger import node_name
 from scheduler.live.state import LiveState
 
@@ -180,6 +181,7 @@ def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     for g in running_groups:  # the last few iterations of each group, a picture's worth
         g["window"] = ITERATIONS_SHOWN * period(g)
         seen = measured[tuple(g["members"])]
+        seen = spans_of(seen) if seen is not None else None
         if seen is not None and seen["spans"]:
             measured_strip(g, seen)
         else:
