@@ -172,9 +172,9 @@ class JournalReader:
 
 def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     """The /api/status document."""
-    body = status_reply.status(state, jobs=True)
-    with state.lock:  # a copy of the ledger's groups: O(running jobs)
-        running_groups = groups(state)
+    with state.lock:  # one read: a round between the reply and the groups would show a
+        body = status_reply.status(state, jobs=True)  # job both queued and in a group
+        running_groups = groups(state)  # a copy of the ledger's groups: O(running jobs)
         now, wall = state.now(), state.clock()
         measured = {tuple(g["members"]): state.gate_feed.measured(g["members"], wall)
                     for g in running_groups}
