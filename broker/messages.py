@@ -43,7 +43,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
                        "mem": (_NUM, True), "running": (_LIST, False),
                        "incarnation": (_STR, False), "launches": (_INT, False)},
     "agent.heartbeat": {"node": (_STR, True), "running": (_LIST, False),
-                        "incarnation": (_STR, False), "launches": (_INT, False)},
+                        "incarnation": (_STR, False), "launches": (_INT, False),
+                        "gate_spans": (_LIST, False)},
     "job.finished": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
                      "ok": (_BOOL, True), "detail": (_STR, False)},
     # `requested`: the end of a job.stop the scheduler sent (answered `stopping` at once):
@@ -143,6 +144,44 @@ def _stage_map(value: Any) -> str | None:
     return None
 
 
+MAX_SPAN_GATES = 64  # gates in one heartbeat's gate_spans
+MAX_GROUP = 16  # members of one gate's group
+MAX_GATE_SPANS = 256  # spans per gate there
+MAX_BEAT_SPANS = 2048  # spans in one heartbeat (~70 KB, well under MAX_MESSAGE_BYTES)
+MAX_SPAN_AGE = 60.0  # seconds before the heartbeat a span may lie (agents send 10 s)
+
+
+def _gate_spans(value: Any) -> str | None:
+    """A heartbeat's recent stage-gate turns (node_agent/gate_spans.py): at most
+    MAX_BEAT_SPANS spans in MAX_SPAN_GATES of {"group": [job ids], "spans": [[job, stage, age_start, age_end]]},
+    each span a member's turn on a named stage, ages in [0, MAX_SPAN_AGE], start >= end."""
+    if len(value) > MAX_SPAN_GATES:
+        return f"has {len(value)} gates, at most {MAX_SPAN_GATES}"
+    job_id, age = _number(0, MAX_ID), _number(0.0, MAX_SPAN_AGE)
+    total = 0
+    for i, gate in enumerate(value):
+        if not isinstance(gate, dict) or set(gate) != {"group", "spans"}:
+            return f"[{i}] must be a map of group and spans"
+        group, spans = gate["group"], gate["spans"]
+        if not isinstance(group, list) or not 1 <= len(group) <= MAX_GROUP \
+                or any(isinstance(j, bool) or not isinstance(j, int) or job_id(j) for j in group):
+            return f"[{i}]['group'] must list 1..{MAX_GROUP} job ids"
+        if not isinstance(spans, list) or len(spans) > MAX_GATE_SPANS:
+            return f"[{i}]['spans'] must list at most {MAX_GATE_SPANS} spans"
+        total += len(spans)
+        if total > MAX_BEAT_SPANS:
+            return f"has more than {MAX_BEAT_SPANS} spans in all"
+        for k, span in enumerate(spans):
+            ok = isinstance(span, list) and len(span) == 4 and span[0] in group \
+                and isinstance(span[1], str) and 0 < len(span[1]) <= 16 \
+                and all(not isinstance(a, bool) and isinstance(a, (int, float)) and not age(a)
+                        for a in span[2:]) and span[2] >= span[3]
+            if not ok:
+                return (f"[{i}]['spans'][{k}] must be [member, stage, age_start, age_end], "
+                        f"ages in [0, {MAX_SPAN_AGE:g}] s, start no later than end")
+    return None
+
+
 _SECONDS, _ITERATIONS = _number(0.0, MAX_SECONDS), _number(0.0, MAX_ITERATIONS)
 _JOB_ID, _COUNT = _number(0, MAX_ID), _number(0, MAX_ID)
 _RUNNING = _entries("iterations", _ITERATIONS)
@@ -150,7 +189,7 @@ _RUNNING = _entries("iterations", _ITERATIONS)
 BOUNDS: dict[str, dict[str, _Check]] = {
     "agent.register": {"gpus": _items(_number(0, MAX_GPU_ID)), "cpus": _number(0, MAX_CPUS),
                        "mem": _number(0.0, MAX_MEM), "running": _RUNNING, "launches": _COUNT},
-    "agent.heartbeat": {"running": _RUNNING, "launches": _COUNT},
+    "agent.heartbeat": {"running": _RUNNING, "launches": _COUNT, "gate_spans": _gate_spans},
     "job.finished": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
     "job.cancel": {"job_id": _JOB_ID},
     "job.stopped": {"job_id": _JOB_ID, "iterations": _ITERATIONS},

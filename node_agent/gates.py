@@ -4,9 +4,11 @@ trainers and users' commands (where the scheduler says `turns`: every member tak
 take turns; emulated ones replay the planner's pace and need no gate."""
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable
 
 from node_agent.config import AgentConfig
+from node_agent.gate_spans import GateSpans
 
 
 class Gates:
@@ -16,6 +18,7 @@ class Gates:
         self.cfg, self.log = cfg, log
         self._gates: dict[tuple, Any] = {}
         self.on_event: Any = None  # (gate name, event) for every gate's events (metrics)
+        self.spans = GateSpans(time.monotonic)  # recent turns, for the heartbeat (web view)
 
     def for_group(self, group: tuple, workload: dict) -> Any:
         """The group's stage gate on this node (started now if it is the first member's
@@ -28,11 +31,15 @@ class Gates:
             from trainer.stages import STAGES
 
             name = f"{self.cfg.node}:{'-'.join(map(str, group))}"
-            listen = self.on_event
+            listen, spans = self.on_event, self.spans
+
+            def on_event(event: dict, name: str = name) -> None:
+                spans.gate_event(name, event)
+                if listen is not None:
+                    listen(name, event)
             gate = StageGate(group, STAGES, name=name, log=self.log,
                              stall_timeout=self.cfg.gate_stall_timeout,
-                             on_event=None if listen is None else
-                             (lambda event, name=name: listen(name, event))).start()
+                             on_event=on_event).start()
             self._gates[group] = gate
         return gate
 

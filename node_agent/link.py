@@ -75,6 +75,9 @@ class Link:
             if beat is None:  # a trainer ended meanwhile: its report goes first, next tick
                 return
             self.next_heartbeat = now + self.cfg.heartbeat
+            spans = self.table.gates.spans.recent()  # ages before this send (web view)
+            if spans:
+                beat["gate_spans"] = spans
             self._send("agent.heartbeat", node=self.cfg.node, **beat)
 
     def _register(self) -> bool:

@@ -126,6 +126,8 @@ class Handlers:
             raise Refusal("unknown_agent", f"{name} restarted since it registered; "
                                            "register again")
         agent.last_seen = state.clock()
+        state.gate_feed.note(name, msg.get("gate_spans") or [], state.now(), agent.last_seen,
+                             state.opt.time_scale)
         running = running_list(msg.get("running") or [])
         here = state.ledger.on(index)
         for job_id, done in running:

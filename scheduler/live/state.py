@@ -12,6 +12,7 @@ import threading
 from typing import Any, Callable
 
 from scheduler.core.engine import Core
+from scheduler.live.gatefeed import GateFeed
 from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger, Placed, node_name
 from scheduler.live.metrics import NoMetrics
@@ -46,6 +47,7 @@ class LiveState:
         self.refusals = RefusalLog(log)
         self.stop_waits = StopWaits()
         self.metrics = NoMetrics()  # SchedulerMetrics under --metrics (metrics.py)
+        self.gate_feed = GateFeed()  # the agents' measured gate turns (web view)
         self.outbox: list[tuple[str, dict[str, Any]]] = []  # events for the main thread
         self.wake_reasons: set[str] = set()
         self.rounds = 0

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from scheduler.live import status as status_reply
+from scheduler.live.gatefeed import spans_of
 from scheduler.live.ledger import node_name
 from scheduler.live.state import LiveState
 
@@ -117,6 +118,23 @@ def occupancy(group: dict[str, Any], now: float, window: float) -> list[dict[str
     return spans
 
 
+def measured_strip(group: dict[str, Any], seen: dict[str, Any]) -> None:
+    """Draw the group from what its node's gate measured (scheduler/live/gatefeed.py): the
+    strip ends at the report's receipt and spans the model's window, or the last
+    ITERATIONS_SHOWN measured turns of the first stage when the model has none."""
+    spans, end = seen["spans"], seen["at"]
+    window = group["window"]
+    first = [s["start"] for s in spans if s["stage"] == spans[0]["stage"]]
+    if len(first) > ITERATIONS_SHOWN * len(group["members"]):  # the measured pace
+        window = end - first[-ITERATIONS_SHOWN * len(group["members"]) - 1]
+    if window <= 0:
+        window = end - spans[0]["start"]
+    lo = end - window
+    group.update(occupancy_source="measured", measured_on=seen["node"], window=window,
+                 window_end=end, occupancy=[
+                     dict(s, start=max(s["start"], lo)) for s in spans if s["end"] > lo])
+
+
 class JournalReader:
     """A read-only connection to the journal for the web view's thread (never the writer's)."""
 
@@ -154,13 +172,21 @@ class JournalReader:
 
 def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     """The /api/status document."""
-    body = status_reply.status(state, jobs=True)
-    with state.lock:  # a copy of the ledger's groups: O(running jobs)
-        running_groups = groups(state)
-        now = state.now()
+    with state.lock:  # one read: a round between the reply and the groups would show a
+        body = status_reply.status(state, jobs=True)  # job both queued and in a group
+        running_groups = groups(state)  # a copy of the ledger's groups: O(running jobs)
+        now, wall = state.now(), state.clock()
+        measured = {tuple(g["members"]): state.gate_feed.measured(g["members"], wall)
+                    for g in running_groups}
     for g in running_groups:  # the last few iterations of each group, a picture's worth
         g["window"] = ITERATIONS_SHOWN * period(g)
-        g["occupancy"] = occupancy(g, now, g["window"]) if g["window"] > 0 else []
+        seen = measured[tuple(g["members"])]
+        seen = spans_of(seen) if seen is not None else None
+        if seen is not None and seen["spans"]:
+            measured_strip(g, seen)
+        else:
+            g["occupancy_source"], g["window_end"] = "model", now
+            g["occupancy"] = occupancy(g, now, g["window"]) if g["window"] > 0 else []
     pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]
     for position, job in enumerate(pending, start=1):
         job["position"] = job.get("position", position)

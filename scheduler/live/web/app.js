@@ -67,11 +67,13 @@ function drawGroups(s) {
       title.appendChild(tag);
     });
     title.appendChild(document.createTextNode(
-      ` · ${where} · iteration ${(+g.tt).toFixed(3)} s · strip: last ${(+g.window).toFixed(2)} s (3 model periods)`));
+      ` · ${where} · iteration ${(+g.tt).toFixed(3)} s · strip: last ${(+g.window).toFixed(2)} s, ` +
+      (g.occupancy_source === "measured" ? `measured at ${g.measured_on}'s gate` : "model (3 periods)")));
+    title.appendChild(el("span", { class: "occupancy-source" }, ` [${g.occupancy_source || "model"}]`));
     div.appendChild(title);
     if (g.occupancy.length) {
       const pic = svg("svg", { width: W + L, height: H * 4 + 4, class: "occupancy" });
-      const t1 = s.now, t0 = s.now - g.window;
+      const t1 = g.window_end ?? s.now, t0 = t1 - g.window;
       STAGES.forEach((st, i) => pic.appendChild(svg("text", { x: 0, y: i * H + 11, "font-size": 10 }, st)));
       for (const sp of g.occupancy) {
         const x = L + (sp.start - t0) / (t1 - t0) * W, w = Math.max(0.5, (sp.end - sp.start) / (t1 - t0) * W);
