@@ -34,7 +34,7 @@ class ClusterState:
 
     __slots__ = ("spec", "demand", "free_mask", "free_count", "free_cpus", "free_total",
                  "_switches", "_per_node", "_per_switch", "_idle", "_first", "_bits",
-                 "_masks", "offline")
+                 "_masks", "_alone_cpus", "offline")
 
     def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
         self.spec = spec
@@ -45,6 +45,8 @@ class ClusterState:
                           for s in range(spec.num_switch)]
         self._bits: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}  # see _lowest
         self._masks: dict[tuple[int, ...], int] = {}  # GPU ids -> their bit mask (-1: bad)
+        # CPUs a job of g <= gpus_per_node GPUs takes on its one node, by g (asked per job)
+        self._alone_cpus = [demand.cpus(g, g) for g in range(self._per_node + 1)]
         self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
         self.reset()
 
@@ -106,6 +108,24 @@ class ClusterState:
 
     def can_place(self, num_gpu: int) -> bool:
         """Reserve room for a job without naming GPUs (admission); same rule as place()."""
+        if 0 < num_gpu <= self._per_node:
+            # _find's first node with room and _use, inlined: admission asks this per job
+            if num_gpu > self.free_total:
+                return False
+            need_cpu = self._alone_cpus[num_gpu]
+            fg, fc, first = self.free_count, self.free_cpus, self._first
+            for node in range(first.get(num_gpu, 0), len(fg)):
+                if fg[node] >= num_gpu and fc[node] >= need_cpu:
+                    first[num_gpu] = node
+                    self.free_mask[node] = self._lowest(self.free_mask[node], num_gpu)[1]
+                    if fg[node] == self._per_node:
+                        self._idle[node // self._per_switch] -= 1
+                    fg[node] -= num_gpu
+                    fc[node] -= need_cpu
+                    self.free_total -= num_gpu
+                    return True
+            first[num_gpu] = len(fg)
+            return False
         found = self._find(num_gpu)
         if found is None:
             return False
@@ -152,11 +172,18 @@ class ClusterState:
         if need is None:
             need = self._mask(gpus)
         free = self.free_mask[node]
-        cpus = self.demand.cpus(job_gpus, job_gpus)
-        if need < 0 or free & need != need or self.free_cpus[node] < cpus:
+        cpus = self._alone_cpus[job_gpus] if 0 < job_gpus <= self._per_node \
+            else self.demand.cpus(job_gpus, job_gpus)
+        fc = self.free_cpus
+        if need < 0 or free & need != need or fc[node] < cpus:
             return False
         self.free_mask[node] = free & ~need
-        self._use(node, job_gpus, cpus)
+        fg = self.free_count  # _use, inlined
+        if job_gpus > 0 and fg[node] == self._per_node:
+            self._idle[node // self._per_switch] -= 1
+        fg[node] -= job_gpus
+        fc[node] -= cpus
+        self.free_total -= job_gpus
         return True
 
     def _mask(self, gpus: tuple[int, ...]) -> int:

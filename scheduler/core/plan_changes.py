@@ -26,6 +26,10 @@ class Change(str, Enum):
     KEEP = "keep"  # same group on the same GPUs
 
 
+#: the changes whose jobs (re)start and pay a restart
+STARTS = frozenset((Change.START, Change.MOVE, Change.RESTART))
+
+
 @dataclass(frozen=True)
 class PlanChanges:
     """Every job of before ∪ after, classified exactly once; ids in the order first met
@@ -44,7 +48,7 @@ class PlanChanges:
     @property
     def starting(self) -> list[int]:
         """Jobs that (re)start and pay a restart: started, moved, or regrouped by a restart."""
-        return self.of(Change.START, Change.MOVE, Change.RESTART)
+        return self.of(*STARTS)
 
     @property
     def regrouped_in_place(self) -> list[int]:

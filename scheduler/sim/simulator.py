@@ -67,44 +67,47 @@ class Simulator:
         """Turn a plan into per-job run parameters, charging overheads as the preset says: at
         every event (paper), or when plan_changes says the job (re)starts (a start, a move, a
         regroup that is not in place); a job kept or regrouped in place pays what it still
-        owed."""
+        owed. A group the plan hands back unchanged (the same object) keeps its runs as they
+        are: its members neither (re)start nor change pace, so a round costs what changed."""
         preset, cost = self.preset, self._cost
         group_sum = preset.overhead_group_sum
         previous = self.runs
         charge_all = preset.overhead_every_event
-        # who (re)starts matters only where overheads are not charged at every event
-        starting = () if charge_all else set(plan_changes.compare(
-            {j: (run.group, run.where) for j, run in previous.items()},
-            {j: (g.jobs, g.placement) for g in plan.groups for j in g.jobs}, preset).starting)
         runs: dict[int, _Run] = {}
         for group in plan.groups:
             members = group.jobs
             if len(members) == 1:  # a job alone (most groups): the same, without the sums
                 job_id = members[0]
                 old = previous.get(job_id)
-                if charge_all:
-                    if old is not None and old.source is group:
-                        runs[job_id] = old  # the same group: the same run (nothing spent)
-                        continue
+                if old is not None and old.source is group:
+                    runs[job_id] = old  # the same group: the same run (nothing spent)
+                    continue
+                if charge_all or self._starts(old, group):
                     overhead = cost[job_id]
                 else:
-                    overhead = cost[job_id] if job_id in starting else old.overhead
+                    overhead = old.overhead
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement, group)
                 continue
-            if charge_all:
-                olds = [previous.get(j) for j in members]
-                if all(old is not None and old.source is group for old in olds):
-                    runs.update(zip(members, olds))
-                    continue
+            olds = [previous.get(j) for j in members]
+            if all(old is not None and old.source is group for old in olds):
+                runs.update(zip(members, olds))
+                continue
             costs = [cost[j] for j in members]
             total = sum(costs)
-            for job_id, own in zip(members, costs):
-                if charge_all or job_id in starting:
+            for job_id, own, old in zip(members, costs, olds):
+                if charge_all or self._starts(old, group):
                     overhead = total if group_sum else own
                 else:
-                    overhead = previous[job_id].overhead
+                    overhead = old.overhead
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement, group)
         self.runs = runs
+
+    def _starts(self, old: _Run | None, group: Group) -> bool:
+        """Whether a member of `group` (re)starts, as plan_changes classifies it from its
+        last run `old` (None: it did not run)."""
+        before = None if old is None else (old.group, old.where)
+        return plan_changes.classify(before, (group.jobs, group.placement),
+                                     self.preset) in plan_changes.STARTS
 
     def _busy_gpus(self, plan: Plan) -> int:
         """GPUs in use under `plan` (a plan handed back unchanged is not counted again)."""

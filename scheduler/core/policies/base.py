@@ -103,11 +103,13 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]],
         return result
     cluster.reset()
     result: list = [None] * len(units)
-    if ctx.previous:
+    previous = ctx.previous
+    if previous:
+        keep = cluster.keep
         for i, (gpus, members) in enumerate(units):
             for job in members:
-                where = ctx.where(job)
-                if where is not None and cluster.keep(where, gpus):
+                where = previous.get(job.record.job_id)  # ctx.where(job), inlined
+                if where is not None and keep(where, gpus):
                     result[i] = where
                     break
     for i, (gpus, members) in enumerate(units):

@@ -45,6 +45,9 @@ class Muri(Policy):
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
         self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
+        # job id -> its Group alone in the last plan: a job that stays alone on the same GPUs
+        # gets that same (immutable) Group back, which drivers recognise as unchanged
+        self._alone: dict[int, Group] = {}
 
     # -- ranking ---------------------------------------------------------------------------
     def on_submit(self, job: Job, now: float) -> None:
@@ -457,11 +460,14 @@ class Muri(Policy):
                     seen.add(id(group))
                 units.append(group)
             placements = place_units(ctx, [(g[0].record.num_gpu, g) for g in units])
-            return [self._as_group(g, s) for g, s in zip(units, placements) if s is not None]
+            alone, self._alone = self._alone, {}
+            return [self._as_group(g, s, alone) for g, s in zip(units, placements)
+                    if s is not None]
         cluster = ctx.cluster
         cluster.reset()
         placed: set[int] = set()
         groups = []
+        alone, self._alone = self._alone, {}
         for job in queue:
             group = home.get(job)
             if group is None or id(group) in placed:
@@ -470,14 +476,21 @@ class Muri(Policy):
             if slices is None:
                 continue
             placed.add(id(group))
-            groups.append(self._as_group(group, slices))
+            groups.append(self._as_group(group, slices, alone))
         return groups
 
-    def _as_group(self, members: Packing, slices) -> Group:
+    def _as_group(self, members: Packing, slices, alone: dict[int, Group]) -> Group:
+        """The plan's group of `members` on `slices`; a job alone gets its group of the last
+        plan (`alone`, by job id) back where its GPUs (the same tuple) and speed are the same."""
         if len(members) == 1:  # alone: its solo speed, its only order (see group_timing)
             job = members[0]
-            return Group(jobs=(job.record.job_id,), num_gpu=job.record.num_gpu, tt=job.solo_time,
-                         placement=tuple(slices))
+            job_id = job.record.job_id
+            group = alone.get(job_id)
+            if group is None or group.placement is not slices or group.tt != job.solo_time:
+                group = Group(jobs=(job_id,), num_gpu=job.record.num_gpu, tt=job.solo_time,
+                              placement=tuple(slices))
+            self._alone[job_id] = group
+            return group
         tt, order = self.group_timing(members)
         if self.ordering == "none" and len(members) > 1:
             members = sorted(members, key=lambda j: j.id)
