@@ -19,6 +19,10 @@ from broker.curve import check_bind, is_loopback
 DEFAULT_HOST = "127.0.0.1"
 
 
+class MetricsUnavailable(OSError):
+    """The /metrics server could not listen where --metrics asked; the message is one line."""
+
+
 def parse_address(text: str) -> tuple[str, int]:
     """`HOST:PORT`, `[V6]:PORT` or `PORT` (loopback); ValueError naming what is wrong."""
     host, sep, port = text.rpartition(":")
@@ -107,8 +111,12 @@ class MetricsServer:
         if ":" in host:
             import socket
             server_class.address_family = socket.AF_INET6
-        self._httpd = make_server(host, port, guarded(make_wsgi_app(registry), key),
-                                  server_class, handler_class=_Quiet)
+        try:
+            self._httpd = make_server(host, port, guarded(make_wsgi_app(registry), key),
+                                      server_class, handler_class=_Quiet)
+        except OSError as err:  # e.g. the port is taken: one line for the operator
+            raise MetricsUnavailable(
+                f"--metrics {host}:{port}: cannot listen ({err.strerror or err})") from None
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         name="metrics-http", daemon=True)
         self._thread.start()

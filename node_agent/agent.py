@@ -223,13 +223,17 @@ def _serve_metrics(cfg: AgentConfig, agent: Agent, log: Any) -> Any:
     """The agent's /metrics server when --metrics asked for one (None otherwise)."""
     if cfg.metrics is None:
         return None
-    from broker.metrics_http import MetricsServer
+    from broker.metrics_http import MetricsServer, MetricsUnavailable
     from node_agent.metrics import AgentMetrics
 
     metrics = AgentMetrics(cfg.node, cfg.gpus, agent.table)
     agent.table.gates.on_event = metrics.gate_event
-    return MetricsServer(metrics.registry, *cfg.metrics, key=cfg.metrics_key,
-                         insecure=cfg.metrics_insecure, log=log)
+    try:
+        return MetricsServer(metrics.registry, *cfg.metrics, key=cfg.metrics_key,
+                             insecure=cfg.metrics_insecure, log=log)
+    except MetricsUnavailable as err:
+        log.error("metrics_unavailable", detail=str(err))
+        raise SystemExit(f"node-agent {cfg.node}: {err}") from None
 
 
 def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.curve import InsecureBind
 from broker.messages import make
-from broker.metrics_http import MetricsServer, guarded, parse_address
+from broker.metrics_http import MetricsServer, MetricsUnavailable, guarded, parse_address
 from scheduler.core.interleave import efficiency
 from scheduler.live import status, telemetry
 from scheduler.live.handlers import Handlers
@@ -190,6 +190,19 @@ def test_metrics_are_served_over_http_on_loopback(live):
         server.close()
     assert 'interlace_jobs{state="pending"} 1.0' in text
     assert "# TYPE interlace_round_seconds histogram" in text
+
+
+def test_a_taken_metrics_port_is_one_line_naming_the_address(live):
+    _, _, metrics = live
+    first = MetricsServer(metrics.registry, "127.0.0.1", 0)
+    try:
+        host, port = first.address
+        with pytest.raises(MetricsUnavailable) as taken:
+            MetricsServer(metrics.registry, host, port)
+    finally:
+        first.close()
+    text = str(taken.value)
+    assert text.startswith(f"--metrics 127.0.0.1:{port}: cannot listen") and "\n" not in text
 
 
 def test_a_non_loopback_metrics_address_needs_a_key_or_insecure(live):

@@ -142,11 +142,16 @@ class SchedulerService:
         """The /metrics HTTP server when --metrics asked for one (None otherwise)."""
         if self.opt.metrics is None:
             return None
-        from broker.metrics_http import MetricsServer
+        from broker.metrics_http import MetricsServer, MetricsUnavailable
 
         host, port = self.opt.metrics
-        return MetricsServer(self.state.metrics.registry, host, port, key=self.opt.metrics_key,
-                             insecure=self.opt.metrics_insecure, log=self.log)
+        try:
+            return MetricsServer(self.state.metrics.registry, host, port,
+                                 key=self.opt.metrics_key, insecure=self.opt.metrics_insecure,
+                                 log=self.log)
+        except MetricsUnavailable as err:
+            self.log.error("metrics_unavailable", detail=str(err))
+            raise SystemExit(f"scheduler: {err}") from None
 
     def _serve(self, stop: threading.Event, ready: threading.Event,
                error: list[BaseException]) -> None:
