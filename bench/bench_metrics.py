@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import structlog  # noqa: E402
 
 from bench_service import (LightAgent, LogTail, arrival_round, heartbeats,  # noqa: E402
-                           percentiles, triggered_round)
+                           percentiles, stop_cluster, triggered_round)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
 from broker.testing import wait_until  # noqa: E402
@@ -269,16 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if scraper is not None:
             scraper.close()
-        stop.set()
-        for agent in agents:
-            agent.stop.set()
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_cluster(stop, agents, procs)
 
 
 if __name__ == "__main__":

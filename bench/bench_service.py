@@ -313,16 +313,21 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     finally:
-        stop.set()
-        for agent in agents:
-            agent.stop.set()
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_cluster(stop, agents, procs)
+
+
+def stop_cluster(stop, agents, procs) -> None:
+    """Stop the stand-in agents, then the broker and scheduler processes (last started first)."""
+    stop.set()
+    for agent in agents:
+        agent.stop.set()
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 if __name__ == "__main__":

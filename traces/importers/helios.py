@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from traces.importers.source import (
-    FAILED, KILLED, OK, CellError, Malformed, Progress, Row, SourceJob, csv_rows, parse_number,
+    FAILED, KILLED, OK, CellError, Progress, Row, SourceJob, csv_jobs, parse_number,
     parse_seconds, parse_time, text_cell,
 )
 
@@ -23,18 +23,7 @@ STATES = {"COMPLETED": OK, "FAILED": FAILED, "TIMEOUT": FAILED, "NODE_FAIL": FAI
 
 
 def read(inputs, progress: Progress) -> Iterator[Row]:
-    base = 0
-    for path in inputs.sources:
-        for line, cells in csv_rows(path, COLUMNS, progress, base, required=REQUIRED):
-            where = f"{path}:{line}"
-            if isinstance(cells, str):
-                yield Malformed(where, cells)
-                continue
-            try:
-                yield _job(cells, where)
-            except CellError as exc:
-                yield Malformed(where, str(exc))
-        base += path.stat().st_size
+    return csv_jobs(inputs, COLUMNS, REQUIRED, progress, _job)
 
 
 def _job(cells: dict[str, str], where: str) -> SourceJob:

@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from traces.errors import Problem, TraceError
 
@@ -145,6 +145,25 @@ def open_problem(path: str | os.PathLike[str]) -> Problem | None:
     if not os.access(label, os.R_OK):
         return Problem(label, None, None, "cannot read: permission denied")
     return None
+
+
+def csv_jobs(inputs: Any, columns: Sequence[str], required: Sequence[str],
+             progress: Progress, job: Callable[[dict[str, str], str], SourceJob]
+             ) -> Iterator[Row]:
+    """Each data row of every source CSV as `job(cells, "file:line")` gives it, or Malformed
+    (a row of the wrong width, or a cell `job` rejects): one job per row formats read alike."""
+    base = 0
+    for path in inputs.sources:
+        for line, cells in csv_rows(path, columns, progress, base, required=required):
+            where = f"{path}:{line}"
+            if isinstance(cells, str):
+                yield Malformed(where, cells)
+                continue
+            try:
+                yield job(cells, where)
+            except CellError as exc:
+                yield Malformed(where, str(exc))
+        base += os.path.getsize(path)
 
 
 def csv_rows(
