@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import structlog  # noqa: E402
 
-from bench_service import (LightAgent, LogTail, arrival_round, heartbeats,  # noqa: E402
-                           percentiles, stop_cluster, triggered_round)
+from bench_service import (LightAgent, LogTail, arrival_round, cluster_files,  # noqa: E402
+                           heartbeats, percentiles, stop_cluster, triggered_round)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
 from broker.testing import wait_until  # noqa: E402
@@ -191,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-pct", type=float, default=5.0)
     args = ap.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    run_dir = Path(tempfile.mkdtemp(prefix="interlace-bench-metrics-"))
-    spec_file = run_dir / "spec.csv"
-    spec_file.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
-                         f"1,{args.agents},{GPUS_PER_NODE},32,256\n")
-    ep_file = run_dir / "endpoints.json"
+    run_dir, spec_file, ep_file = cluster_files("interlace-bench-metrics-", args.agents)
     port = free_port()
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     procs: list[subprocess.Popen] = []

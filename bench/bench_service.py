@@ -224,11 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="p99 round latency (the load case: 256 agents, 5,000 jobs: 1000)")
     args = ap.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    run_dir = Path(tempfile.mkdtemp(prefix="interlace-bench-service-"))
-    spec_file = run_dir / "spec.csv"
-    spec_file.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
-                         f"1,{args.agents},{GPUS_PER_NODE},32,256\n")
-    ep_file = run_dir / "endpoints.json"
+    run_dir, spec_file, ep_file = cluster_files("interlace-bench-service-", args.agents)
     procs = []
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     agents: list[LightAgent] = []
@@ -314,6 +310,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         stop_cluster(stop, agents, procs)
+
+
+def cluster_files(prefix: str, agents: int) -> tuple[Path, Path, Path]:
+    """A fresh run folder, its spec (one node per stand-in agent) and the endpoints path."""
+    run_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    spec_file = run_dir / "spec.csv"
+    spec_file.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
+                         f"1,{agents},{GPUS_PER_NODE},32,256\n")
+    return run_dir, spec_file, run_dir / "endpoints.json"
 
 
 def stop_cluster(stop, agents, procs) -> None:

@@ -202,17 +202,13 @@ def _pai_inputs(args: argparse.Namespace):  # -> Inputs | str
 
 
 def _import(args: argparse.Namespace) -> int:
-    from specs import SpecError
     from traces.importers import FORMATS, Inputs, Options, RowRules, run_import, summary_path
     from traces.importers.assign import ModelRuleError, parse_model_rule
     from traces.importers.pipeline import summary_table
     from traces.importers.source import open_problem
 
-    try:
-        spec = _load_spec(args.spec)
-    except SpecError as exc:
-        for line in exc.problems:
-            print(line, file=sys.stderr)
+    spec = _spec_or_say(args.spec)
+    if spec is None:
         return 1
     try:
         model_rule = parse_model_rule(args.models)
@@ -293,16 +289,23 @@ def _load_spec(text: str):  # -> ClusterSpec
     return load_spec(spec_path(text))
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _spec_or_say(text: str):
+    """The cluster spec `text` names, or None once its problems are on stderr, a line each."""
     from specs import SpecError
 
+    try:
+        return _load_spec(text)
+    except SpecError as exc:
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        return None
+
+
+def _validate(args: argparse.Namespace) -> int:
     spec = None
     if args.spec is not None:
-        try:
-            spec = _load_spec(args.spec)
-        except SpecError as exc:
-            for line in exc.problems:
-                print(line, file=sys.stderr)
+        spec = _spec_or_say(args.spec)
+        if spec is None:
             return 1
     problems = validate(args.path, spec=spec)
     for problem in problems:
