@@ -381,13 +381,19 @@ class Service:
 class Publisher:
     """Puts events on the bus with a per-sender sequence number (1, 2, 3, ...)."""
 
-    def __init__(self, endpoints: Endpoints, sender: str):
+    def __init__(self, endpoints: Endpoints, sender: str, join_wait: float = 0.0):
+        """`join_wait` > 0: the first publish within that many seconds of connecting waits
+        for the bus's subscriptions (an XPUB sees them arrive), so that a short-lived
+        process's first events are not lost to the slow-joiner effect."""
         self.sender = sender
         self._ids = IdSource(sender)
         self._seq = 0
-        # RCVHWM is moot on a PUB (it receives nothing) but set, like everywhere, on purpose
-        self._sock: zmq.Socket | None = _open(endpoints, zmq.PUB, endpoints.events_in,
-                                              linger=500, sndhwm=EVENT_HWM, rcvhwm=1)
+        self._join_by = time.monotonic() + join_wait if join_wait > 0 else None
+        # the subscriptions come in on this socket: with room for only one, the next topic's
+        # waited for a later call and a first burst of events on it was dropped
+        self._sock: zmq.Socket | None = _open(
+            endpoints, zmq.XPUB if self._join_by else zmq.PUB, endpoints.events_in,
+            linger=500, sndhwm=EVENT_HWM, rcvhwm=SUBSCRIPTION_HWM)
 
     @property
     def seq(self) -> int:
@@ -404,10 +410,19 @@ class Publisher:
         msg = make(type_, self.sender, self._ids(), seq=seq, **fields)
         payload = encode(msg)
         self._seq = seq  # only a sent-worthy event consumes a number, so gaps mean loss
+        if self._join_by is not None:
+            self._join()
         try:
             self._sock.send_multipart([type_.encode("ascii"), payload], zmq.NOBLOCK)
         except zmq.Again:
             pass
+
+    def _join(self) -> None:
+        left, self._join_by = self._join_by - time.monotonic(), None
+        if left > 0:
+            self._sock.poll(_ms(left))
+        while self._sock.poll(0):  # the subscriptions seen; they are not needed as messages
+            self._sock.recv(zmq.NOBLOCK)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -32,6 +32,8 @@ deliberate behaviour when full:
                                                            requester retries, the heartbeat
                                                            repeats
     Publisher PUB              SND EVENT_HWM               dropped (lossy; seq gap)
+                               RCV SUBSCRIPTION_HWM        (subscriptions: all must be
+                                                           in before a first burst)
     Subscriber SUB             RCV EVENT_HWM               dropped (lossy; seq gap)
 
 Size bounds: the broker's XSUB drops (disconnects) a publisher sending a frame larger than

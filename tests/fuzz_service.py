@@ -23,7 +23,7 @@ import zmq
 from broker.client import Subscriber, _open, refusal_kind
 from broker.endpoints import Endpoints
 from broker.messages import MessageError, decode
-from broker.wire import EMPTY, EVENT_HWM, REP, REQ, REQUEST_HWM
+from broker.wire import EMPTY, EVENT_HWM, REP, REQ, REQUEST_HWM, SUBSCRIPTION_HWM
 
 KINDS = ("event.timing", "event.progress", "agent.heartbeat", "agent.register")
 STAGES = ("data", "io", "cpu", "gpu", "net")
@@ -53,7 +53,7 @@ class Fuzzer:
         self._seq: dict[str, int] = collections.defaultdict(int)
         self._endpoints = endpoints
         self._pub = _open(endpoints, zmq.PUB, endpoints.events_in, linger=2000,
-                          sndhwm=EVENT_HWM, rcvhwm=1)
+                          sndhwm=EVENT_HWM, rcvhwm=SUBSCRIPTION_HWM)
         self._req = _open(endpoints, zmq.DEALER, endpoints.requests, sndhwm=REQUEST_HWM,
                           rcvhwm=REQUEST_HWM)
 

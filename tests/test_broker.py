@@ -3,6 +3,7 @@ malformed input to the broker and to a service, and the event bus with sequence 
 from __future__ import annotations
 
 import threading
+import time
 
 import msgpack
 import pytest
@@ -532,3 +533,37 @@ def _no_service_now(requester, service):
     except RequestTimeout:
         pass
     return False
+
+
+def test_a_fresh_publishers_back_to_back_events_all_pass_a_topic_subscriber(broker):
+    """A trainer connects, then reports progress and timing back to back. The scheduler
+    subscribes to those two topics only, so the publisher must hold both subscriptions by its
+    first send: with a subscription queue of one message, the second topic's arrived later
+    and the first event.timing of nearly every trainer was dropped (profiles never updated
+    for short jobs)."""
+    sub = Subscriber(broker.endpoints, prefixes=("event.progress", "event.timing"))
+    split = []
+    try:
+        for k in range(24):  # each one races; one lost in a few is enough to show it
+            pub = Publisher(broker.endpoints, f"trainer.{k}")
+            try:
+                got: list = []
+                deadline = time.monotonic() + T
+                while not got and time.monotonic() < deadline:  # pairs until one gets through
+                    pub.publish("event.progress", job_id=k, iterations=1.0)
+                    pub.publish("event.timing", job_id=k, stages={"gpu": 0.1},
+                                iteration_time=0.1, iterations=1.0)
+                    msg = sub.recv(0.02)
+                    while msg is not None:
+                        got.append(msg)
+                        msg = sub.recv(0.02)
+                assert got, f"nothing from trainer.{k} within {T}s"
+                first = got[0]
+                assert first.type == "event.progress"
+                if not [m for m in got if m.seq == first.seq + 1 and m.type == "event.timing"]:
+                    split.append(k)
+            finally:
+                pub.close()
+    finally:
+        sub.close()
+    assert split == [], f"the first event.timing was lost for trainers {split}"

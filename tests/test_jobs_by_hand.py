@@ -15,7 +15,9 @@ from dataclasses import replace
 
 import pytest
 
+from broker.client import Publisher, Subscriber
 from broker.refusal import Refusal
+from broker.testing import broker_thread
 from node_agent import user_command
 from node_agent.config import AgentConfig
 from node_agent.gate import StageGate
@@ -268,6 +270,38 @@ def test_save_resume_stop_and_finish_write_what_the_scheduler_reads(tmp_path):
     assert checkpoint.read(tmp_path, 4).iterations == 35 and not checkpoint.read(tmp_path, 4).done
     assert api.Job(_env(tmp_path, 4), handle_sigterm=False).finish(40) == EXIT_FINISHED
     assert checkpoint.read(tmp_path, 4).done
+
+
+def test_a_short_launch_reports_its_stage_times_before_its_stop(tmp_path):
+    """A launch preempted (or finished) within the first report period still tells the
+    planner its pace: a first report after FIRST_REPORT_AFTER iterations, another at the stop,
+    seen by a subscriber to the scheduler's two topics through a real broker."""
+    with broker_thread() as broker:
+        endpoints = tmp_path / "endpoints.json"
+        broker.endpoints.save(endpoints)
+        sub = Subscriber(broker.endpoints, ("event.progress", "event.timing"))
+        probe = Publisher(broker.endpoints, "probe")
+        try:  # the subscription is at the broker before the trainer connects
+            wait_for(lambda: probe.publish("event.progress", job_id=0, iterations=0.0)
+                     or sub.recv(0.05) is not None, 10, "the subscription to reach the broker")
+            env = dict(_env(tmp_path, 8), INTERLACE_ENDPOINTS=str(endpoints))
+            job = api.Job(env, handle_sigterm=False)
+            steps = api.FIRST_REPORT_AFTER + 9
+            for _ in range(steps):
+                with job.stage("gpu"):
+                    pass
+                job.step()
+            assert job.stop(steps) == EXIT_STOPPED
+            timings: list[float] = []
+            while not timings or timings[-1] < steps:
+                msg = sub.recv(10)
+                assert msg is not None, f"timing events seen: {timings}"
+                if msg.sender == "trainer.8" and msg.type == "event.timing":
+                    timings.append(msg["iterations"])
+            assert timings[0] <= api.FIRST_REPORT_AFTER + 1 and timings[-1] == steps
+        finally:
+            probe.close()
+            sub.close()
 
 
 def test_sigterm_asks_the_loop_to_stop(tmp_path):

@@ -22,7 +22,7 @@ import broker.messages as messages
 import tests.test_service as test_service
 from broker.client import _open
 from broker.messages import Message, MessageError, decode, encode, make
-from broker.wire import EVENT_HWM
+from broker.wire import EVENT_HWM, SUBSCRIPTION_HWM
 from scheduler.core.engine import Core, SchedulingError
 from scheduler.core.policies import make_policy
 from scheduler.core.presets import get_preset
@@ -75,7 +75,7 @@ class RawPublisher:
     def __init__(self, endpoints: Any, sender: str):
         self.sender, self.seq = sender, 0
         self._sock = _open(endpoints, zmq.PUB, endpoints.events_in, linger=1000,
-                           sndhwm=EVENT_HWM, rcvhwm=1)
+                           sndhwm=EVENT_HWM, rcvhwm=SUBSCRIPTION_HWM)
 
     def publish(self, type_: str, **fields: Any) -> None:
         self.seq += 1

@@ -39,6 +39,7 @@ from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
 from trainer.stages import STAGES, TimingWindow
 
 REPORT_EVERY_S = 1.0  # wall seconds between stage-time reports to the planner
+FIRST_REPORT_AFTER = 20  # iterations after which a launch reports at once (short launches count)
 KEEP_CHECKPOINTS = 2  # the newest user checkpoints kept; older ones are removed
 
 
@@ -67,6 +68,7 @@ class Job:
         self._next_report = time.monotonic() + self.report_every
         self._done = 0
         self._counted_first = False
+        self._reported = False
         writer = self.rank == 0
         from trainer.torch_run import make_gate  # one gate factory for every trainer
 
@@ -108,14 +110,16 @@ class Job:
 
     def step(self) -> None:
         """One iteration ended: its stage times join the window, reported now and then (the
-        first one after a start is start-up, not the pace, and is left out)."""
+        first one after a start is start-up, not the pace, and is left out; the first report
+        comes after FIRST_REPORT_AFTER iterations, so that a short launch is measured too)."""
         now = time.monotonic()
         self._done += 1
         if self._counted_first:
             self._window.add(self._times, now - self._iteration_began)
         self._counted_first = True
         self._times, self._iteration_began = {}, now
-        if now >= self._next_report:
+        if now >= self._next_report or (
+                not self._reported and self._window.iterations >= FIRST_REPORT_AFTER):
             self._report()
             self._next_report = now + self.report_every
 
@@ -199,6 +203,7 @@ class Job:
         self._telemetry.publish(done, {k: v * scale for k, v in summary["stages"].items()},
                                 summary["iteration_time"] * scale)
         self._window.reset()
+        self._reported = True
 
 
 def job(**kwargs: Any) -> Job:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+JOIN_WAIT_S = 0.5  # a trainer's first report waits at most this long for the bus after start
+
 
 class Telemetry:
     """Publishes progress/timing events; a no-op without endpoints. Never fatal after startup."""
@@ -21,7 +23,7 @@ class Telemetry:
             from broker.client import Endpoints, Publisher  # imported lazily: zmq only when used
             from broker.curve import attach_client_key
             endpoints = attach_client_key(Endpoints.load(endpoints_file), client_key)
-            self._pub = Publisher(endpoints, f"trainer.{job_id}")
+            self._pub = Publisher(endpoints, f"trainer.{job_id}", join_wait=JOIN_WAIT_S)
 
     def report(self, iterations: float, spec: Any) -> None:
         """Progress and timing of an emulated run (`spec`: its EmulatedSpec)."""

@@ -32,9 +32,11 @@ def pump(state: LiveState, subscriber: Any, wait: float) -> None:
 
 def note_timing(state: LiveState, msg: Any) -> None:
     """A trainer measured its stages (trace seconds): fold them into the job's profile;
-    a move big enough re-weights the matching at once. Called with the lock held."""
+    a move big enough re-weights the matching at once. Called with the lock held. A queued
+    job's report counts too: a preempted trainer's last one arrives after the plan that
+    stopped it, and its stage times are still its own."""
     job = state.core.jobs.get(msg["job_id"])
-    if job is None or job.status is not Status.RUNNING:
+    if job is None or job.status is Status.DONE:
         return
     state.metrics.stage_times(msg["stages"])
     overhead = msg.get("restart_overhead")
