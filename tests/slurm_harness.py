@@ -225,6 +225,15 @@ class SlurmCluster:
                        check=False)
         return [tuple(line.split("|", 2)) for line in out.splitlines() if line.count("|") == 2]
 
+    def wait_ended(self, job_id: int, timeout: float) -> None:
+        """Until no process of the job is left: a cancelled job is CANCELLED at once, but
+        COMPLETING (squeue: CG) until its steps and batch script have exited."""
+        deadline = time.monotonic() + timeout
+        while self.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).strip():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still has processes after {timeout:.0f} s")
+            time.sleep(0.3)
+
     def wait_state(self, job_id: int, states: set[str], timeout: float) -> str:
         deadline = time.monotonic() + timeout
         while True:
