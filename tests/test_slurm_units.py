@@ -133,3 +133,12 @@ def test_the_agent_step_command_line_is_one_the_agent_subcommand_reads():
     assert (args.command, args.node, args.gpus_per_node, args.cpus, args.mem) == \
         ("agent", "n1", 4, 32, 100)
     assert args.time_scale == 200.0 and args.agent_args == ["--heartbeat", "1"]
+
+
+def test_run_outside_an_allocation_says_so_and_exits_2(monkeypatch, capsys):
+    from scheduler.tools.slurm.cli import main
+
+    for key in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        monkeypatch.delenv(key, raising=False)
+    assert main(["run", "--gpus-per-node", "4"]) == 2
+    assert "interlace-slurm submit" in capsys.readouterr().err

@@ -33,8 +33,9 @@ def _run_parser(sub) -> None:
                    help="on the time-limit warning, stop without requeueing the job")
     p.add_argument("--warn-signal", default="USR1",
                    help="the signal sbatch --signal=B:SIG@S sends before the limit (USR1)")
-    p.add_argument("--stop-timeout", type=float, default=60.0,
-                   help="seconds each agent gets to checkpoint its trainers and exit")
+    p.add_argument("--stop-timeout", type=float, default=20.0,
+                   help="seconds the agents get to checkpoint their trainers and exit (20: "
+                   "the whole stop must end within Slurm's KillWait, 30 s by default)")
     p.add_argument("--scheduler-arg", action="append", default=[], metavar="ARG",
                    help="passed on to the scheduler (repeat; e.g. --scheduler-arg=--round=2)")
     p.add_argument("--agent-arg", action="append", default=[], metavar="ARG",

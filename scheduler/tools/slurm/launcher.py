@@ -43,7 +43,7 @@ class Settings:
     trace: str | None = None  # None: no feeder, jobs come from interlace-submit
     host: str | None = None  # the broker's interface; None: this node's address
     requeue: bool = True  # on the time-limit warning, requeue after checkpointing
-    stop_timeout: float = 60.0  # seconds each agent step gets to checkpoint and exit
+    stop_timeout: float = 20.0  # seconds the agent steps get to checkpoint and exit
     slurm_gpus: bool = False  # GPUs came from Slurm's GRES: ask for them in each step
     scheduler_args: tuple[str, ...] = ()
     agent_args: tuple[str, ...] = ()
@@ -137,14 +137,13 @@ class Launcher:
                 if rc is None or name in gone:
                     continue
                 gone.add(name)
-                if name == "feeder":
-                    stop.set(DONE if rc == 0 else FAILED)
-                elif name in ("broker", "scheduler"):
-                    stop.set(FAILED)
                 if name == "feeder" and rc == 0:
                     self.log.info("trace_done")
-                else:
-                    self.log.warning("component_exited", name=name, rc=rc)
+                    stop.set(DONE)
+                    continue
+                self.log.warning("component_exited", name=name, rc=rc)
+                if name in ("feeder", "broker", "scheduler"):  # an agent's loss is survivable
+                    stop.set(FAILED)
         return stop.reason
 
     # -- stop -----------------------------------------------------------------------------
@@ -154,14 +153,15 @@ class Launcher:
         agents = [n for n in self.procs if n.startswith(steps.STEP_PREFIX)]
         if any(self.procs[n].poll() is None for n in agents):
             self._signal_steps(signal.SIGTERM)
+        deadline = time.monotonic() + self.s.stop_timeout  # one deadline for all of them
         for name in agents:
-            self._reap(name, self.s.stop_timeout)
-        for name in ("feeder", "scheduler", "broker"):
+            self._reap(name, max(0.0, deadline - time.monotonic()))
+        for name in ("feeder", "scheduler", "broker"):  # each stops in about a second
             if name in self.procs:
                 self._signal(name, signal.SIGTERM)
-                self._reap(name, 30.0)
+                self._reap(name, 10.0)
 
-    def _signal_steps(self, sig: int) -> None:
+    def _signal_steps(self, sig: signal.Signals) -> None:
         """`scancel --signal` without --batch reaches every step but the batch step: the
         agents themselves, not their `srun`s (which would make SIGTERM a SIGKILL)."""
         done = subprocess.run(["scancel", f"--signal={sig.name.removeprefix('SIG')}",
