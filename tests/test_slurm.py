@@ -85,8 +85,8 @@ def _ledger_ends(run_dir: Path, how: str) -> list[dict]:
 
 
 def _stopped_cleanly(run_dir: Path) -> None:
-    """The orderly stop: agents first (each stopped its trainers with a checkpoint), then the
-    scheduler closed its journal, the broker last; no trainer was killed."""
+    """The orderly stop: the agents first (each stopped its trainers with a checkpoint and
+    exited cleanly), then the feeder, the scheduler (journal closed), the broker last."""
     order = [r["name"] for r in _events(run_dir, "slurm-launcher", "component_stopped")]
     agents = {f"interlace-agent-n{i}" for i in range(NODES)}
     tail = order[-(NODES + 3):]
