@@ -151,6 +151,10 @@ class SlurmCluster:
         if self.procs.get("slurmctld") and self.procs["slurmctld"].poll() is None:
             subprocess.run(["scancel", "--full", "--partition=test"], env=self.env(),
                            capture_output=True, timeout=20)
+            deadline = time.monotonic() + 30  # a job's processes end before their slurmd
+            while self.run("squeue", "-h", "-o", "%i", check=False).strip() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.3)
         for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
