@@ -74,6 +74,8 @@ def _conf(root: Path, nodes: list[str], ports: list[int], cpus: int, host: str) 
         "AccountingStorageType=accounting_storage/none",
         "JobCompType=jobcomp/none",
         "SchedulerType=sched/builtin",
+        "SchedulerParameters=sched_interval=1",  # a job whose begin time passed starts now,
+        # not at the next minute's pass (a requeued job released with StartTime=now+2)
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "ReturnToService=2",

@@ -39,7 +39,8 @@ def agent_step(python: str, alloc: Allocation, index: int, run_dir: Path, time_s
                    "--node", alloc.agent_name(index), "--run-dir", str(run_dir),
                    "--gpus-per-node", str(alloc.gpus_per_node),
                    "--cpus", str(alloc.cpus_per_node), "--mem", str(alloc.mem_gb),
-                   "--time-scale", repr(float(time_scale)), *(["--", *agent_args] if agent_args else [])]
+                   "--time-scale", repr(float(time_scale)),
+                   *(["--", *agent_args] if agent_args else [])]
 
 
 def node_agent(python: str, node: str, gpus: Sequence[int], cpus: int, mem_gb: int,
