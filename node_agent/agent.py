@@ -167,7 +167,7 @@ class Agent:
         except Exception:  # never leave the job stuck in `stopping`
             self.log.exception("stop_failed", job=job.job_id)
         its = self.iterations(job.job_id, job.start)
-        finished = rc == EXIT_FINISHED  # it completed as the stop arrived
+        finished = self.ended_finished(job.job_id, rc)  # it completed as the stop arrived
         report = {"job_id": job.job_id, "node": self.cfg.node, "iterations": its,
                   "requested": True, "finished": finished}
         if rc is not None:
@@ -178,6 +178,24 @@ class Agent:
             self._stoppers.pop(job.job_id, None)
             self.table.outbox.append(("job.stopped", report))
         self.log.info("job_stopped", job=job.job_id, iterations=its, exit=rc, finished=finished)
+
+    def ended_finished(self, job_id: int, rc: int | None) -> bool:
+        """Whether a stopped trainer had in fact finished: exit 0, or its final checkpoint
+        (done) is written. A trainer that finished just as a SIGTERM came can die of it in
+        its interpreter's teardown (default handlers again) after writing that checkpoint;
+        reported `stopped`, the job ran a second time, from its end (found under Slurm)."""
+        if rc == EXIT_FINISHED:
+            return True
+        ckpt = checkpoint.read(self.cfg.checkpoint_dir, job_id)
+        return bool(ckpt is not None and ckpt.done)
+
+    def shutdown_report(self, job: Job, rc: int | None) -> tuple[str, dict[str, Any]]:
+        """The report of a job stopped because the agent is shutting down."""
+        fields = {"job_id": job.job_id, "node": self.cfg.node,
+                  "iterations": self.iterations(job.job_id, job.start)}
+        if self.ended_finished(job.job_id, rc):
+            return "job.finished", dict(fields, ok=True)
+        return "job.stopped", fields
 
     def _terminate(self, job: Job) -> int:
         """SIGTERM every rank, wait (bounded), SIGKILL; returns the lead's exit status."""
@@ -270,10 +288,7 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
         svc_stop.set()  # no launches from here on
         svc.join(timeout=5.0)
         for job, rc in agent.stop_all():
-            its = agent.iterations(job.job_id, job.start)
-            kind = "job.finished" if rc == EXIT_FINISHED else "job.stopped"
-            fields = {"job_id": job.job_id, "node": cfg.node, "iterations": its}
-            agent.outbox.append((kind, dict(fields, ok=True) if kind == "job.finished" else fields))
+            agent.outbox.append(agent.shutdown_report(job, rc))
         agent.collect()
         link.deliver(once=True)
         link.req.close()
