@@ -24,20 +24,9 @@ from scheduler.core.state import Status
 
 
 def pending_order(core: Any) -> list[Any]:
-    """The pending jobs in the policy's order: by the key of a policy that keeps a sorted
-    order (`order.CarriedOrder`: FIFO, SRTF, SRSF, AntMan), else as the policy last sorted
-    its runnable jobs (`Policy.carried_order`: Muri, Themis), new ones after; ties and
-    anything else in submission order. Read-only: the policy's state is not touched."""
-    pending = [j for j in core.queue if j.status is Status.PENDING]
-    policy = core.policy
-    key = getattr(getattr(policy, "_kept", None), "key", None)
-    if callable(key):
-        return sorted(pending, key=key)  # stable: submission order among ties
-    rank: dict[int, int] = {}
-    for job in getattr(policy, "_order", None) or ():
-        rank.setdefault(job.id, len(rank))
-    tail = len(rank)
-    return sorted(pending, key=lambda j: rank.get(j.id, tail))
+    """The pending jobs in the policy's order (`Policy.queue_order`), ties in submission
+    order. Read-only: the policy's state is not touched."""
+    return core.policy.queue_order([j for j in core.queue if j.status is Status.PENDING])
 
 
 def projection(core: Any, time_scale: float) -> dict[int, tuple[int, float | None]]:

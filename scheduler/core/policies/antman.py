@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
@@ -97,6 +98,9 @@ class AntMan(Policy):
         # jobs run, it is this round's plan too
         self._plan: Plan | None = None
         self._plan_changes = -1
+
+    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+        return sorted(pending, key=self._kept.key)  # stable: the order given among ties
 
     def on_submit(self, job: Job, now: float) -> None:
         self._kept.add(job)

@@ -54,6 +54,15 @@ class Policy:
         self._order = order
         return order
 
+    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+        """`pending` in this policy's order, for people (a job's queue position): as it
+        last sorted its runnable jobs, jobs new to it after, in the order given. Read-only."""
+        rank: dict[int, int] = {}
+        for job in self._order:
+            rank.setdefault(job.id, len(rank))
+        tail = len(rank)
+        return sorted(pending, key=lambda j: rank.get(j.id, tail))
+
     def on_submit(self, job: Job, now: float) -> None:
         """A job arrived: set policy bookkeeping (queues, first estimates)."""
 

@@ -1,7 +1,7 @@
 """Exclusive-GPU policies that differ only in the order they serve jobs: FIFO, SRTF, SRSF."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from scheduler.core.policies.base import Policy, Replay, RoundContext, place_in_order
 from scheduler.core.policies.order import CarriedOrder
@@ -17,6 +17,9 @@ class PriorityPolicy(Policy):
         self.key = key
         self._kept = CarriedOrder(key)  # the carried order, kept between rounds
         self._replay = Replay()  # last round's placements, reused where this round repeats them
+
+    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+        return sorted(pending, key=self._kept.key)  # stable: the order given among ties
 
     def on_submit(self, job: Job, now: float) -> None:
         self._kept.add(job)
