@@ -117,6 +117,23 @@ class Simulator:
             self._busy = (plan, busy)
         return busy
 
+    def _done(self, dt: float) -> dict[int, float]:
+        """Iterations each running job finished in the last `dt` seconds (what is left of
+        its overhead is paid first, unless the preset charges it at every event)."""
+        done = {}
+        if self.preset.overhead_every_event:
+            for job_id, run in self.runs.items():
+                effective = dt - run.overhead
+                tt = run.tt
+                # max(effective, 0.0) / tt, without the calls (the same float, NaN included)
+                done[job_id] = (0.0 if effective < 0.0 else effective) / tt if tt > 0 else 0.0
+            return done
+        for job_id, run in self.runs.items():
+            effective = dt - run.overhead
+            run.overhead = max(run.overhead - dt, 0.0)
+            done[job_id] = max(effective, 0.0) / run.tt if run.tt > 0 else 0.0
+        return done
+
     def _ends(self, now: float) -> list[tuple[float, int]]:
         """(when it ends if nothing changes, job id) of each running job, in plan order."""
         jobs = self.core.jobs
@@ -154,20 +171,12 @@ class Simulator:
             while i < n and arrivals[i] <= t + tolerance:
                 core.submit(records[i], arrivals[i])
                 i += 1
-            done = {}
-            dt = t - last
-            for job_id, run in self.runs.items():
-                effective = dt - run.overhead
-                if not self.preset.overhead_every_event:
-                    run.overhead = max(run.overhead - dt, 0.0)
-                done[job_id] = max(effective, 0.0) / run.tt if run.tt > 0 else 0.0
-            core.advance(t, done)
+            core.advance(t, self._done(t - last))
             plan = core.round(t)
             rounds += 1
             self._apply(plan, t)
             wakeup = plan.wakeup
-            ends = _grouped_ends(self._ends(t), self._end_rel)
-            heapq.heapify(ends)
+            ends = _end_heap(self._ends(t), self._end_rel)
             utilisation.append((t, self._busy_gpus(plan)))
             last = t
             if self.on_round is not None:
@@ -200,6 +209,23 @@ def _grouped_arrivals(records: Sequence[JobRecord], rel: float) -> list[float]:
             events.append(t)
             out.append(t)
     return out
+
+
+def _end_heap(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
+    """`_grouped_ends(ends, rel)` as a heap. Most rounds group nothing: then the ends sorted
+    (a sorted list is a heap, and pops follow the values alone) are the answer, and the
+    test that no two are close (as _grouped_ends makes it) reads that same sorted list."""
+    if 0 < rel < 0.5:
+        ordered = sorted(ends)
+        times = [end for end, _ in ordered]
+        if math.isfinite(sum(times)):
+            twice = 2.0 * rel
+            if not any(b - a <= twice * max(b, -a) for a, b in zip(times, times[1:])):
+                return ordered
+    if rel > 0:
+        ends = _grouped_ends(ends, rel)
+    heapq.heapify(ends)
+    return ends
 
 
 def _grouped_ends(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
