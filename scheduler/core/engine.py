@@ -200,7 +200,8 @@ class Core:
         running = plan.running()
         # Only jobs that ran or run now change; a waiting job stays as it is (no group).
         # (Each job's update is its own, so the order they are made in does not matter.)
-        stopped = [job for job_id, job in self._running.items() if job_id not in running]
+        was = self._running
+        stopped = [was[job_id] for job_id in was.keys() - running.keys()]
         for job in stopped:
             job.status = Status.PENDING
             job.preemptions += 1
@@ -239,8 +240,8 @@ class Core:
         """Running jobs in submission order, whatever order a policy planned them in."""
         order = self._running_order
         if order is None:
-            arrival = self._arrival
-            order = sorted(self._running.values(), key=lambda j: arrival[j.id])
+            running = self._running
+            order = [running[j] for j in sorted(running, key=self._arrival.__getitem__)]
             self._running_order = order
         return list(order)
 

@@ -67,6 +67,10 @@ class ClusterState:
             self.free_mask[node], self.free_count[node], self.free_cpus[node] = 0, 0, 0
             self.free_total -= g
 
+    def free_when_empty(self) -> int:
+        """The free GPUs `reset` leaves (every online node's), without resetting."""
+        return self._per_node * (self.spec.num_nodes - len(self.offline))
+
     @property
     def free_gpus(self) -> list[list[int]]:
         """Each node's free GPU ids, ascending (a view for people and tests)."""

@@ -42,14 +42,14 @@ class Job:
     group_key: tuple[int, ...] = ()  # ids of the current group's members
     restart_overhead: float = 0.0  # seconds a (re)start costs it: the preset's, then measured
     policy_data: dict = field(default_factory=dict)  # per-policy bookkeeping (e.g. Themis)
+    # the record's id and #GPUs, copied once (the record is frozen): every round reads them
+    # for every running job, and a slot is cheaper to read than a property
+    id: int = field(init=False, repr=False)
+    num_gpu: int = field(init=False, repr=False)
 
-    @property
-    def id(self) -> int:
-        return self.record.job_id
-
-    @property
-    def num_gpu(self) -> int:
-        return self.record.num_gpu
+    def __post_init__(self) -> None:
+        self.id = self.record.job_id
+        self.num_gpu = self.record.num_gpu
 
     @property
     def submit_time(self) -> float:

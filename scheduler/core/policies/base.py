@@ -164,14 +164,14 @@ class Replay:
         self.free_total = 0  # the cluster's free GPUs as this walk has left them
 
     def start(self, cluster: ClusterState) -> None:
-        """A walk begins on `cluster`, emptied here."""
-        cluster.reset()
+        """A walk begins on `cluster` as if emptied; it is emptied only where this walk
+        parts from the last (a walk that repeats the last one never touches it)."""
         key = (id(cluster), frozenset(cluster.offline))
         if key != self._key:  # another cluster, or other nodes offline: start afresh
             self._key, self._trail, self._groups = key, [], {}
         self._new = []
         self._same = True
-        self.free_total = cluster.free_total
+        self.free_total = cluster.free_when_empty()
 
     def place(self, cluster: ClusterState, gpus: int) -> tuple | None:
         """`cluster.place(gpus)` as this walk's next request."""
@@ -185,6 +185,7 @@ class Replay:
                 self.free_total = entry[2]
                 return entry[1]
             self._same = False  # the walks part here: make this walk's requests so far
+            cluster.reset()
             for asked, answer, _ in new:
                 if answer is not None:
                     cluster.place(asked)
@@ -202,15 +203,14 @@ class Replay:
         answer) and its solo time are unchanged."""
         old = self._groups
         made = {}
-        out = []
         for job, slices in zip(jobs, where):
-            group = old.get(job.id)
+            job_id = job.id
+            group = old.get(job_id)
             if group is None or group.placement is not slices or group.tt != job.solo_time:
-                group = solo_group(job, slices)
-            made[job.id] = group
-            out.append(group)
+                group = Group((job_id,), job.num_gpu, job.solo_time, tuple(slices))  # solo_group
+            made[job_id] = group
         self._groups = made
-        return out
+        return list(made.values())
 
 
 def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int] | None,
@@ -231,16 +231,20 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
         replay = Replay()
     replay.start(cluster)
     place = replay.place
-    left = dict(sizes)  # what Remaining does, inlined: this loop runs for every job placed
+    # Replay.place's repeat of the last walk, inlined (this loop runs for every job placed)
+    trail, new, same = replay._trail, replay._new, True
+    repeats = len(trail)
+    free_total = replay.free_total
+    left = dict(sizes)  # what Remaining does, inlined
     smallest = min(left, default=math.inf)
     failed = math.inf  # the smallest request that did not fit; room only shrinks
     chosen: list[Job] = []
     where: list = []
     positions: list[int] = []
     for position, job in enumerate(order):
-        if replay.free_total < smallest or failed <= smallest:
+        if free_total < smallest or failed <= smallest:
             break
-        gpus = job.record.num_gpu
+        gpus = job.num_gpu
         count = left[gpus] - 1
         if count:
             left[gpus] = count
@@ -250,7 +254,20 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
                 smallest = min(left, default=math.inf)
         if gpus >= failed:
             continue
-        slices = place(cluster, gpus)
+        if same:
+            k = len(new)
+            if k < repeats and trail[k][0] == gpus:
+                entry = trail[k]
+                new.append(entry)
+                free_total = entry[2]
+                slices = entry[1]
+            else:
+                same = False
+                slices = place(cluster, gpus)
+                free_total = replay.free_total
+        else:
+            slices = place(cluster, gpus)
+            free_total = replay.free_total
         if slices is None:
             if monotone:
                 failed = gpus
@@ -258,6 +275,7 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
         chosen.append(job)
         where.append(slices)
         positions.append(position)
+    replay.free_total = free_total
     replay.finish()
     return chosen, where, positions
 
