@@ -62,6 +62,9 @@ class Simulator:
         self.arrivals = _grouped_arrivals(self.records, preset.arrival_grouping_rel)
         self._end_rel = preset.end_grouping_rel.get(policy, 0.0)
         self._busy: tuple[Plan | None, int] = (None, 0)  # the last plan and its busy GPUs
+        # the groups _apply last made runs of, and how many runs: groups handed back again
+        # (the same tuple) with every run still there keep the runs as they are
+        self._applied: tuple[tuple[Group, ...] | None, int] = (None, 0)
 
     def _apply(self, plan: Plan, now: float) -> None:
         """Turn a plan into per-job run parameters, charging overheads as the preset says: at
@@ -69,9 +72,12 @@ class Simulator:
         regroup that is not in place); a job kept or regrouped in place pays what it still
         owed. A group the plan hands back unchanged (the same object) keeps its runs as they
         are: its members neither (re)start nor change pace, so a round costs what changed."""
+        previous = self.runs
+        applied, count = self._applied
+        if plan.groups is applied and len(previous) == count:
+            return  # the very groups applied last, every run still there: all kept
         preset, cost = self.preset, self._cost
         group_sum = preset.overhead_group_sum
-        previous = self.runs
         charge_all = preset.overhead_every_event
         runs: dict[int, _Run] = {}
         for group in plan.groups:
@@ -101,6 +107,7 @@ class Simulator:
                     overhead = old.overhead
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement, group)
         self.runs = runs
+        self._applied = (plan.groups, len(runs))
 
     def _starts(self, old: _Run | None, group: Group) -> bool:
         """Whether a member of `group` (re)starts, as plan_changes classifies it from its
@@ -110,9 +117,9 @@ class Simulator:
                                      self.preset) in plan_changes.STARTS
 
     def _busy_gpus(self, plan: Plan) -> int:
-        """GPUs in use under `plan` (a plan handed back unchanged is not counted again)."""
+        """GPUs in use under `plan` (groups handed back unchanged are not counted again)."""
         last, busy = self._busy
-        if plan is not last:
+        if last is None or plan.groups is not last.groups or plan.shared_gpus != last.shared_gpus:
             busy = _busy_gpus(plan)
             self._busy = (plan, busy)
         return busy
@@ -294,7 +301,7 @@ def _grouped_ends_scan(ends: list[tuple[float, int]], rel: float) -> list[tuple[
 
 def _busy_gpus(plan: Plan) -> int:
     if not plan.shared_gpus:
-        return sum(g.num_gpu for g in plan.groups)
+        return sum([g.num_gpu for g in plan.groups])
     cells = set()
     loose = 0
     for group in plan.groups:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import is_
 from typing import Iterable, Mapping, Sequence
 
 from scheduler.core.placement import ClusterState
@@ -153,7 +154,7 @@ class Replay:
     The cluster is left as scratch: every user of it empties it first.
     """
 
-    __slots__ = ("_trail", "_new", "_same", "_key", "_groups", "free_total")
+    __slots__ = ("_trail", "_new", "_same", "_key", "_groups", "_made", "free_total")
 
     def __init__(self) -> None:
         self._trail: list[tuple[int, tuple | None, int]] = []  # (#GPUs, answer, free after)
@@ -161,6 +162,7 @@ class Replay:
         self._same = False  # whether every request of this walk so far repeats the last
         self._key: tuple | None = None
         self._groups: dict[int, Group] = {}  # job id -> its group in the last walk
+        self._made: tuple[Group, ...] = ()  # the groups the last walk handed out, in order
         self.free_total = 0  # the cluster's free GPUs as this walk has left them
 
     def start(self, cluster: ClusterState) -> None:
@@ -194,13 +196,34 @@ class Replay:
         new.append((gpus, slices, self.free_total))
         return slices
 
+    def place_all(self, cluster: ClusterState, sizes: Sequence[int]) -> list:
+        """A whole walk: start, `place` for each of `sizes` (#GPUs) in turn, finish."""
+        self.start(cluster)
+        trail, new = self._trail, self._new
+        k = 0
+        for k, gpus in enumerate(sizes):  # the requests that repeat the last walk's
+            if k >= len(trail) or trail[k][0] != gpus:
+                break
+            new.append(trail[k])
+        else:
+            k = len(sizes)
+        if k:
+            self.free_total = new[-1][2]
+        result = [entry[1] for entry in new]
+        place = self.place
+        result.extend(place(cluster, gpus) for gpus in sizes[k:])
+        self.finish()
+        return result
+
     def finish(self) -> None:
         """The walk ended: the next one is compared with it."""
         self._trail = self._new
 
-    def groups(self, jobs: Sequence[Job], where: Sequence[tuple]) -> list[Group]:
+    def groups(self, jobs: Sequence[Job], where: Sequence[tuple]) -> tuple[Group, ...]:
         """Each job's group alone on its GPUs: last walk's where the job, its GPUs (the same
-        answer) and its solo time are unchanged."""
+        answer) and its solo time are unchanged. When every group, in order, is last
+        walk's, last walk's tuple itself is handed back: the core and the simulator then
+        know the round changed nothing that runs without looking at each group."""
         old = self._groups
         made = {}
         for job, slices in zip(jobs, where):
@@ -210,7 +233,12 @@ class Replay:
                 group = Group((job_id,), job.num_gpu, job.solo_time, tuple(slices))  # solo_group
             made[job_id] = group
         self._groups = made
-        return list(made.values())
+        out = tuple(made.values())
+        last = self._made
+        if len(out) == len(last) and all(map(is_, out, last)):
+            return last
+        self._made = out
+        return out
 
 
 def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int] | None,
