@@ -107,13 +107,14 @@ def test_placement_answers_are_shared_and_equal_the_definition(requests, offline
     assert all(a is b for a, b, g in zip(again, first, requests) if a is not None and g <= 4)
 
 
-ENDS = st.lists(st.tuples(st.sampled_from([1.0, 1.0 + 1e-10, 2.0, 2.0 + 3e-9, 5.0, 100.0,
-                                           float("inf")]),
-                          st.integers(0, 1000)), max_size=12, unique_by=lambda e: e[1])
+ENDS = st.lists(st.tuples(st.sampled_from([1.0, 1.0 + 1e-10, 1.0 + 1.5e-9, 1.0 + 2.2e-9, 2.0,
+                                           2.0 + 3e-9, 2.0 - 2e-9, 5.0, 100.0, 0.0, -1.0,
+                                           -1.0 - 1e-9, float("inf")]),
+                          st.integers(0, 1000)), max_size=14, unique_by=lambda e: e[1])
 
 
-@settings(max_examples=300, deadline=None)
-@given(ENDS, st.sampled_from([0.0, 1e-9, 1e-8, 0.6]))
+@settings(max_examples=500, deadline=None)
+@given(ENDS, st.sampled_from([0.0, 1e-9, 2e-9, 1e-8, 0.6]))
 def test_the_end_heap_pops_what_the_grouped_ends_pop(ends, rel):
     grouped = _grouped_ends(list(ends), rel)
     heapq.heapify(grouped)

@@ -229,10 +229,37 @@ def _end_heap(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, in
             twice = 2.0 * rel
             if not any(b - a <= twice * max(b, -a) for a, b in zip(times, times[1:])):
                 return ordered
+            ends = _grouped_near(ends, rel)
+            heapq.heapify(ends)
+            return ends
     if rel > 0:
         ends = _grouped_ends(ends, rel)
     heapq.heapify(ends)
     return ends
+
+
+def _grouped_near(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
+    """_grouped_ends over finite `ends` (0 < rel < 0.5), grouping only the ends that have
+    another within reach. An end whose nearest values (in sorted order) are both out of
+    reach (near |end|, which any end close to it is within, see _grouped_ends) is close to
+    no other: it makes its own event and no other end joins it. So the ends within reach of
+    another are grouped among themselves, in plan order, and the rest stay as they are."""
+    near = 2.0 * rel / (1.0 - rel)
+    times = [end for end, _ in ends]
+    ranked = sorted(range(len(ends)), key=times.__getitem__)
+    within = set()
+    for a, b in zip(ranked, ranked[1:]):
+        low, high = times[a], times[b]
+        if high - low <= near * abs(low) or high - low <= near * abs(high):
+            within.add(a)
+            within.add(b)
+    if len(within) == len(ends):
+        return _grouped_ends(ends, rel)
+    places = sorted(within)
+    out = list(ends)
+    for k, grouped in zip(places, _grouped_ends([ends[k] for k in places], rel)):
+        out[k] = grouped
+    return out
 
 
 def _grouped_ends(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
