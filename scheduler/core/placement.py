@@ -45,9 +45,10 @@ class ClusterState:
                           for s in range(spec.num_switch)]
         self._bits: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}  # see _lowest
         self._masks: dict[tuple[int, ...], int] = {}  # GPU ids -> their bit mask (-1: bad)
-        # (node, free mask, #GPUs) -> (place's answer, the mask left): one answer object per
-        # distinct placement, so that callers see an unchanged placement as the same object
-        self._answers: dict[tuple[int, int, int], tuple[tuple[NodeSlice, ...], int]] = {}
+        # (node, free mask, #GPUs) -> (place's answer, the mask left), and (node, GPU ids) ->
+        # that answer: one answer object per distinct placement, so that callers see an
+        # unchanged placement as the same object
+        self._answers: dict[tuple, tuple] = {}
         # CPUs a job of g <= gpus_per_node GPUs takes on its one node, by g (asked per job)
         self._alone_cpus = [demand.cpus(g, g) for g in range(self._per_node + 1)]
         self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
@@ -140,10 +141,16 @@ class ClusterState:
 
     def _answer(self, node: int, mask: int, count: int) -> tuple[tuple[NodeSlice, ...], int]:
         """place's answer for `count` GPUs on `node` with free GPUs `mask`, remembered."""
-        if len(self._answers) > 65536:
-            self._answers.clear()
+        answers = self._answers
+        if len(answers) > 65536:
+            answers.clear()
         taken, rest = self._lowest(mask, count)
-        hit = self._answers[(node, mask, count)] = ((NodeSlice(node, taken),), rest)
+        # the same GPUs, whatever else was free: the same answer (kept under the key (node,
+        # GPU ids), which no (node, mask, count) key equals)
+        answer = answers.get((node, taken))
+        if answer is None:
+            answer = answers[(node, taken)] = (NodeSlice(node, taken),)
+        hit = answers[(node, mask, count)] = (answer, rest)
         return hit
 
     def can_place(self, num_gpu: int) -> bool:

@@ -161,7 +161,9 @@ class Replay:
         self._new: list[tuple[int, tuple | None, int]] = []
         self._same = False  # whether every request of this walk so far repeats the last
         self._key: tuple | None = None
-        self._groups: dict[int, Group] = {}  # job id -> its group in the last walk
+        # (job id, id of its placement answer) -> its group alone there: a job placed again
+        # where it ran before (the same answer object) gets that group back
+        self._groups: dict[tuple[int, int], Group] = {}
         self._made: tuple[Group, ...] = ()  # the groups the last walk handed out, in order
         self.free_total = 0  # the cluster's free GPUs as this walk has left them
 
@@ -220,20 +222,23 @@ class Replay:
         self._trail = self._new
 
     def groups(self, jobs: Sequence[Job], where: Sequence[tuple]) -> tuple[Group, ...]:
-        """Each job's group alone on its GPUs: last walk's where the job, its GPUs (the same
-        answer) and its solo time are unchanged. When every group, in order, is last
+        """Each job's group alone on its GPUs: the one made before where the job, its GPUs (the
+        same answer) and its solo time are unchanged. When every group, in order, is last
         walk's, last walk's tuple itself is handed back: the core and the simulator then
         know the round changed nothing that runs without looking at each group."""
-        old = self._groups
-        made = {}
+        known = self._groups
+        if len(known) > 65536:
+            known.clear()
+        out = []
         for job, slices in zip(jobs, where):
-            job_id = job.id
-            group = old.get(job_id)
+            key = (job.id, id(slices))
+            group = known.get(key)
+            # (the group holds its placement, so no other object has that id meanwhile)
             if group is None or group.placement is not slices or group.tt != job.solo_time:
-                group = Group((job_id,), job.num_gpu, job.solo_time, tuple(slices))  # solo_group
-            made[job_id] = group
-        self._groups = made
-        out = tuple(made.values())
+                group = known[key] = Group((job.id,), job.num_gpu, job.solo_time,
+                                           tuple(slices))  # solo_group
+            out.append(group)
+        out = tuple(out)
         last = self._made
         if len(out) == len(last) and all(map(is_, out, last)):
             return last
