@@ -87,6 +87,31 @@ class Group:
     empty_slot: bool = False  # the 3-stage "member 0, empty slot, member 1" layout
 
 
+def _alone_maker():
+    """Group((job_id,), num_gpu, tt, placement) for a job alone, made by setting the slots
+    directly: a frozen dataclass's __init__ goes through object.__setattr__ per field, and
+    every round of a simulation makes groups for the jobs that moved."""
+    new = object.__new__
+    set_jobs, set_gpus, set_tt, set_where, set_empty = (
+        Group.__dict__[name].__set__
+        for name in ("jobs", "num_gpu", "tt", "placement", "empty_slot"))
+
+    def alone(job_id: int, num_gpu: int, tt: float,
+              placement: tuple[NodeSlice, ...]) -> Group:
+        group = new(Group)
+        set_jobs(group, (job_id,))
+        set_gpus(group, num_gpu)
+        set_tt(group, tt)
+        set_where(group, placement)
+        set_empty(group, False)
+        return group
+
+    return alone
+
+
+alone = _alone_maker()
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The outcome of one round: what runs, where, how fast; and when to wake the core."""

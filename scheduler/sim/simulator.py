@@ -10,6 +10,8 @@ import bisect
 import heapq
 import math
 import time
+from itertools import repeat
+from operator import le, mul, neg, sub
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -226,8 +228,11 @@ def _end_heap(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, in
         ordered = sorted(ends)
         times = [end for end, _ in ordered]
         if math.isfinite(sum(times)):
-            twice = 2.0 * rel
-            if not any(b - a <= twice * max(b, -a) for a, b in zip(times, times[1:])):
+            later, earlier = times[1:], times[:-1]
+            # any(b - a <= 2 rel * max(b, -a)) over neighbours a, b: the same arithmetic,
+            # mapped (no Python frame per pair)
+            if not any(map(le, map(sub, later, earlier),
+                           map(mul, repeat(2.0 * rel), map(max, later, map(neg, earlier))))):
                 return ordered
             ends = _grouped_near(ends, rel)
             heapq.heapify(ends)

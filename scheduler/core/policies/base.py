@@ -9,7 +9,7 @@ from typing import Iterable, Mapping, Sequence
 from scheduler.core.placement import ClusterState
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.presets import Preset
-from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
+from scheduler.core.state import Group, Job, NodeSlice, Plan, Status, alone
 
 
 @dataclass(slots=True)
@@ -235,7 +235,7 @@ class Replay:
             group = known.get(key)
             # (the group holds its placement, so no other object has that id meanwhile)
             if group is None or group.placement is not slices or group.tt != job.solo_time:
-                group = known[key] = Group((job.id,), job.num_gpu, job.solo_time,
+                group = known[key] = alone(job.id, job.num_gpu, job.solo_time,
                                            tuple(slices))  # solo_group
             out.append(group)
         out = tuple(out)
