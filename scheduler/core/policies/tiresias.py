@@ -23,6 +23,8 @@ class Tiresias(Policy):
     def __init__(self, preset):
         super().__init__(preset)
         self.limits = tuple(preset.tiresias_limits)
+        # each queue's limit less the demotion slack, worked out once (the same floats)
+        self._thresholds = tuple(limit - preset.tiresias_demotion_slack for limit in self.limits)
         self.queues: list[list[Job]] = [[] for _ in range(len(self.limits) + 1)]
         self.sizes: dict[int, int] = {}  # #GPUs -> how many jobs of that size are queued
         self._replay = Replay()  # last round's placements, reused where this round repeats them
@@ -42,9 +44,10 @@ class Tiresias(Policy):
 
     def on_advance(self, job: Job, now: float) -> None:
         q = job.queue
-        if q >= len(self.limits):
+        thresholds = self._thresholds
+        if q >= len(thresholds):
             return
-        if job.queue_attained * job.num_gpu >= self.limits[q] - self.preset.tiresias_demotion_slack:
+        if job.queue_attained * job.num_gpu >= thresholds[q]:
             self._demote(job, q)
         elif math.ceil(self.limits[q] / job.num_gpu) - job.queue_attained + now <= now:
             # (_demotion_time, inlined: the same arithmetic)
