@@ -121,7 +121,7 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]],
 
 def place_in_order(ctx: RoundContext, order: Sequence[Job],
                    sizes: Mapping[int, int] | None = None,
-                   replay: Replay | None = None) -> list[Group]:
+                   replay: Replay | None = None) -> Sequence[Group]:
     """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits.
 
     With sticky placement, which jobs run is still decided greedily in priority order (on an
