@@ -70,7 +70,7 @@ def test_a_repeated_walk_hands_back_the_same_groups_and_a_changed_one_new_ones()
     first = walk(jobs)
     again = walk(jobs)
     assert all(a is b for a, b in zip(first, again))
-    assert first == [solo_group(j, w.placement) for j, w in zip(jobs, first)]
+    assert list(first) == [solo_group(j, w.placement) for j, w in zip(jobs, first)]
     swapped = walk([jobs[1], jobs[0], jobs[2]])  # other requests first: other GPUs
     assert swapped[0].placement != first[1].placement
     assert swapped[0] == solo_group(jobs[1], swapped[0].placement)

@@ -41,6 +41,7 @@ class Core:
         self._running_order: list[Job] | None = []  # cached, in submission order
         self._arrival: dict[int, int] = {}
         self.plan_now = Plan(())
+        self._disturbed = False  # a job stopped or finished since the last round
         self.now = 0.0
 
     # -- events ----------------------------------------------------------------------------
@@ -88,7 +89,7 @@ class Core:
         for job in jobs:
             last = job.last_update
             job.last_update = now
-            remaining = job.remaining - done.get(job.record.job_id, 0.0)
+            remaining = job.remaining - done.get(job.id, 0.0)
             remaining = 0.0 if 0.0 > remaining else remaining  # max(remaining, 0.0)
             job.remaining = remaining
             job.remaining_estimate = remaining * job.solo_time
@@ -166,6 +167,7 @@ class Core:
             job.pending_mark = now
             job.group_key = ()
             self._set_running(job, False)
+            self._disturbed = True
             self.policy.on_change(job)
         return job
 
@@ -183,6 +185,7 @@ class Core:
         if job.status is Status.RUNNING:
             job.attained += now - job.last_update
         self._set_running(job, False)
+        self._disturbed = True
         job.status = Status.DONE
         job.finish_time = now
         job.remaining = 0.0
@@ -197,10 +200,17 @@ class Core:
         # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
         plan = self.policy.plan(RoundContext(now, tuple(self.queue), self.cluster, self.preset,
                                              previous))
+        if plan.groups is self.plan_now.groups and not self._disturbed:
+            # the very groups of the last round (a policy hands them back unchanged), and no
+            # job stopped or finished since: every status, group and counter is as it was
+            self.plan_now = plan
+            return plan
+        self._disturbed = False
         running = plan.running()
         # Only jobs that ran or run now change; a waiting job stays as it is (no group).
         # (Each job's update is its own, so the order they are made in does not matter.)
-        stopped = [job for job_id, job in self._running.items() if job_id not in running]
+        was = self._running
+        stopped = [was[job_id] for job_id in was.keys() - running.keys()]
         for job in stopped:
             job.status = Status.PENDING
             job.preemptions += 1
@@ -239,8 +249,8 @@ class Core:
         """Running jobs in submission order, whatever order a policy planned them in."""
         order = self._running_order
         if order is None:
-            arrival = self._arrival
-            order = sorted(self._running.values(), key=lambda j: arrival[j.id])
+            running = self._running
+            order = [running[j] for j in sorted(running, key=self._arrival.__getitem__)]
             self._running_order = order
         return list(order)
 

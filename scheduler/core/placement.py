@@ -34,7 +34,7 @@ class ClusterState:
 
     __slots__ = ("spec", "demand", "free_mask", "free_count", "free_cpus", "free_total",
                  "_switches", "_per_node", "_per_switch", "_idle", "_first", "_bits",
-                 "_masks", "_alone_cpus", "offline")
+                 "_masks", "_alone_cpus", "_answers", "offline")
 
     def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
         self.spec = spec
@@ -45,6 +45,10 @@ class ClusterState:
                           for s in range(spec.num_switch)]
         self._bits: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}  # see _lowest
         self._masks: dict[tuple[int, ...], int] = {}  # GPU ids -> their bit mask (-1: bad)
+        # (node, free mask, #GPUs) -> (place's answer, the mask left), and (node, GPU ids) ->
+        # that answer: one answer object per distinct placement, so that callers see an
+        # unchanged placement as the same object
+        self._answers: dict[tuple, tuple] = {}
         # CPUs a job of g <= gpus_per_node GPUs takes on its one node, by g (asked per job)
         self._alone_cpus = [demand.cpus(g, g) for g in range(self._per_node + 1)]
         self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
@@ -63,6 +67,10 @@ class ClusterState:
                 self._idle[node // self._per_switch] -= 1
             self.free_mask[node], self.free_count[node], self.free_cpus[node] = 0, 0, 0
             self.free_total -= g
+
+    def free_when_empty(self) -> int:
+        """The free GPUs `reset` leaves (every online node's), without resetting."""
+        return self._per_node * (self.spec.num_nodes - len(self.offline))
 
     @property
     def free_gpus(self) -> list[list[int]]:
@@ -100,11 +108,50 @@ class ClusterState:
 
         More than a node's worth takes whole idle nodes plus one node for the rest; less takes
         the first node with room. First fit keeps the choice predictable for operators.
+        A placement on one node is handed out as one shared (immutable) answer per node, free
+        GPUs and size, so the same placement made again is the same object.
         """
+        per_node = self._per_node
+        if 0 < num_gpu <= per_node:
+            # _find's first node with room and _take, inlined: every round asks this per job
+            if num_gpu > self.free_total:
+                return None
+            need_cpu = self._alone_cpus[num_gpu]
+            fg, fc, first = self.free_count, self.free_cpus, self._first
+            for node in range(first.get(num_gpu, 0), len(fg)):
+                if fg[node] >= num_gpu and fc[node] >= need_cpu:
+                    first[num_gpu] = node
+                    mask = self.free_mask[node]
+                    hit = self._answers.get((node, mask, num_gpu))
+                    if hit is None:
+                        hit = self._answer(node, mask, num_gpu)
+                    self.free_mask[node] = hit[1]
+                    if fg[node] == per_node:
+                        self._idle[node // self._per_switch] -= 1
+                    fg[node] -= num_gpu
+                    fc[node] -= need_cpu
+                    self.free_total -= num_gpu
+                    return hit[0]
+            first[num_gpu] = len(fg)
+            return None
         found = self._find(num_gpu)
         if found is None:
             return None
         return tuple(self._take(node, count, num_gpu) for node, count in found)
+
+    def _answer(self, node: int, mask: int, count: int) -> tuple[tuple[NodeSlice, ...], int]:
+        """place's answer for `count` GPUs on `node` with free GPUs `mask`, remembered."""
+        answers = self._answers
+        if len(answers) > 65536:
+            answers.clear()
+        taken, rest = self._lowest(mask, count)
+        # the same GPUs, whatever else was free: the same answer (kept under the key (node,
+        # GPU ids), which no (node, mask, count) key equals)
+        answer = answers.get((node, taken))
+        if answer is None:
+            answer = answers[(node, taken)] = (NodeSlice(node, taken),)
+        hit = answers[(node, mask, count)] = (answer, rest)
+        return hit
 
     def can_place(self, num_gpu: int) -> bool:
         """Reserve room for a job without naming GPUs (admission); same rule as place()."""

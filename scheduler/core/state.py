@@ -42,14 +42,14 @@ class Job:
     group_key: tuple[int, ...] = ()  # ids of the current group's members
     restart_overhead: float = 0.0  # seconds a (re)start costs it: the preset's, then measured
     policy_data: dict = field(default_factory=dict)  # per-policy bookkeeping (e.g. Themis)
+    # the record's id and #GPUs, copied once (the record is frozen): every round reads them
+    # for every running job, and a slot is cheaper to read than a property
+    id: int = field(init=False, repr=False)
+    num_gpu: int = field(init=False, repr=False)
 
-    @property
-    def id(self) -> int:
-        return self.record.job_id
-
-    @property
-    def num_gpu(self) -> int:
-        return self.record.num_gpu
+    def __post_init__(self) -> None:
+        self.id = self.record.job_id
+        self.num_gpu = self.record.num_gpu
 
     @property
     def submit_time(self) -> float:
@@ -85,6 +85,31 @@ class Group:
     tt: float  # every member's iteration time in this group (members advance in lockstep)
     placement: tuple[NodeSlice, ...]
     empty_slot: bool = False  # the 3-stage "member 0, empty slot, member 1" layout
+
+
+def _alone_maker():
+    """Group((job_id,), num_gpu, tt, placement) for a job alone, made by setting the slots
+    directly: a frozen dataclass's __init__ goes through object.__setattr__ per field, and
+    every round of a simulation makes groups for the jobs that moved."""
+    new = object.__new__
+    set_jobs, set_gpus, set_tt, set_where, set_empty = (
+        Group.__dict__[name].__set__
+        for name in ("jobs", "num_gpu", "tt", "placement", "empty_slot"))
+
+    def alone(job_id: int, num_gpu: int, tt: float,
+              placement: tuple[NodeSlice, ...]) -> Group:
+        group = new(Group)
+        set_jobs(group, (job_id,))
+        set_gpus(group, num_gpu)
+        set_tt(group, tt)
+        set_where(group, placement)
+        set_empty(group, False)
+        return group
+
+    return alone
+
+
+alone = _alone_maker()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ import bisect
 import heapq
 import math
 import time
+from itertools import repeat
+from operator import le, mul, neg, sub
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -62,6 +64,9 @@ class Simulator:
         self.arrivals = _grouped_arrivals(self.records, preset.arrival_grouping_rel)
         self._end_rel = preset.end_grouping_rel.get(policy, 0.0)
         self._busy: tuple[Plan | None, int] = (None, 0)  # the last plan and its busy GPUs
+        # the groups _apply last made runs of, and how many runs: groups handed back again
+        # (the same tuple) with every run still there keep the runs as they are
+        self._applied: tuple[tuple[Group, ...] | None, int] = (None, 0)
 
     def _apply(self, plan: Plan, now: float) -> None:
         """Turn a plan into per-job run parameters, charging overheads as the preset says: at
@@ -69,9 +74,12 @@ class Simulator:
         regroup that is not in place); a job kept or regrouped in place pays what it still
         owed. A group the plan hands back unchanged (the same object) keeps its runs as they
         are: its members neither (re)start nor change pace, so a round costs what changed."""
+        previous = self.runs
+        applied, count = self._applied
+        if plan.groups is applied and len(previous) == count:
+            return  # the very groups applied last, every run still there: all kept
         preset, cost = self.preset, self._cost
         group_sum = preset.overhead_group_sum
-        previous = self.runs
         charge_all = preset.overhead_every_event
         runs: dict[int, _Run] = {}
         for group in plan.groups:
@@ -101,6 +109,7 @@ class Simulator:
                     overhead = old.overhead
                 runs[job_id] = _Run(group.tt, overhead, members, group.placement, group)
         self.runs = runs
+        self._applied = (plan.groups, len(runs))
 
     def _starts(self, old: _Run | None, group: Group) -> bool:
         """Whether a member of `group` (re)starts, as plan_changes classifies it from its
@@ -110,12 +119,29 @@ class Simulator:
                                      self.preset) in plan_changes.STARTS
 
     def _busy_gpus(self, plan: Plan) -> int:
-        """GPUs in use under `plan` (a plan handed back unchanged is not counted again)."""
+        """GPUs in use under `plan` (groups handed back unchanged are not counted again)."""
         last, busy = self._busy
-        if plan is not last:
+        if last is None or plan.groups is not last.groups or plan.shared_gpus != last.shared_gpus:
             busy = _busy_gpus(plan)
             self._busy = (plan, busy)
         return busy
+
+    def _done(self, dt: float) -> dict[int, float]:
+        """Iterations each running job finished in the last `dt` seconds (what is left of
+        its overhead is paid first, unless the preset charges it at every event)."""
+        done = {}
+        if self.preset.overhead_every_event:
+            for job_id, run in self.runs.items():
+                effective = dt - run.overhead
+                tt = run.tt
+                # max(effective, 0.0) / tt, without the calls (the same float, NaN included)
+                done[job_id] = (0.0 if effective < 0.0 else effective) / tt if tt > 0 else 0.0
+            return done
+        for job_id, run in self.runs.items():
+            effective = dt - run.overhead
+            run.overhead = max(run.overhead - dt, 0.0)
+            done[job_id] = max(effective, 0.0) / run.tt if run.tt > 0 else 0.0
+        return done
 
     def _ends(self, now: float) -> list[tuple[float, int]]:
         """(when it ends if nothing changes, job id) of each running job, in plan order."""
@@ -154,20 +180,12 @@ class Simulator:
             while i < n and arrivals[i] <= t + tolerance:
                 core.submit(records[i], arrivals[i])
                 i += 1
-            done = {}
-            dt = t - last
-            for job_id, run in self.runs.items():
-                effective = dt - run.overhead
-                if not self.preset.overhead_every_event:
-                    run.overhead = max(run.overhead - dt, 0.0)
-                done[job_id] = max(effective, 0.0) / run.tt if run.tt > 0 else 0.0
-            core.advance(t, done)
+            core.advance(t, self._done(t - last))
             plan = core.round(t)
             rounds += 1
             self._apply(plan, t)
             wakeup = plan.wakeup
-            ends = _grouped_ends(self._ends(t), self._end_rel)
-            heapq.heapify(ends)
+            ends = _end_heap(self._ends(t), self._end_rel)
             utilisation.append((t, self._busy_gpus(plan)))
             last = t
             if self.on_round is not None:
@@ -199,6 +217,53 @@ def _grouped_arrivals(records: Sequence[JobRecord], rel: float) -> list[float]:
         else:
             events.append(t)
             out.append(t)
+    return out
+
+
+def _end_heap(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
+    """`_grouped_ends(ends, rel)` as a heap. Most rounds group nothing: then the ends sorted
+    (a sorted list is a heap, and pops follow the values alone) are the answer, and the
+    test that no two are close (as _grouped_ends makes it) reads that same sorted list."""
+    if 0 < rel < 0.5:
+        ordered = sorted(ends)
+        times = [end for end, _ in ordered]
+        if math.isfinite(sum(times)):
+            later, earlier = times[1:], times[:-1]
+            # any(b - a <= 2 rel * max(b, -a)) over neighbours a, b: the same arithmetic,
+            # mapped (no Python frame per pair)
+            if not any(map(le, map(sub, later, earlier),
+                           map(mul, repeat(2.0 * rel), map(max, later, map(neg, earlier))))):
+                return ordered
+            ends = _grouped_near(ends, rel)
+            heapq.heapify(ends)
+            return ends
+    if rel > 0:
+        ends = _grouped_ends(ends, rel)
+    heapq.heapify(ends)
+    return ends
+
+
+def _grouped_near(ends: list[tuple[float, int]], rel: float) -> list[tuple[float, int]]:
+    """_grouped_ends over finite `ends` (0 < rel < 0.5), grouping only the ends that have
+    another within reach. An end whose nearest values (in sorted order) are both out of
+    reach (near |end|, which any end close to it is within, see _grouped_ends) is close to
+    no other: it makes its own event and no other end joins it. So the ends within reach of
+    another are grouped among themselves, in plan order, and the rest stay as they are."""
+    near = 2.0 * rel / (1.0 - rel)
+    times = [end for end, _ in ends]
+    ranked = sorted(range(len(ends)), key=times.__getitem__)
+    within = set()
+    for a, b in zip(ranked, ranked[1:]):
+        low, high = times[a], times[b]
+        if high - low <= near * abs(low) or high - low <= near * abs(high):
+            within.add(a)
+            within.add(b)
+    if len(within) == len(ends):
+        return _grouped_ends(ends, rel)
+    places = sorted(within)
+    out = list(ends)
+    for k, grouped in zip(places, _grouped_ends([ends[k] for k in places], rel)):
+        out[k] = grouped
     return out
 
 
@@ -268,7 +333,7 @@ def _grouped_ends_scan(ends: list[tuple[float, int]], rel: float) -> list[tuple[
 
 def _busy_gpus(plan: Plan) -> int:
     if not plan.shared_gpus:
-        return sum(g.num_gpu for g in plan.groups)
+        return sum([g.num_gpu for g in plan.groups])
     cells = set()
     loose = 0
     for group in plan.groups:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import is_
 from typing import Iterable, Mapping, Sequence
 
 from scheduler.core.placement import ClusterState
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.presets import Preset
-from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
+from scheduler.core.state import Group, Job, NodeSlice, Plan, Status, alone
 
 
 @dataclass(slots=True)
@@ -129,7 +130,7 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]],
 
 def place_in_order(ctx: RoundContext, order: Sequence[Job],
                    sizes: Mapping[int, int] | None = None,
-                   replay: Replay | None = None) -> list[Group]:
+                   replay: Replay | None = None) -> Sequence[Group]:
     """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits.
 
     With sticky placement, which jobs run is still decided greedily in priority order (on an
@@ -162,25 +163,28 @@ class Replay:
     The cluster is left as scratch: every user of it empties it first.
     """
 
-    __slots__ = ("_trail", "_new", "_same", "_key", "_groups", "free_total")
+    __slots__ = ("_trail", "_new", "_same", "_key", "_groups", "_made", "free_total")
 
     def __init__(self) -> None:
         self._trail: list[tuple[int, tuple | None, int]] = []  # (#GPUs, answer, free after)
         self._new: list[tuple[int, tuple | None, int]] = []
         self._same = False  # whether every request of this walk so far repeats the last
         self._key: tuple | None = None
-        self._groups: dict[int, Group] = {}  # job id -> its group in the last walk
+        # (job id, id of its placement answer) -> its group alone there: a job placed again
+        # where it ran before (the same answer object) gets that group back
+        self._groups: dict[tuple[int, int], Group] = {}
+        self._made: tuple[Group, ...] = ()  # the groups the last walk handed out, in order
         self.free_total = 0  # the cluster's free GPUs as this walk has left them
 
     def start(self, cluster: ClusterState) -> None:
-        """A walk begins on `cluster`, emptied here."""
-        cluster.reset()
+        """A walk begins on `cluster` as if emptied; it is emptied only where this walk
+        parts from the last (a walk that repeats the last one never touches it)."""
         key = (id(cluster), frozenset(cluster.offline))
         if key != self._key:  # another cluster, or other nodes offline: start afresh
             self._key, self._trail, self._groups = key, [], {}
         self._new = []
         self._same = True
-        self.free_total = cluster.free_total
+        self.free_total = cluster.free_when_empty()
 
     def place(self, cluster: ClusterState, gpus: int) -> tuple | None:
         """`cluster.place(gpus)` as this walk's next request."""
@@ -194,6 +198,7 @@ class Replay:
                 self.free_total = entry[2]
                 return entry[1]
             self._same = False  # the walks part here: make this walk's requests so far
+            cluster.reset()
             for asked, answer, _ in new:
                 if answer is not None:
                     cluster.place(asked)
@@ -202,23 +207,51 @@ class Replay:
         new.append((gpus, slices, self.free_total))
         return slices
 
+    def place_all(self, cluster: ClusterState, sizes: Sequence[int]) -> list:
+        """A whole walk: start, `place` for each of `sizes` (#GPUs) in turn, finish."""
+        self.start(cluster)
+        trail, new = self._trail, self._new
+        k = 0
+        for k, gpus in enumerate(sizes):  # the requests that repeat the last walk's
+            if k >= len(trail) or trail[k][0] != gpus:
+                break
+            new.append(trail[k])
+        else:
+            k = len(sizes)
+        if k:
+            self.free_total = new[-1][2]
+        result = [entry[1] for entry in new]
+        place = self.place
+        result.extend(place(cluster, gpus) for gpus in sizes[k:])
+        self.finish()
+        return result
+
     def finish(self) -> None:
         """The walk ended: the next one is compared with it."""
         self._trail = self._new
 
-    def groups(self, jobs: Sequence[Job], where: Sequence[tuple]) -> list[Group]:
-        """Each job's group alone on its GPUs: last walk's where the job, its GPUs (the same
-        answer) and its solo time are unchanged."""
-        old = self._groups
-        made = {}
+    def groups(self, jobs: Sequence[Job], where: Sequence[tuple]) -> tuple[Group, ...]:
+        """Each job's group alone on its GPUs: the one made before where the job, its GPUs (the
+        same answer) and its solo time are unchanged. When every group, in order, is last
+        walk's, last walk's tuple itself is handed back: the core and the simulator then
+        know the round changed nothing that runs without looking at each group."""
+        known = self._groups
+        if len(known) > 65536:
+            known.clear()
         out = []
         for job, slices in zip(jobs, where):
-            group = old.get(job.id)
+            key = (job.id, id(slices))
+            group = known.get(key)
+            # (the group holds its placement, so no other object has that id meanwhile)
             if group is None or group.placement is not slices or group.tt != job.solo_time:
-                group = solo_group(job, slices)
-            made[job.id] = group
+                group = known[key] = alone(job.id, job.num_gpu, job.solo_time,
+                                           tuple(slices))  # solo_group
             out.append(group)
-        self._groups = made
+        out = tuple(out)
+        last = self._made
+        if len(out) == len(last) and all(map(is_, out, last)):
+            return last
+        self._made = out
         return out
 
 
@@ -240,16 +273,20 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
         replay = Replay()
     replay.start(cluster)
     place = replay.place
-    left = dict(sizes)  # what Remaining does, inlined: this loop runs for every job placed
+    # Replay.place's repeat of the last walk, inlined (this loop runs for every job placed)
+    trail, new, same = replay._trail, replay._new, True
+    repeats = len(trail)
+    free_total = replay.free_total
+    left = dict(sizes)  # what Remaining does, inlined
     smallest = min(left, default=math.inf)
     failed = math.inf  # the smallest request that did not fit; room only shrinks
     chosen: list[Job] = []
     where: list = []
     positions: list[int] = []
     for position, job in enumerate(order):
-        if replay.free_total < smallest or failed <= smallest:
+        if free_total < smallest or failed <= smallest:
             break
-        gpus = job.record.num_gpu
+        gpus = job.num_gpu
         count = left[gpus] - 1
         if count:
             left[gpus] = count
@@ -259,7 +296,20 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
                 smallest = min(left, default=math.inf)
         if gpus >= failed:
             continue
-        slices = place(cluster, gpus)
+        if same:
+            k = len(new)
+            if k < repeats and trail[k][0] == gpus:
+                entry = trail[k]
+                new.append(entry)
+                free_total = entry[2]
+                slices = entry[1]
+            else:
+                same = False
+                slices = place(cluster, gpus)
+                free_total = replay.free_total
+        else:
+            slices = place(cluster, gpus)
+            free_total = replay.free_total
         if slices is None:
             if monotone:
                 failed = gpus
@@ -267,6 +317,7 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
         chosen.append(job)
         where.append(slices)
         positions.append(position)
+    replay.free_total = free_total
     replay.finish()
     return chosen, where, positions
 

@@ -97,8 +97,8 @@ class CarriedOrder:
         a job whose new entry still lies between its neighbours keeps its place (the common
         case: a running job's key shrinks by less than the gap to the job before it), and
         only the others are taken out and put back where they now belong."""
-        moved.sort(key=lambda m: m[0])  # the previous order
-        grew = sum(1 for old, new_key, _ in moved if old[0] < new_key)
+        moved.sort()  # the previous order (entries are unique: only they are compared)
+        grew = sum([old[0] < new_key for old, new_key, _ in moved])
         down = self._down - grew + 1  # the first grown job's label: the grown ones ascend
         self._down -= grew
         up = self._up

@@ -5,7 +5,7 @@ import math
 from itertools import chain
 
 from scheduler.core.policies.base import Policy, Replay, RoundContext, greedy, place_units
-from scheduler.core.policies.order import Remaining, fits_monotone
+from scheduler.core.policies.order import fits_monotone
 from scheduler.core.state import Job, Plan, Status
 
 
@@ -23,6 +23,8 @@ class Tiresias(Policy):
     def __init__(self, preset):
         super().__init__(preset)
         self.limits = tuple(preset.tiresias_limits)
+        # each queue's limit less the demotion slack, worked out once (the same floats)
+        self._thresholds = tuple(limit - preset.tiresias_demotion_slack for limit in self.limits)
         self.queues: list[list[Job]] = [[] for _ in range(len(self.limits) + 1)]
         self.sizes: dict[int, int] = {}  # #GPUs -> how many jobs of that size are queued
         self._replay = Replay()  # last round's placements, reused where this round repeats them
@@ -42,11 +44,13 @@ class Tiresias(Policy):
 
     def on_advance(self, job: Job, now: float) -> None:
         q = job.queue
-        if q >= len(self.limits):
+        thresholds = self._thresholds
+        if q >= len(thresholds):
             return
-        if job.queue_attained * job.num_gpu >= self.limits[q] - self.preset.tiresias_demotion_slack:
+        if job.queue_attained * job.num_gpu >= thresholds[q]:
             self._demote(job, q)
-        elif self._demotion_time(job, q, now) <= now:
+        elif math.ceil(self.limits[q] / job.num_gpu) - job.queue_attained + now <= now:
+            # (_demotion_time, inlined: the same arithmetic)
             # Short of the limit by less than the clock resolves: the wakeup is now itself.
             # The next event comes at this same instant, where the artifact's sum
             # (attained + now) - last may round it over the limit; if that event still
@@ -85,9 +89,13 @@ class Tiresias(Policy):
         else:
             chosen, admitted_at, spots = self._admit_placed(ctx)
         self._to_front(spots)
-        order = sorted(range(len(chosen)), key=lambda i: -chosen[i].num_gpu)
+        # largest first, admission order among equal sizes (a stable sort)
+        order = sorted(range(len(chosen)), key=[-job.num_gpu for job in chosen].__getitem__)
         chosen = [chosen[i] for i in order]
-        placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen], self._replay)
+        if not ctx.previous:  # place_units' replay, without the units
+            placements = self._replay.place_all(ctx.cluster, [job.num_gpu for job in chosen])
+        else:
+            placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
         if admitted_at is not None and any(s is None for s in placements):
             # largest-first (or staying put) packed worse than admission did: the admission
             # placements fit together, so every admitted job runs, on those GPUs
@@ -100,17 +108,24 @@ class Tiresias(Policy):
         """The artifact's admission (paper preset): by free-GPU count, whatever the nodes.
         Returns the jobs, no placements, and where each queue's admitted jobs stand in it."""
         free = ctx.cluster.spec.total_gpus
-        left = Remaining(self.sizes)
+        left = dict(self.sizes)  # Remaining, inlined: this visits every admitted job
+        smallest = min(left, default=math.inf)
         chosen: list[Job] = []
         spots: list[list[int]] = []
         for queue in self.queues:
             here: list[int] = []
             spots.append(here)
             for i, job in enumerate(queue):
-                if free < left.smallest:
+                if free < smallest:
                     break  # no job left is small enough
-                gpus = job.record.num_gpu
-                left.visit(gpus)
+                gpus = job.num_gpu
+                count = left[gpus] - 1
+                if count:
+                    left[gpus] = count
+                else:
+                    del left[gpus]
+                    if gpus == smallest:
+                        smallest = min(left, default=math.inf)
                 if free >= gpus:
                     chosen.append(job)
                     here.append(i)
@@ -157,6 +172,9 @@ class Tiresias(Policy):
         return math.ceil(self.limits[q] / job.num_gpu) - job.queue_attained + now
 
     def _next_demotion(self, chosen: list[Job], now: float) -> float | None:
-        times = [self._demotion_time(j, j.queue, now)
-                 for j in chosen if j.queue < len(self.limits)]
+        limits, ceil = self.limits, math.ceil
+        last = len(limits)
+        # _demotion_time of each, inlined (the same arithmetic, in the same order)
+        times = [ceil(limits[j.queue] / j.num_gpu) - j.queue_attained + now
+                 for j in chosen if j.queue < last]
         return max(min(times), now) if times else None  # never a wakeup in the past
