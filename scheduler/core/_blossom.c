@@ -90,6 +90,19 @@ typedef struct {
     IntVec scratch;  /* push's pending list, set_root's stack */
     IntVec work;     /* match_through's stack of (x, other) */
     int failed;      /* 1: out of memory, 2: slots exhausted */
+    /* The carried scan (see stage()): tight[nbr_start[u] ..][0 .. tight_len[u]) lists u's
+     * neighbours v with !(y[u] + y[v] - w2[u][v] > 0), valid while tight_ver[u] == yver;
+     * yver counts the dual updates (vertex duals change nowhere else). */
+    int carry;       /* 0: every stage scans in full (the reference order, for tests) */
+    int yver, clean; /* clean: no dual update since the previous stage began */
+    int *tight, *tight_len, *tight_ver;
+    /* undo of a speculative stage: root, parent, mate, y and top as it began, and
+     * contract's log of the slot rows it overwrote (logging while set) */
+    int logging, top0;
+    int *root0, *parent0, *mate0;
+    double *y0;
+    IntVec undo;
+    long long stages, carried, rolled_back;  /* counts for solve_counts */
 } Solver;
 
 /* math.isclose(a, b, rel_tol=REL_TOL) as CPython computes it (abs_tol = 0). */
@@ -314,6 +327,71 @@ static int common_ancestor(Solver *S, int a, int b)
     return 0;
 }
 
+/* Append to the undo log what contract is about to overwrite for slot nb: its cycle,
+ * its sub row, its row and column of the edge table (1..top), nchild; then nb and top so
+ * that undo_slots can read the record backwards. */
+static int log_slot(Solver *S, int nb)
+{
+    IntVec *u = &S->undo;
+    int n1 = S->n1, s = S->s, top = S->top, x;
+    Py_ssize_t need = u->len + 2 * (Py_ssize_t)n1 + 4 * (Py_ssize_t)top + 3;
+    int *d;
+    if (need > u->cap) {
+        Py_ssize_t cap = u->cap ? u->cap : 256;
+        int *grown;
+        while (cap < need)
+            cap *= 2;
+        grown = (int *)realloc(u->data, (size_t)cap * sizeof(int));
+        if (grown == NULL)
+            return -1;
+        u->data = grown;
+        u->cap = cap;
+    }
+    d = u->data + u->len;
+    memcpy(d, S->children + (Py_ssize_t)nb * n1, (size_t)n1 * sizeof(int));
+    d += n1;
+    memcpy(d, S->sub + (Py_ssize_t)nb * n1, (size_t)n1 * sizeof(int));
+    d += n1;
+    memcpy(d, S->e + (Py_ssize_t)nb * s + 1, (size_t)top * sizeof(Edge));
+    d += 2 * top;
+    for (x = 1; x <= top; x++) {
+        Edge e = S->e[(Py_ssize_t)x * s + nb];
+        *d++ = e.a;
+        *d++ = e.b;
+    }
+    *d++ = S->nchild[nb];
+    *d++ = top;
+    *d++ = nb;
+    u->len = need;
+    return 0;
+}
+
+/* Put back every slot logged since the log was emptied, newest first (a later record may
+ * have saved what an earlier contraction wrote). */
+static void undo_slots(Solver *S)
+{
+    IntVec *u = &S->undo;
+    int n1 = S->n1, s = S->s;
+    while (u->len) {
+        int nb = u->data[u->len - 1], top = u->data[u->len - 2], x;
+        const int *d;
+        u->len -= 2 * (Py_ssize_t)n1 + 4 * (Py_ssize_t)top + 3;
+        d = u->data + u->len;
+        memcpy(S->children + (Py_ssize_t)nb * n1, d, (size_t)n1 * sizeof(int));
+        d += n1;
+        memcpy(S->sub + (Py_ssize_t)nb * n1, d, (size_t)n1 * sizeof(int));
+        d += n1;
+        memcpy(S->e + (Py_ssize_t)nb * s + 1, d, (size_t)top * sizeof(Edge));
+        d += 2 * top;
+        for (x = 1; x <= top; x++) {
+            Edge *e = S->e + (Py_ssize_t)x * s + nb;
+            e->a = *d++;
+            e->b = *d++;
+        }
+        S->nchild[nb] = *d;
+    }
+}
+
 static void contract(Solver *S, int a, int anc, int b)
 {
     int n = S->n, s = S->s, n1 = S->n1;
@@ -338,6 +416,10 @@ static void contract(Solver *S, int a, int anc, int b)
         S->best[nb] = 0;
         S->bestc[nb] = INFINITY;
         S->seen[nb] = 0;
+    }
+    if (S->logging && log_slot(S, nb) < 0) {
+        S->failed = 1;
+        return;
     }
     y[nb] = 0.0;
     S->label[nb] = EVEN;
@@ -497,8 +579,31 @@ static int tight_edge(Solver *S, int a0, int b0)
     return 0;
 }
 
-/* One stage; 1 augmented, 0 done, -1 failed (S->failed says why). */
-static int stage(Solver *S)
+/* A stage's start: every label free, no best edges, the free outermost indices queued as
+ * even roots.  1 when there is something to search, 0 when not, -1 failed. */
+static int begin_stage(Solver *S)
+{
+    int top = S->top, x;
+    for (x = 0; x <= top; x++) {
+        S->label[x] = FREE;
+        S->best[x] = 0;
+        S->bestc[x] = INFINITY;
+    }
+    S->queue.len = 0;
+    for (x = 1; x <= top; x++) {
+        if (S->root[x] == x && S->mate[x] <= 0) {
+            S->parent[x] = 0;
+            S->label[x] = EVEN;
+            push(S, x);
+        }
+    }
+    if (S->failed)
+        return -1;
+    return S->queue.len ? 1 : 0;
+}
+
+/* One stage as blossom.py runs it; 1 augmented, 0 done, -1 failed (S->failed says why). */
+static int stage_full(Solver *S)
 {
     int n = S->n, s = S->s, n1 = S->n1, top = S->top, x, u, b;
     int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
@@ -508,24 +613,10 @@ static int stage(Solver *S)
     double *bestc = S->bestc, *y = S->y;
     IntVec *q = &S->queue;
     double delta, lim, d2;
+    int go = begin_stage(S);
 
-    for (x = 0; x <= top; x++) {
-        label[x] = FREE;
-        best[x] = 0;
-        bestc[x] = INFINITY;
-    }
-    q->len = 0;
-    for (x = 1; x <= top; x++) {
-        if (root[x] == x && mate[x] <= 0) {
-            parent[x] = 0;
-            label[x] = EVEN;
-            push(S, x);
-        }
-    }
-    if (S->failed)
-        return -1;
-    if (q->len == 0)
-        return 0;
+    if (go <= 0)
+        return go;
     for (;;) {
         Py_ssize_t i = 0;
         while (i < q->len) {
@@ -622,6 +713,7 @@ static int stage(Solver *S)
             }
         }
         lim = delta > 0.0 ? delta * 1.001 : INFINITY;
+        S->yver++;  /* the vertex duals change now: every carried list is stale */
         for (u = 1; u <= n; u++) {
             int lu = label[root[u]];
             if (lu == EVEN) {
@@ -675,6 +767,127 @@ static int stage(Solver *S)
     }
 }
 
+/* The first search of a stage, looking only at tight edges, with an undo log.
+ *
+ * Why: a stage's first search (before its first dual update) scans every neighbour of
+ * every queued vertex, and when the stage augments in that search, all the scan produced
+ * besides its grows, shrinks and the augmentation is the best[] entries, which the next
+ * stage resets unread.  Those steps (grow, shrink, augment) depend only on the roots,
+ * labels and on which edges are tight, never on best[]: so visiting only the tight edges,
+ * in the same order, takes exactly the same steps.  Vertex duals change only in dual
+ * updates, so a vertex's list of tight neighbours stays valid from stage to stage until
+ * the next one, and a stage re-scans only what it has not listed since.
+ *
+ * When the search ends without augmenting, the dual update needs best[] as the full scan
+ * leaves it: the stage's state is then put back as it began (the undo log) and
+ * stage_full runs it again from the start, taking the same steps plus the bookkeeping.
+ * Returns 1 augmented, 0 put back (run stage_full), 2 nothing to search, -1 failed. */
+static int stage_tight(Solver *S)
+{
+    int n1 = S->n1, u, go;
+    int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
+    int *parent = S->parent;
+    const int *nbr = S->nbr, *nbr_start = S->nbr_start;
+    int *tight = S->tight, *tight_len = S->tight_len, *tight_ver = S->tight_ver;
+    double *bestc = S->bestc, *y = S->y;
+    IntVec *q = &S->queue;
+    Py_ssize_t i = 0;
+
+    go = begin_stage(S);
+    if (go <= 0)
+        return go < 0 ? -1 : 2;
+    S->top0 = S->top;
+    memcpy(S->root0, root, (size_t)S->s * sizeof(int));
+    memcpy(S->parent0, parent, (size_t)S->s * sizeof(int));
+    memcpy(S->mate0, mate, (size_t)S->s * sizeof(int));
+    memcpy(S->y0, y, (size_t)S->s * sizeof(double));
+    S->undo.len = 0;
+    S->logging = 1;
+    while (i < q->len) {
+        int ru, k, kend, *list;
+        u = q->data[i++];
+        ru = root[u];
+        if (label[ru] == ODD)
+            continue;
+        list = tight + nbr_start[u];
+        if (tight_ver[u] != S->yver) {
+            /* the test stage_full makes on each neighbour, the same doubles */
+            double yu = y[u];
+            const double *wu = S->w2 + (Py_ssize_t)u * n1;
+            int len = 0;
+            kend = nbr_start[u + 1];
+            for (k = nbr_start[u]; k < kend; k++) {
+                int v = nbr[k];
+                double c = yu + y[v] - wu[v];
+                if (!(c > 0.0))
+                    list[len++] = v;
+            }
+            tight_len[u] = len;
+            tight_ver[u] = S->yver;
+        }
+        kend = tight_len[u];
+        for (k = 0; k < kend; k++) {
+            int v = list[k], rv = root[v], lr;
+            if (rv != v && rv == ru)
+                continue;  /* stage_full skips an edge inside u's blossom, tight or not */
+            lr = label[rv];
+            if (lr == FREE) {
+                int m;
+                parent[rv] = u;
+                label[rv] = ODD;
+                m = root[mate[rv]];
+                best[rv] = 0;
+                best[m] = 0;
+                bestc[rv] = INFINITY;
+                bestc[m] = INFINITY;
+                label[m] = EVEN;
+                push(S, m);
+                if (S->failed)
+                    return -1;
+            } else if (lr == EVEN) {
+                int done = tight_edge(S, u, v);
+                if (S->failed)
+                    return -1;
+                if (done) {
+                    S->logging = 0;
+                    return 1;
+                }
+                ru = root[u];
+            }
+        }
+    }
+    S->logging = 0;
+    undo_slots(S);
+    S->top = S->top0;
+    memcpy(root, S->root0, (size_t)S->s * sizeof(int));
+    memcpy(parent, S->parent0, (size_t)S->s * sizeof(int));
+    memcpy(mate, S->mate0, (size_t)S->s * sizeof(int));
+    memcpy(y, S->y0, (size_t)S->s * sizeof(double));
+    return 0;
+}
+
+/* One stage: 1 augmented, 0 done, -1 failed.  After a stage that augmented before any
+ * dual update, the duals are those the carried tight lists were made with: try
+ * stage_tight first. */
+static int stage(Solver *S)
+{
+    int ver = S->yver, rc;
+    S->stages++;
+    if (S->carry && S->clean) {
+        rc = stage_tight(S);
+        if (rc == 1) {
+            S->carried++;
+            return 1;
+        }
+        if (rc != 0)
+            return rc == 2 ? 0 : -1;
+        S->rolled_back++;
+    }
+    rc = stage_full(S);
+    S->clean = S->yver == ver;
+    return rc;
+}
+
 static void solver_free(Solver *S)
 {
     free(S->w2);
@@ -700,6 +913,14 @@ static void solver_free(Solver *S)
     free(S->queue.data);
     free(S->scratch.data);
     free(S->work.data);
+    free(S->tight);
+    free(S->tight_len);
+    free(S->tight_ver);
+    free(S->root0);
+    free(S->parent0);
+    free(S->mate0);
+    free(S->y0);
+    free(S->undo.data);
 }
 
 /* Set up the tables of blossom.py's _DenseBlossom from w (n x n, row-major, w[i*n+j] the
@@ -758,8 +979,18 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     }
     S->nbr = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
     S->innbr = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
-    if (!S->nbr || !S->innbr)
+    S->tight = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
+    S->tight_len = (int *)calloc((size_t)n1, sizeof(int));
+    S->tight_ver = (int *)malloc((size_t)n1 * sizeof(int));
+    S->root0 = (int *)malloc((size_t)s * sizeof(int));
+    S->parent0 = (int *)malloc((size_t)s * sizeof(int));
+    S->mate0 = (int *)malloc((size_t)s * sizeof(int));
+    S->y0 = (double *)malloc((size_t)s * sizeof(double));
+    if (!S->nbr || !S->innbr || !S->tight || !S->tight_len || !S->tight_ver || !S->root0
+        || !S->parent0 || !S->mate0 || !S->y0)
         return -1;
+    for (v = 0; v < n1; v++)
+        S->tight_ver[v] = -1;  /* no list yet (yver starts at 0) */
     {
         /* rows in increasing r, columns in increasing c: both lists come out increasing */
         int *fill = (int *)malloc((size_t)(n1 + 1) * sizeof(int));
@@ -835,8 +1066,10 @@ static int check_count(Py_ssize_t n)
     return 0;
 }
 
-/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs. */
-static PyObject *run(int n, double *w)
+/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs;
+ * carry: 0 runs every stage in full (stage()); with counts, (pairs, (stages, stages
+ * that augmented on the carried lists, stages put back and run in full)). */
+static PyObject *run(int n, double *w, int carry, int counts)
 {
     PyObject *out;
     double w_max;
@@ -849,9 +1082,11 @@ static PyObject *run(int n, double *w)
         return PyErr_NoMemory();
     }
     free(w);
+    S.carry = carry;
     if (!(w_max > 0)) {
         solver_free(&S);
-        return PyList_New(0);
+        out = PyList_New(0);
+        return counts && out ? Py_BuildValue("(N(iii))", out, 0, 0, 0) : out;
     }
     for (u = 0; u <= n; u++)
         S.y[u] = w_max;
@@ -887,21 +1122,26 @@ static PyObject *run(int n, double *w)
         }
     }
     solver_free(&S);
+    if (counts)
+        return Py_BuildValue("(N(LLL))", out, S.stages, S.carried, S.rolled_back);
     return out;
 }
 
 PyDoc_STRVAR(solve_doc,
-"solve(n, weights) -> list of (i, j)\n\n"
+"solve(n, weights, carry=True, counts=False) -> list of (i, j)\n\n"
 "blossom_pairs on a flat row-major n*n sequence of floats (weights[i*n+j] is the\n"
-"weight as seen from i; the diagonal is ignored; an edge exists where > 0).");
+"weight as seen from i; the diagonal is ignored; an edge exists where > 0).\n"
+"carry=False scans every stage in full (the same pairs, slower: for tests);\n"
+"counts=True returns (pairs, (stages, carried stages, stages put back)).");
 
 static PyObject *solve(PyObject *self, PyObject *args)
 {
     Py_ssize_t n;
     PyObject *seq;
     double *w;
+    int carry = 1, counts = 0;
 
-    if (!PyArg_ParseTuple(args, "nO:solve", &n, &seq) || check_count(n) < 0)
+    if (!PyArg_ParseTuple(args, "nO|pp:solve", &n, &seq, &carry, &counts) || check_count(n) < 0)
         return NULL;
     w = (double *)malloc((size_t)(n ? n * n : 1) * sizeof(double));
     if (w == NULL)
@@ -910,14 +1150,14 @@ static PyObject *solve(PyObject *self, PyObject *args)
         free(w);
         return NULL;
     }
-    return run((int)n, w);
+    return run((int)n, w, carry, counts);
 }
 
 PyDoc_STRVAR(solve_indexed_doc,
-"solve_indexed(kinds, m, table) -> list of (i, j)\n\n"
+"solve_indexed(kinds, m, table, carry=True, counts=False) -> list of (i, j)\n\n"
 "solve(n, weights) where node i is of kind kinds[i] (0 <= kind < m) and\n"
 "weights[i*n+j] = table[kinds[i]*m + kinds[j]]: for callers whose weights depend\n"
-"only on the kinds of the two nodes (n = len(kinds)).");
+"only on the kinds of the two nodes (n = len(kinds)); carry and counts as in solve.");
 
 static PyObject *solve_indexed(PyObject *self, PyObject *args)
 {
@@ -925,8 +1165,10 @@ static PyObject *solve_indexed(PyObject *self, PyObject *args)
     PyObject *kinds_obj, *fast, *table_obj;
     double *table, *w;
     Py_ssize_t *kind;
+    int carry = 1, counts = 0;
 
-    if (!PyArg_ParseTuple(args, "OnO:solve_indexed", &kinds_obj, &m, &table_obj))
+    if (!PyArg_ParseTuple(args, "OnO|pp:solve_indexed", &kinds_obj, &m, &table_obj, &carry,
+                          &counts))
         return NULL;
     if (m < 0 || m > 46000) {
         PyErr_Format(PyExc_ValueError, "kind count must be in 0..46000, got %zd", m);
@@ -971,7 +1213,7 @@ static PyObject *solve_indexed(PyObject *self, PyObject *args)
     }
     free(kind);
     free(table);
-    return run((int)n, w);
+    return run((int)n, w, carry, counts);
 fail:
     free(kind);
     free(table);
