@@ -94,15 +94,23 @@ typedef struct {
      * neighbours v with !(y[u] + y[v] - w2[u][v] > 0), valid while tight_ver[u] == yver;
      * yver counts the dual updates (vertex duals change nowhere else). */
     int carry;       /* 0: every stage scans in full (the reference order, for tests) */
-    int yver, clean; /* clean: no dual update since the previous stage began */
+    int yver;
     int *tight, *tight_len, *tight_ver;
-    /* undo of a speculative stage: root, parent, mate, y and top as it began, and
-     * contract's log of the slot rows it overwrote (logging while set) */
-    int logging, top0;
-    int *root0, *parent0, *mate0;
-    double *y0;
-    IntVec undo;
-    long long stages, carried, rolled_back;  /* counts for solve_counts */
+    /* search_tight's bookkeeping: pos numbers the scans of a stage's first search; rpos[x]
+     * is the scan during which x's best[] was last reset (0: the stage's start), bpos[x]
+     * the scan that gave its current best[]; kind[v] groups vertices with equal weight rows
+     * (solve_indexed's kinds; each vertex its own otherwise) */
+    int pos, *rpos, *bpos, *kind;
+    IntVec quiet, quiet_pos;  /* the scans search_tight left to settle_quiet, in order */
+    int *gid, *gkind, *gnext, *gstart, *gmem, *khead;  /* settle_quiet's groups */
+    double *gy;
+    /* kinds as lists (set_kinds): kverts[kstart[K] ..kstart[K+1]) the vertices of kind K,
+     * increasing; kymin[K] their least dual as of yver kymin_ver; finite: every weight
+     * finite, so that tight_list may skip a kind by its least dual */
+    int nk, *kstart, *kverts, kymin_ver, finite;
+    double *kymin;
+    int *merge_tmp;  /* tight_list's scratch (n ints) */
+    long long stages, quiet_scans, scans;  /* counts for tests */
 } Solver;
 
 /* math.isclose(a, b, rel_tol=REL_TOL) as CPython computes it (abs_tol = 0). */
@@ -327,71 +335,6 @@ static int common_ancestor(Solver *S, int a, int b)
     return 0;
 }
 
-/* Append to the undo log what contract is about to overwrite for slot nb: its cycle,
- * its sub row, its row and column of the edge table (1..top), nchild; then nb and top so
- * that undo_slots can read the record backwards. */
-static int log_slot(Solver *S, int nb)
-{
-    IntVec *u = &S->undo;
-    int n1 = S->n1, s = S->s, top = S->top, x;
-    Py_ssize_t need = u->len + 2 * (Py_ssize_t)n1 + 4 * (Py_ssize_t)top + 3;
-    int *d;
-    if (need > u->cap) {
-        Py_ssize_t cap = u->cap ? u->cap : 256;
-        int *grown;
-        while (cap < need)
-            cap *= 2;
-        grown = (int *)realloc(u->data, (size_t)cap * sizeof(int));
-        if (grown == NULL)
-            return -1;
-        u->data = grown;
-        u->cap = cap;
-    }
-    d = u->data + u->len;
-    memcpy(d, S->children + (Py_ssize_t)nb * n1, (size_t)n1 * sizeof(int));
-    d += n1;
-    memcpy(d, S->sub + (Py_ssize_t)nb * n1, (size_t)n1 * sizeof(int));
-    d += n1;
-    memcpy(d, S->e + (Py_ssize_t)nb * s + 1, (size_t)top * sizeof(Edge));
-    d += 2 * top;
-    for (x = 1; x <= top; x++) {
-        Edge e = S->e[(Py_ssize_t)x * s + nb];
-        *d++ = e.a;
-        *d++ = e.b;
-    }
-    *d++ = S->nchild[nb];
-    *d++ = top;
-    *d++ = nb;
-    u->len = need;
-    return 0;
-}
-
-/* Put back every slot logged since the log was emptied, newest first (a later record may
- * have saved what an earlier contraction wrote). */
-static void undo_slots(Solver *S)
-{
-    IntVec *u = &S->undo;
-    int n1 = S->n1, s = S->s;
-    while (u->len) {
-        int nb = u->data[u->len - 1], top = u->data[u->len - 2], x;
-        const int *d;
-        u->len -= 2 * (Py_ssize_t)n1 + 4 * (Py_ssize_t)top + 3;
-        d = u->data + u->len;
-        memcpy(S->children + (Py_ssize_t)nb * n1, d, (size_t)n1 * sizeof(int));
-        d += n1;
-        memcpy(S->sub + (Py_ssize_t)nb * n1, d, (size_t)n1 * sizeof(int));
-        d += n1;
-        memcpy(S->e + (Py_ssize_t)nb * s + 1, d, (size_t)top * sizeof(Edge));
-        d += 2 * top;
-        for (x = 1; x <= top; x++) {
-            Edge *e = S->e + (Py_ssize_t)x * s + nb;
-            e->a = *d++;
-            e->b = *d++;
-        }
-        S->nchild[nb] = *d;
-    }
-}
-
 static void contract(Solver *S, int a, int anc, int b)
 {
     int n = S->n, s = S->s, n1 = S->n1;
@@ -416,10 +359,6 @@ static void contract(Solver *S, int a, int anc, int b)
         S->best[nb] = 0;
         S->bestc[nb] = INFINITY;
         S->seen[nb] = 0;
-    }
-    if (S->logging && log_slot(S, nb) < 0) {
-        S->failed = 1;
-        return;
     }
     y[nb] = 0.0;
     S->label[nb] = EVEN;
@@ -516,6 +455,7 @@ static void contract(Solver *S, int a, int anc, int b)
         }
     }
     rescan(S, nb);
+    S->rpos[nb] = S->bpos[nb] = S->pos;
 }
 
 static void expand(Solver *S, int b)
@@ -563,6 +503,8 @@ static int tight_edge(Solver *S, int a0, int b0)
         m = S->root[S->mate[b]];
         S->best[b] = 0;
         S->best[m] = 0;
+        S->rpos[b] = S->bpos[b] = S->pos;
+        S->rpos[m] = S->bpos[m] = S->pos;
         S->bestc[b] = INFINITY;
         S->bestc[m] = INFINITY;
         S->label[m] = EVEN;
@@ -575,6 +517,89 @@ static int tight_edge(Solver *S, int a0, int b0)
             return 1;
         }
         contract(S, a, anc, b);
+    }
+    return 0;
+}
+
+/* Scan the neighbours of u (queued, its root ru not odd): note the cheapest edge into
+ * every other outermost index, and grow, shrink or augment on each tight edge met.
+ * 1 augmented, 0 done, -1 failed.  bpos[] records the scan (S->pos) behind each best[]. */
+static inline int scan_vertex(Solver *S, int u, int ru)
+{
+    int s = S->s, n1 = S->n1, k, kend, scan, p = S->pos;
+    int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
+    int *parent = S->parent, *met = S->met, *bpos = S->bpos;
+    const int *nbr = S->nbr, *nbr_start = S->nbr_start;
+    const Edge *E = S->e;
+    double *bestc = S->bestc, *y = S->y;
+    double yu;
+    const double *wu;
+    Py_ssize_t base;
+
+    yu = y[u];
+    scan = ++S->scan;
+    wu = S->w2 + (Py_ssize_t)u * n1;
+    base = (Py_ssize_t)u * s;
+    kend = nbr_start[u + 1];
+    for (k = nbr_start[u]; k < kend; k++) {
+        int v = nbr[k], rv = root[v], lr;
+        double c = yu + y[v] - wu[v];  /* pure: computed also where unused */
+        if (rv == v) {
+            if (c > 0.0) {
+                /* the common case, without a branch to mispredict */
+                double old = bestc[v];
+                int better = c < old;
+                best[v] = better ? u : best[v];
+                bestc[v] = better ? c : old;
+                bpos[v] = better ? p : bpos[v];
+                continue;
+            }
+        } else if (rv == ru) {
+            continue;
+        } else if (c > 0.0) {
+            int bb;
+            /* Every vertex of rv has the same stored edge from u, so once its
+             * cost has been compared, comparing it again is a no-op: bestc[rv]
+             * only went down since.  Until the state changes: a grow, shrink or
+             * augment below starts a new stamp (a grow resets bestc[rv]). */
+            if (met[rv] == scan)
+                continue;
+            met[rv] = scan;
+            bb = E[base + rv].b;
+            double cb = yu + y[bb] - wu[bb];
+            if (cb < bestc[rv]) {
+                best[rv] = u;
+                bestc[rv] = cb;
+                bpos[rv] = p;
+            }
+            continue;
+        }
+        lr = label[rv];
+        if (lr != ODD)
+            scan = ++S->scan;
+        if (lr == FREE) {
+            int m;
+            parent[rv] = u;
+            label[rv] = ODD;
+            m = root[mate[rv]];
+            best[rv] = 0;
+            best[m] = 0;
+            bestc[rv] = INFINITY;
+            bestc[m] = INFINITY;
+            S->rpos[rv] = bpos[rv] = p;
+            S->rpos[m] = bpos[m] = p;
+            label[m] = EVEN;
+            push(S, m);
+            if (S->failed)
+                return -1;
+        } else if (lr == EVEN) {
+            int done = tight_edge(S, u, v);
+            if (S->failed)
+                return -1;
+            if (done)
+                return 1;
+            ru = root[u];
+        }
     }
     return 0;
 }
@@ -602,93 +627,33 @@ static int begin_stage(Solver *S)
     return S->queue.len ? 1 : 0;
 }
 
-/* One stage as blossom.py runs it; 1 augmented, 0 done, -1 failed (S->failed says why). */
-static int stage_full(Solver *S)
+/* One stage as blossom.py runs it; 1 augmented, 0 done, -1 failed (S->failed says why).
+ * searched: search_tight has begun the stage and run its first search (the queue is
+ * empty, best[] as the first search leaves it): go on from the dual update. */
+static int stage_full(Solver *S, int searched)
 {
     int n = S->n, s = S->s, n1 = S->n1, top = S->top, x, u, b;
-    int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
-    int *parent = S->parent, *met = S->met, scan;
-    const int *nbr = S->nbr, *nbr_start = S->nbr_start;
+    int *label = S->label, *best = S->best, *root = S->root;
     const Edge *E = S->e;
     double *bestc = S->bestc, *y = S->y;
     IntVec *q = &S->queue;
     double delta, lim, d2;
-    int go = begin_stage(S);
 
-    if (go <= 0)
-        return go;
+    if (!searched) {
+        int go = begin_stage(S);
+        if (go <= 0)
+            return go;
+    }
     for (;;) {
         Py_ssize_t i = 0;
         while (i < q->len) {
-            int ru, k, kend;
-            double yu;
-            const double *wu;
-            Py_ssize_t base;
+            int ru;
             u = q->data[i++];
             ru = root[u];
             if (label[ru] == ODD)
                 continue;
-            yu = y[u];
-            scan = ++S->scan;
-            wu = S->w2 + (Py_ssize_t)u * n1;
-            base = (Py_ssize_t)u * s;
-            kend = nbr_start[u + 1];
-            for (k = nbr_start[u]; k < kend; k++) {
-                int v = nbr[k], rv = root[v], lr;
-                double c = yu + y[v] - wu[v];  /* pure: computed also where unused */
-                if (rv == v) {
-                    if (c > 0.0) {
-                        /* the common case, without a branch to mispredict */
-                        double old = bestc[v];
-                        int better = c < old;
-                        best[v] = better ? u : best[v];
-                        bestc[v] = better ? c : old;
-                        continue;
-                    }
-                } else if (rv == ru) {
-                    continue;
-                } else if (c > 0.0) {
-                    int bb;
-                    /* Every vertex of rv has the same stored edge from u, so once its
-                     * cost has been compared, comparing it again is a no-op: bestc[rv]
-                     * only went down since.  Until the state changes: a grow, shrink or
-                     * augment below starts a new stamp (a grow resets bestc[rv]). */
-                    if (met[rv] == scan)
-                        continue;
-                    met[rv] = scan;
-                    bb = E[base + rv].b;
-                    double cb = yu + y[bb] - wu[bb];
-                    if (cb < bestc[rv]) {
-                        best[rv] = u;
-                        bestc[rv] = cb;
-                    }
-                    continue;
-                }
-                lr = label[rv];
-                if (lr != ODD)
-                    scan = ++S->scan;
-                if (lr == FREE) {
-                    int m;
-                    parent[rv] = u;
-                    label[rv] = ODD;
-                    m = root[mate[rv]];
-                    best[rv] = 0;
-                    best[m] = 0;
-                    bestc[rv] = INFINITY;
-                    bestc[m] = INFINITY;
-                    label[m] = EVEN;
-                    push(S, m);
-                    if (S->failed)
-                        return -1;
-                } else if (lr == EVEN) {
-                    int done = tight_edge(S, u, v);
-                    if (S->failed)
-                        return -1;
-                    if (done)
-                        return 1;
-                    ru = root[u];
-                }
-            }
+            if (scan_vertex(S, u, ru))
+                return S->failed ? -1 : 1;
         }
         q->len = 0;
 
@@ -767,125 +732,276 @@ static int stage_full(Solver *S)
     }
 }
 
-/* The first search of a stage, looking only at tight edges, with an undo log.
- *
- * Why: a stage's first search (before its first dual update) scans every neighbour of
- * every queued vertex, and when the stage augments in that search, all the scan produced
- * besides its grows, shrinks and the augmentation is the best[] entries, which the next
- * stage resets unread.  Those steps (grow, shrink, augment) depend only on the roots,
- * labels and on which edges are tight, never on best[]: so visiting only the tight edges,
- * in the same order, takes exactly the same steps.  Vertex duals change only in dual
- * updates, so a vertex's list of tight neighbours stays valid from stage to stage until
- * the next one, and a stage re-scans only what it has not listed since.
- *
- * When the search ends without augmenting, the dual update needs best[] as the full scan
- * leaves it: the stage's state is then put back as it began (the undo log) and
- * stage_full runs it again from the start, taking the same steps plus the bookkeeping.
- * Returns 1 augmented, 0 put back (run stage_full), 2 nothing to search, -1 failed. */
-static int stage_tight(Solver *S)
+/* u's neighbours v with !(y[u] + y[v] - w2[u][v] > 0), increasing: the edges on which
+ * scan_vertex would grow, shrink or augment.  Kept until the next dual update. */
+/* list[0..mid) and list[mid..end), each increasing, into one increasing list (tmp: scratch
+ * of mid ints). */
+static void merge_runs(int *list, int mid, int end, int *tmp)
 {
-    int n1 = S->n1, u, go;
-    int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
-    int *parent = S->parent;
-    const int *nbr = S->nbr, *nbr_start = S->nbr_start;
-    int *tight = S->tight, *tight_len = S->tight_len, *tight_ver = S->tight_ver;
-    double *bestc = S->bestc, *y = S->y;
+    int i = 0, j = mid, k = 0;
+    memcpy(tmp, list, (size_t)mid * sizeof(int));
+    while (i < mid && j < end)
+        list[k++] = tmp[i] <= list[j] ? tmp[i++] : list[j++];
+    while (i < mid)
+        list[k++] = tmp[i++];
+}
+
+static const int *tight_list(Solver *S, int u, int *len)
+{
+    int *list = S->tight + S->nbr_start[u];
+    if (S->tight_ver[u] != S->yver && S->finite) {
+        /* kind by kind: y[u] + y[v] - w rounds monotonically in y[v] (finite doubles), so
+         * when the kind's least dual leaves its edges from u slack, all of them are;
+         * the others' vertices are tested as below, then put in increasing order */
+        const double *wu = S->w2 + (Py_ssize_t)u * S->n1, *y = S->y;
+        double yu = y[u];
+        int K, count = 0, runs = 0;
+        if (S->kymin_ver != S->yver) {
+            for (K = 0; K < S->nk; K++) {
+                double m = INFINITY;
+                int j;
+                for (j = S->kstart[K]; j < S->kstart[K + 1]; j++)
+                    if (y[S->kverts[j]] < m)
+                        m = y[S->kverts[j]];
+                S->kymin[K] = m;
+            }
+            S->kymin_ver = S->yver;
+        }
+        for (K = 0; K < S->nk; K++) {
+            int j = S->kstart[K], end = S->kstart[K + 1], before = count;
+            double w;
+            if (S->kverts[j] == u && ++j == end)
+                continue;
+            w = wu[S->kverts[j]];  /* the same for every vertex of the kind but u */
+            if (!(w > 0.0) || yu + S->kymin[K] - w > 0.0)
+                continue;
+            for (; j < end; j++) {
+                int v = S->kverts[j];
+                double c;
+                if (v == u)
+                    continue;
+                c = yu + y[v] - wu[v];  /* scan_vertex's double, its test */
+                if (!(c > 0.0))
+                    list[count++] = v;
+            }
+            if (count > before && runs++)
+                merge_runs(list, before, count, S->merge_tmp);
+        }
+        S->tight_len[u] = count;
+        S->tight_ver[u] = S->yver;
+    } else if (S->tight_ver[u] != S->yver) {
+        const double *wu = S->w2 + (Py_ssize_t)u * S->n1, *y = S->y;
+        double yu = y[u];
+        int k, kend = S->nbr_start[u + 1], count = 0;
+        for (k = S->nbr_start[u]; k < kend; k++) {
+            int v = S->nbr[k];
+            double c = yu + y[v] - wu[v];  /* scan_vertex's double, its test */
+            if (!(c > 0.0))
+                list[count++] = v;
+        }
+        S->tight_len[u] = count;
+        S->tight_ver[u] = S->yver;
+    }
+    *len = S->tight_len[u];
+    return list;
+}
+
+/* Whether scanning u (root ru) now would change nothing but best[]: each of its tight edges
+ * stays inside ru or ends at an odd index, where scan_vertex does nothing. */
+static int scan_is_quiet(Solver *S, int u, int ru)
+{
+    int len, k;
+    const int *list = tight_list(S, u, &len);
+    for (k = 0; k < len; k++) {
+        int v = list[k], rv = S->root[v];
+        if (!(rv != v && rv == ru) && S->label[rv] != ODD)
+            return 0;
+    }
+    return 1;
+}
+
+/* (c, p) before (bestc[x], bpos[x]): cheaper, or as cheap and from an earlier scan; the
+ * scans' own rule ("strictly cheaper than what an earlier scan found") across any order. */
+static inline void offer(Solver *S, int x, int u, double c, int p)
+{
+    if (c < S->bestc[x] || (c == S->bestc[x] && p < S->bpos[x])) {
+        S->best[x] = u;
+        S->bestc[x] = c;
+        S->bpos[x] = p;
+    }
+}
+
+/* Give every outermost free or even index the best[] that the quiet scans left to here
+ * would have given it (the others' best[] is never read in this stage: an odd index stays
+ * odd, and an index inside a blossom made in this stage stays inside).
+ *
+ * Such an index x never had a tight edge from a quiet scan (that scan would not have been
+ * quiet, or x would have left free/even since), so a quiet scan of u after x's last reset
+ * (rpos[x]) offers x: the cost of the edge u -> x for a vertex x that is a neighbour of u,
+ * the cost of u's stored edge into x for a blossom x with a neighbour of u inside and u
+ * outside.  Vertices of one kind with the same dual offer a vertex x the same cost (their
+ * weight rows are equal), so per such group only its first scan after rpos[x] (not x
+ * itself) can win: one offer per group instead of one per scan. */
+static int settle_quiet(Solver *S)
+{
+    int n = S->n, s = S->s, n1 = S->n1, top = S->top, nq = (int)S->quiet.len, ng = 0;
+    const int *qu = S->quiet.data, *qp = S->quiet_pos.data, *root = S->root;
+    int *gid = S->gid, *gkind = S->gkind, *gnext = S->gnext, *gstart = S->gstart;
+    int *gmem = S->gmem, *khead = S->khead, *label = S->label;
+    const double *y = S->y, *w2 = S->w2;
+    double *gy = S->gy;
+    int d, g, x;
+
+    if (nq == 0)
+        return 0;
+    for (d = 0; d < nq; d++) {
+        int u = qu[d], k = S->kind[u];
+        for (g = khead[k]; g >= 0; g = gnext[g])
+            if (memcmp(&gy[g], &y[u], sizeof(double)) == 0)
+                break;
+        if (g < 0) {
+            g = ng++;
+            gkind[g] = k;
+            gy[g] = y[u];
+            gnext[g] = khead[k];
+            khead[k] = g;
+            gstart[g] = 0;
+        }
+        gid[d] = g;
+        gstart[g]++;
+    }
+    for (g = 0, d = 0; g < ng; g++) {  /* counts to starts; members in scan order */
+        int c = gstart[g];
+        gstart[g] = d;
+        d += c;
+        khead[gkind[g]] = -1;
+    }
+    gstart[ng] = nq;
+    for (d = 0; d < nq; d++)
+        gmem[gstart[gid[d]]++] = d;
+    for (g = ng; g > 0; g--)
+        gstart[g] = gstart[g - 1];
+    gstart[0] = 0;
+
+    for (x = 1; x <= top; x++) {
+        int lx;
+        if (root[x] != x)
+            continue;
+        lx = label[x];
+        if (lx == ODD)
+            continue;
+        if (x <= n) {
+            double yx = y[x];
+            int r = S->rpos[x];
+            for (g = 0; g < ng; g++) {
+                int lo = gstart[g], hi = gstart[g + 1], u;
+                while (lo < hi) {  /* first member scanned after r */
+                    int mid = (lo + hi) / 2;
+                    if (qp[gmem[mid]] > r)
+                        hi = mid;
+                    else
+                        lo = mid + 1;
+                }
+                if (lo < gstart[g + 1] && qu[gmem[lo]] == x)
+                    lo++;
+                if (lo == gstart[g + 1])
+                    continue;
+                u = qu[gmem[lo]];
+                if (w2[(Py_ssize_t)u * n1 + x] > 0.0)
+                    offer(S, x, u, y[u] + yx - w2[(Py_ssize_t)u * n1 + x], qp[gmem[lo]]);
+            }
+        } else {
+            int r = S->rpos[x], v;
+            /* which groups have a neighbour in x (any member outside x tells: equal rows) */
+            for (g = 0; g < ng; g++) {
+                int j, rep = 0;
+                gkind[g] = 0;  /* reused: 1 when the group reaches into x */
+                for (j = gstart[g]; j < gstart[g + 1]; j++)
+                    if (root[qu[gmem[j]]] != x) {
+                        rep = qu[gmem[j]];
+                        break;
+                    }
+                if (!rep)
+                    continue;
+                for (v = 1; v <= n; v++)
+                    if (root[v] == x && w2[(Py_ssize_t)rep * n1 + v] > 0.0) {
+                        gkind[g] = 1;
+                        break;
+                    }
+            }
+            for (d = 0; d < nq; d++) {
+                int u = qu[d], bb;
+                if (qp[d] <= r || !gkind[gid[d]] || root[u] == x)
+                    continue;
+                bb = S->e[(Py_ssize_t)u * s + x].b;
+                offer(S, x, u, y[u] + y[bb] - w2[(Py_ssize_t)u * n1 + bb], qp[d]);
+            }
+        }
+    }
+    return 0;
+}
+
+/* A stage's first search on the tight-edge lists (1 augmented, 0 searched, 2 nothing to
+ * search, -1 failed).
+ *
+ * Why: the first search of a stage (before its first dual update) is most of the
+ * matcher's time, and most of it is scans that only lower best[] entries.  A scan's grows,
+ * shrinks and augmentation depend on the roots, the labels and which of its edges are
+ * tight, never on best[]; so a scan whose tight edges all stay inside its blossom or end at
+ * an odd index ("quiet") changes nothing else, whenever it is done.  Here only the other
+ * scans run (scan_vertex, in queue order, so every grow, shrink and augmentation is the
+ * full search's); the quiet ones are noted, and if the search ends without augmenting,
+ * settle_quiet gives best[] what they would have given it, grouped by kind.  A vertex's
+ * tight edges are listed once per dual update (tight_list), not once per stage. */
+static int search_tight(Solver *S)
+{
+    int u, go, top;
     IntVec *q = &S->queue;
     Py_ssize_t i = 0;
 
     go = begin_stage(S);
     if (go <= 0)
         return go < 0 ? -1 : 2;
-    S->top0 = S->top;
-    memcpy(S->root0, root, (size_t)S->s * sizeof(int));
-    memcpy(S->parent0, parent, (size_t)S->s * sizeof(int));
-    memcpy(S->mate0, mate, (size_t)S->s * sizeof(int));
-    memcpy(S->y0, y, (size_t)S->s * sizeof(double));
-    S->undo.len = 0;
-    S->logging = 1;
+    top = S->top;
+    memset(S->rpos, 0, (size_t)(top + 1) * sizeof(int));
+    memset(S->bpos, 0, (size_t)(top + 1) * sizeof(int));
+    S->pos = 0;
+    S->quiet.len = 0;
+    S->quiet_pos.len = 0;
     while (i < q->len) {
-        int ru, k, kend, *list;
+        int ru;
         u = q->data[i++];
-        ru = root[u];
-        if (label[ru] == ODD)
+        ru = S->root[u];
+        if (S->label[ru] == ODD)
             continue;
-        list = tight + nbr_start[u];
-        if (tight_ver[u] != S->yver) {
-            /* the test stage_full makes on each neighbour, the same doubles */
-            double yu = y[u];
-            const double *wu = S->w2 + (Py_ssize_t)u * n1;
-            int len = 0;
-            kend = nbr_start[u + 1];
-            for (k = nbr_start[u]; k < kend; k++) {
-                int v = nbr[k];
-                double c = yu + y[v] - wu[v];
-                if (!(c > 0.0))
-                    list[len++] = v;
+        S->pos++;
+        S->scans++;
+        if (scan_is_quiet(S, u, ru)) {
+            if (vec_push(&S->quiet, u) || vec_push(&S->quiet_pos, S->pos)) {
+                S->failed = 1;
+                return -1;
             }
-            tight_len[u] = len;
-            tight_ver[u] = S->yver;
+            S->quiet_scans++;
+            continue;
         }
-        kend = tight_len[u];
-        for (k = 0; k < kend; k++) {
-            int v = list[k], rv = root[v], lr;
-            if (rv != v && rv == ru)
-                continue;  /* stage_full skips an edge inside u's blossom, tight or not */
-            lr = label[rv];
-            if (lr == FREE) {
-                int m;
-                parent[rv] = u;
-                label[rv] = ODD;
-                m = root[mate[rv]];
-                best[rv] = 0;
-                best[m] = 0;
-                bestc[rv] = INFINITY;
-                bestc[m] = INFINITY;
-                label[m] = EVEN;
-                push(S, m);
-                if (S->failed)
-                    return -1;
-            } else if (lr == EVEN) {
-                int done = tight_edge(S, u, v);
-                if (S->failed)
-                    return -1;
-                if (done) {
-                    S->logging = 0;
-                    return 1;
-                }
-                ru = root[u];
-            }
-        }
+        if (scan_vertex(S, u, ru))
+            return S->failed ? -1 : 1;
     }
-    S->logging = 0;
-    undo_slots(S);
-    S->top = S->top0;
-    memcpy(root, S->root0, (size_t)S->s * sizeof(int));
-    memcpy(parent, S->parent0, (size_t)S->s * sizeof(int));
-    memcpy(mate, S->mate0, (size_t)S->s * sizeof(int));
-    memcpy(y, S->y0, (size_t)S->s * sizeof(double));
-    return 0;
+    q->len = 0;
+    return settle_quiet(S);
 }
 
-/* One stage: 1 augmented, 0 done, -1 failed.  After a stage that augmented before any
- * dual update, the duals are those the carried tight lists were made with: try
- * stage_tight first. */
+/* One stage: 1 augmented, 0 done, -1 failed. */
 static int stage(Solver *S)
 {
-    int ver = S->yver, rc;
+    int rc;
     S->stages++;
-    if (S->carry && S->clean) {
-        rc = stage_tight(S);
-        if (rc == 1) {
-            S->carried++;
-            return 1;
-        }
-        if (rc != 0)
-            return rc == 2 ? 0 : -1;
-        S->rolled_back++;
-    }
-    rc = stage_full(S);
-    S->clean = S->yver == ver;
-    return rc;
+    if (!S->carry)
+        return stage_full(S, 0);
+    rc = search_tight(S);
+    if (rc != 0)
+        return rc == 2 ? 0 : rc;
+    return stage_full(S, 1);
 }
 
 static void solver_free(Solver *S)
@@ -916,11 +1032,22 @@ static void solver_free(Solver *S)
     free(S->tight);
     free(S->tight_len);
     free(S->tight_ver);
-    free(S->root0);
-    free(S->parent0);
-    free(S->mate0);
-    free(S->y0);
-    free(S->undo.data);
+    free(S->rpos);
+    free(S->bpos);
+    free(S->kind);
+    free(S->quiet.data);
+    free(S->quiet_pos.data);
+    free(S->gid);
+    free(S->gkind);
+    free(S->gnext);
+    free(S->gstart);
+    free(S->gmem);
+    free(S->khead);
+    free(S->gy);
+    free(S->kstart);
+    free(S->kverts);
+    free(S->kymin);
+    free(S->merge_tmp);
 }
 
 /* Set up the tables of blossom.py's _DenseBlossom from w (n x n, row-major, w[i*n+j] the
@@ -982,15 +1109,26 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     S->tight = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
     S->tight_len = (int *)calloc((size_t)n1, sizeof(int));
     S->tight_ver = (int *)malloc((size_t)n1 * sizeof(int));
-    S->root0 = (int *)malloc((size_t)s * sizeof(int));
-    S->parent0 = (int *)malloc((size_t)s * sizeof(int));
-    S->mate0 = (int *)malloc((size_t)s * sizeof(int));
-    S->y0 = (double *)malloc((size_t)s * sizeof(double));
-    if (!S->nbr || !S->innbr || !S->tight || !S->tight_len || !S->tight_ver || !S->root0
-        || !S->parent0 || !S->mate0 || !S->y0)
+    S->rpos = (int *)calloc((size_t)s, sizeof(int));
+    S->bpos = (int *)calloc((size_t)s, sizeof(int));
+    S->kind = (int *)malloc((size_t)n1 * sizeof(int));
+    /* settle_quiet's groups: at most one per quiet scan, at most one scan per queue entry */
+    S->gid = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->gkind = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->gnext = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->gstart = (int *)malloc(((size_t)n1 * 2 + 1) * sizeof(int));
+    S->gmem = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->khead = (int *)malloc((size_t)n1 * sizeof(int));
+    S->gy = (double *)malloc((size_t)n1 * 2 * sizeof(double));
+    if (!S->nbr || !S->innbr || !S->tight || !S->tight_len || !S->tight_ver || !S->rpos
+        || !S->bpos || !S->kind || !S->gid || !S->gkind || !S->gnext || !S->gstart
+        || !S->gmem || !S->khead || !S->gy)
         return -1;
-    for (v = 0; v < n1; v++)
+    for (v = 0; v < n1; v++) {
         S->tight_ver[v] = -1;  /* no list yet (yver starts at 0) */
+        S->kind[v] = v;        /* each vertex its own kind unless told (solver_set_kinds) */
+        S->khead[v] = -1;
+    }
     {
         /* rows in increasing r, columns in increasing c: both lists come out increasing */
         int *fill = (int *)malloc((size_t)(n1 + 1) * sizeof(int));
@@ -1066,10 +1204,48 @@ static int check_count(Py_ssize_t n)
     return 0;
 }
 
-/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs;
- * carry: 0 runs every stage in full (stage()); with counts, (pairs, (stages, stages
- * that augmented on the carried lists, stages put back and run in full)). */
-static PyObject *run(int n, double *w, int carry, int counts)
+/* Kind lists from S->kind (each vertex's first vertex of its kind); -1 out of memory. */
+static int set_kinds(Solver *S)
+{
+    int n = S->n, v, K = 0, *at;
+    S->kstart = (int *)calloc((size_t)n + 2, sizeof(int));
+    S->kverts = (int *)malloc((size_t)(n ? n : 1) * sizeof(int));
+    S->kymin = (double *)malloc((size_t)(n ? n : 1) * sizeof(double));
+    S->merge_tmp = (int *)malloc((size_t)(n ? n : 1) * sizeof(int));
+    at = (int *)malloc((size_t)(n + 1) * sizeof(int));
+    if (!S->kstart || !S->kverts || !S->kymin || !S->merge_tmp || !at) {
+        free(at);
+        return -1;
+    }
+    for (v = 1; v <= n; v++)  /* kind number by first vertex; count into kstart[K + 1] */
+        if (S->kind[v] == v)
+            at[v] = K++;
+    S->nk = K;
+    for (v = 1; v <= n; v++)
+        S->kstart[at[S->kind[v]] + 1]++;
+    for (K = 0; K < S->nk; K++)
+        S->kstart[K + 1] += S->kstart[K];
+    {
+        int *fill = (int *)malloc((size_t)(S->nk + 1) * sizeof(int));
+        if (fill == NULL) {
+            free(at);
+            return -1;
+        }
+        memcpy(fill, S->kstart, (size_t)(S->nk + 1) * sizeof(int));
+        for (v = 1; v <= n; v++)
+            S->kverts[fill[at[S->kind[v]]]++] = v;
+        free(fill);
+    }
+    free(at);
+    S->kymin_ver = -1;
+    return 0;
+}
+
+/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs.
+ * first: NULL, or for each node the first node of its kind (equal weight rows), which
+ * lets settle_quiet group them.  carry: 0 runs every stage in full (stage()); with
+ * counts, (pairs, (stages, scans of first searches, of them quiet)). */
+static PyObject *run(int n, double *w, const int *first, int carry, int counts)
 {
     PyObject *out;
     double w_max;
@@ -1083,6 +1259,14 @@ static PyObject *run(int n, double *w, int carry, int counts)
     }
     free(w);
     S.carry = carry;
+    if (first)
+        for (u = 1; u <= n; u++)
+            S.kind[u] = first[u - 1] + 1;
+    S.finite = isfinite(w_max) && w_max < 1e300;  /* no sum of two duals overflows */
+    if (set_kinds(&S) < 0) {
+        solver_free(&S);
+        return PyErr_NoMemory();
+    }
     if (!(w_max > 0)) {
         solver_free(&S);
         out = PyList_New(0);
@@ -1123,7 +1307,7 @@ static PyObject *run(int n, double *w, int carry, int counts)
     }
     solver_free(&S);
     if (counts)
-        return Py_BuildValue("(N(LLL))", out, S.stages, S.carried, S.rolled_back);
+        return Py_BuildValue("(N(LLL))", out, S.stages, S.scans, S.quiet_scans);
     return out;
 }
 
@@ -1132,7 +1316,7 @@ PyDoc_STRVAR(solve_doc,
 "blossom_pairs on a flat row-major n*n sequence of floats (weights[i*n+j] is the\n"
 "weight as seen from i; the diagonal is ignored; an edge exists where > 0).\n"
 "carry=False scans every stage in full (the same pairs, slower: for tests);\n"
-"counts=True returns (pairs, (stages, carried stages, stages put back)).");
+"counts=True returns (pairs, (stages, scans of first searches, of them quiet)).");
 
 static PyObject *solve(PyObject *self, PyObject *args)
 {
@@ -1150,7 +1334,7 @@ static PyObject *solve(PyObject *self, PyObject *args)
         free(w);
         return NULL;
     }
-    return run((int)n, w, carry, counts);
+    return run((int)n, w, NULL, carry, counts);
 }
 
 PyDoc_STRVAR(solve_indexed_doc,
@@ -1211,9 +1395,32 @@ static PyObject *solve_indexed(PyObject *self, PyObject *args)
         for (j = 0; j < n; j++)
             out[j] = row[kind[j]];
     }
-    free(kind);
     free(table);
-    return run((int)n, w, carry, counts);
+    {
+        /* for each node the first node of its kind (kind[] reused for the map) */
+        int *first = (int *)malloc((size_t)(n ? n : 1) * sizeof(int));
+        int *at = (int *)malloc((size_t)(m ? m : 1) * sizeof(int));
+        PyObject *out;
+        if (first == NULL || at == NULL) {
+            free(first);
+            free(at);
+            free(kind);
+            free(w);
+            return PyErr_NoMemory();
+        }
+        for (i = 0; i < m; i++)
+            at[i] = -1;
+        for (i = 0; i < n; i++) {
+            if (at[kind[i]] < 0)
+                at[kind[i]] = (int)i;
+            first[i] = at[kind[i]];
+        }
+        free(at);
+        free(kind);
+        out = run((int)n, w, first, carry, counts);
+        free(first);
+        return out;
+    }
 fail:
     free(kind);
     free(table);
