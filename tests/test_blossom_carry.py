@@ -59,3 +59,15 @@ def test_carry_flag_and_counts_on_trivial_inputs():
     assert compiled.solve(2, [0.0, 1.0, 1.0, 0.0], False) == [(0, 1)]
     pairs, (stages, _, _) = compiled.solve(2, [0.0, 1.0, 1.0, 0.0], True, True)
     assert pairs == [(0, 1)] and stages >= 1
+
+
+@compiled_only
+@pytest.mark.parametrize("big", [1e308, float("inf")])
+def test_weights_whose_dual_sums_overflow_take_the_plain_lists(big):
+    """Skipping a kind by its least dual relies on finite sums of duals; with weights near
+    the float limit (or infinite) the lists are built edge by edge, and the pairs are still
+    the full scans' and the reference's."""
+    kinds = [0, 1, 2, 0, 1, 2, 1]
+    table = [0.5, big, 0.25, big, 0.5, 0.75, 0.25, 0.75, 0.0]
+    carried, _, full = both_ways(kinds, 3, table)
+    assert carried == full == blossom_pairs_indexed(kinds, 3, table, compiled=False)

@@ -14,7 +14,9 @@
  * where C differs in form (fixed-size arrays instead of lists, in-place rotations, the
  * extended edges packed into one table with a flag for "weight > 0") and where it skips
  * work whose outcome is known (a comparison repeated within one scan, a pass whose
- * writes are all overwritten), each with why the result cannot change.
+ * writes are all overwritten), each with why the result cannot change.  The largest such
+ * liberty is search_tight: a stage's first search runs only the scans that change more
+ * than best[], and settle_quiet gives best[] the others' share afterwards if it is read.
  * tests/test_blossom_compiled.py and tests/test_blossom_kinds.py hold the two together.
  */
 #define PY_SSIZE_T_CLEAN
@@ -189,16 +191,15 @@ static void rescan(Solver *S, int x)
         int v, s = S->s;
         Py_ssize_t k = x;
         for (v = 1; v <= S->n; v++) {
+            int rv = root[v];
             k += s;
-            if (edge_live(S->e[k])) {
-                int rv = root[v];
-                if (rv != x && label[rv] == EVEN) {
-                    int b = S->e[k].b;
-                    double c = y[v] + y[b] - S->w2[v * S->n1 + b];
-                    if (c < bc) {
-                        bv = v;
-                        bc = c;
-                    }
+            /* the same three tests as blossom.py, the strided one last */
+            if (rv != x && label[rv] == EVEN && edge_live(S->e[k])) {
+                int b = S->e[k].b;
+                double c = y[v] + y[b] - S->w2[v * S->n1 + b];
+                if (c < bc) {
+                    bv = v;
+                    bc = c;
                 }
             }
         }
