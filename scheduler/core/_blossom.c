@@ -896,6 +896,8 @@ static int settle_quiet(Solver *S)
             int r = S->rpos[x];
             for (g = 0; g < ng; g++) {
                 int lo = gstart[g], hi = gstart[g + 1], u;
+                if (qp[gmem[lo]] > r)  /* usually: r is the stage's start */
+                    hi = lo;
                 while (lo < hi) {  /* first member scanned after r */
                     int mid = (lo + hi) / 2;
                     if (qp[gmem[mid]] > r)
