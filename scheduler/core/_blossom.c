@@ -17,7 +17,8 @@
  * writes are all overwritten), each with why the result cannot change.  The largest such
  * liberty is search_tight: a stage's first search runs only the scans that change more
  * than best[], and settle_quiet gives best[] the others' share afterwards if it is read.
- * tests/test_blossom_compiled.py and tests/test_blossom_kinds.py hold the two together.
+ * tests/test_blossom_compiled.py, tests/test_blossom_kinds.py and tests/test_blossom_carry.py
+ * hold the two together.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -92,7 +93,7 @@ typedef struct {
     IntVec scratch;  /* push's pending list, set_root's stack */
     IntVec work;     /* match_through's stack of (x, other) */
     int failed;      /* 1: out of memory, 2: slots exhausted */
-    /* The carried scan (see stage()): tight[nbr_start[u] ..][0 .. tight_len[u]) lists u's
+    /* The carried lists (search_tight): tight[nbr_start[u] ..][0 .. tight_len[u]) lists u's
      * neighbours v with !(y[u] + y[v] - w2[u][v] > 0), valid while tight_ver[u] == yver;
      * yver counts the dual updates (vertex duals change nowhere else). */
     int carry;       /* 0: every stage scans in full (the reference order, for tests) */
