@@ -980,7 +980,9 @@ static int search_tight(Solver *S)
             continue;
         S->pos++;
         S->scans++;
-        if (scan_is_quiet(S, u, ru)) {
+        /* (a vertex is queued once per first search, so the groups' n1 * 2 slots do;
+         * scanning a quiet vertex in full would be as exact) */
+        if (S->quiet.len < 2 * (Py_ssize_t)S->n1 && scan_is_quiet(S, u, ru)) {
             if (vec_push(&S->quiet, u) || vec_push(&S->quiet_pos, S->pos)) {
                 S->failed = 1;
                 return -1;
