@@ -185,6 +185,7 @@ def bench_replay(trace: str, spec: str, policy: str, sample: int) -> None:
         total += spent
     print(f"  compiled: {total:.2f} CPU s for all; {repeats} repeat an earlier input exactly "
           f"({repeated:.2f} s of it)")
+    compare_full_scans(calls)
     step = max(1, len(calls) // sample) if sample else 0
     if step:
         chosen = calls[::step][:sample]
@@ -198,6 +199,26 @@ def bench_replay(trace: str, spec: str, policy: str, sample: int) -> None:
             fast += time.process_time() - start
         print(f"  pure Python on every {step}th ({len(chosen)}): {slow:.2f} CPU s, "
               f"compiled {fast:.2f} s, same pairs: {same}")
+
+
+def compare_full_scans(calls: list[tuple]) -> None:
+    """The compiled matcher as it runs (first searches on tight-edge lists, quiet scans
+    settled by kind) against itself scanning every stage in full, on the same inputs:
+    CPU seconds of each, alternated twice, and whether every pair list is the same."""
+    from scheduler.core.blossom import _compiled
+
+    if _compiled is None:
+        return
+    spent = {True: 0.0, False: 0.0}
+    same = True
+    for _ in range(2):
+        for carry in (False, True):
+            start = time.process_time()
+            got = [_compiled.solve_indexed(k, m, t, carry) for k, m, t, _ in calls]
+            spent[carry] += time.process_time() - start
+            same = same and all(g == c[3] for g, c in zip(got, calls))
+    print(f"  compiled, full scans: {spent[False] / 2:.2f} CPU s; on tight lists: "
+          f"{spent[True] / 2:.2f} CPU s ({spent[True] / spent[False]:.2f}x); same pairs: {same}")
 
 
 def main(argv=None):

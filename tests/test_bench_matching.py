@@ -57,3 +57,6 @@ def test_replay_reports_counts_and_agreement(capsys):
     out = capsys.readouterr().out
     assert "muri-s paper on default.csv:" in out
     assert "same pairs: True" in out
+    if blossom._compiled is not None:
+        full = next(line for line in out.splitlines() if "full scans" in line)
+        assert full.endswith("same pairs: True")

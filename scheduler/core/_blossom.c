@@ -14,8 +14,11 @@
  * where C differs in form (fixed-size arrays instead of lists, in-place rotations, the
  * extended edges packed into one table with a flag for "weight > 0") and where it skips
  * work whose outcome is known (a comparison repeated within one scan, a pass whose
- * writes are all overwritten), each with why the result cannot change.
- * tests/test_blossom_compiled.py and tests/test_blossom_kinds.py hold the two together.
+ * writes are all overwritten), each with why the result cannot change.  The largest such
+ * liberty is search_tight: a stage's first search runs only the scans that change more
+ * than best[], and settle_quiet gives best[] the others' share afterwards if it is read.
+ * tests/test_blossom_compiled.py, tests/test_blossom_kinds.py and tests/test_blossom_carry.py
+ * hold the two together.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -90,6 +93,27 @@ typedef struct {
     IntVec scratch;  /* push's pending list, set_root's stack */
     IntVec work;     /* match_through's stack of (x, other) */
     int failed;      /* 1: out of memory, 2: slots exhausted */
+    /* The carried lists (search_tight): tight[nbr_start[u] ..][0 .. tight_len[u]) lists u's
+     * neighbours v with !(y[u] + y[v] - w2[u][v] > 0), valid while tight_ver[u] == yver;
+     * yver counts the dual updates (vertex duals change nowhere else). */
+    int carry;       /* 0: every stage scans in full (the reference order, for tests) */
+    int yver;
+    int *tight, *tight_len, *tight_ver;
+    /* search_tight's bookkeeping: pos numbers the scans of a stage's first search; rpos[x]
+     * is the scan during which x's best[] was last reset (0: the stage's start), bpos[x]
+     * the scan that gave its current best[]; kind[v] groups vertices with equal weight rows
+     * (solve_indexed's kinds; each vertex its own otherwise) */
+    int pos, *rpos, *bpos, *kind;
+    IntVec quiet, quiet_pos;  /* the scans search_tight left to settle_quiet, in order */
+    int *gid, *gkind, *gnext, *gstart, *gmem, *khead;  /* settle_quiet's groups */
+    double *gy;
+    /* kinds as lists (set_kinds): kverts[kstart[K] ..kstart[K+1]) the vertices of kind K,
+     * increasing; kymin[K] their least dual as of yver kymin_ver; finite: every weight
+     * finite, so that tight_list may skip a kind by its least dual */
+    int nk, *kstart, *kverts, kymin_ver, finite;
+    double *kymin;
+    int *merge_tmp;  /* tight_list's scratch (n ints) */
+    long long stages, quiet_scans, scans;  /* counts for tests */
 } Solver;
 
 /* math.isclose(a, b, rel_tol=REL_TOL) as CPython computes it (abs_tol = 0). */
@@ -168,16 +192,15 @@ static void rescan(Solver *S, int x)
         int v, s = S->s;
         Py_ssize_t k = x;
         for (v = 1; v <= S->n; v++) {
+            int rv = root[v];
             k += s;
-            if (edge_live(S->e[k])) {
-                int rv = root[v];
-                if (rv != x && label[rv] == EVEN) {
-                    int b = S->e[k].b;
-                    double c = y[v] + y[b] - S->w2[v * S->n1 + b];
-                    if (c < bc) {
-                        bv = v;
-                        bc = c;
-                    }
+            /* the same three tests as blossom.py, the strided one last */
+            if (rv != x && label[rv] == EVEN && edge_live(S->e[k])) {
+                int b = S->e[k].b;
+                double c = y[v] + y[b] - S->w2[v * S->n1 + b];
+                if (c < bc) {
+                    bv = v;
+                    bc = c;
                 }
             }
         }
@@ -434,6 +457,7 @@ static void contract(Solver *S, int a, int anc, int b)
         }
     }
     rescan(S, nb);
+    S->rpos[nb] = S->bpos[nb] = S->pos;
 }
 
 static void expand(Solver *S, int b)
@@ -481,6 +505,8 @@ static int tight_edge(Solver *S, int a0, int b0)
         m = S->root[S->mate[b]];
         S->best[b] = 0;
         S->best[m] = 0;
+        S->rpos[b] = S->bpos[b] = S->pos;
+        S->rpos[m] = S->bpos[m] = S->pos;
         S->bestc[b] = INFINITY;
         S->bestc[m] = INFINITY;
         S->label[m] = EVEN;
@@ -497,107 +523,139 @@ static int tight_edge(Solver *S, int a0, int b0)
     return 0;
 }
 
-/* One stage; 1 augmented, 0 done, -1 failed (S->failed says why). */
-static int stage(Solver *S)
+/* Scan the neighbours of u (queued, its root ru not odd): note the cheapest edge into
+ * every other outermost index, and grow, shrink or augment on each tight edge met.
+ * 1 augmented, 0 done, -1 failed.  bpos[] records the scan (S->pos) behind each best[]. */
+static inline int scan_vertex(Solver *S, int u, int ru)
 {
-    int n = S->n, s = S->s, n1 = S->n1, top = S->top, x, u, b;
+    int s = S->s, n1 = S->n1, k, kend, scan, p = S->pos;
     int *label = S->label, *best = S->best, *root = S->root, *mate = S->mate;
-    int *parent = S->parent, *met = S->met, scan;
+    int *parent = S->parent, *met = S->met, *bpos = S->bpos;
     const int *nbr = S->nbr, *nbr_start = S->nbr_start;
     const Edge *E = S->e;
     double *bestc = S->bestc, *y = S->y;
-    IntVec *q = &S->queue;
-    double delta, lim, d2;
+    double yu;
+    const double *wu;
+    Py_ssize_t base;
 
-    for (x = 0; x <= top; x++) {
-        label[x] = FREE;
-        best[x] = 0;
-        bestc[x] = INFINITY;
+    yu = y[u];
+    scan = ++S->scan;
+    wu = S->w2 + (Py_ssize_t)u * n1;
+    base = (Py_ssize_t)u * s;
+    kend = nbr_start[u + 1];
+    for (k = nbr_start[u]; k < kend; k++) {
+        int v = nbr[k], rv = root[v], lr;
+        double c = yu + y[v] - wu[v];  /* pure: computed also where unused */
+        if (rv == v) {
+            if (c > 0.0) {
+                /* the common case, without a branch to mispredict */
+                double old = bestc[v];
+                int better = c < old;
+                best[v] = better ? u : best[v];
+                bestc[v] = better ? c : old;
+                bpos[v] = better ? p : bpos[v];
+                continue;
+            }
+        } else if (rv == ru) {
+            continue;
+        } else if (c > 0.0) {
+            int bb;
+            /* Every vertex of rv has the same stored edge from u, so once its
+             * cost has been compared, comparing it again is a no-op: bestc[rv]
+             * only went down since.  Until the state changes: a grow, shrink or
+             * augment below starts a new stamp (a grow resets bestc[rv]). */
+            if (met[rv] == scan)
+                continue;
+            met[rv] = scan;
+            bb = E[base + rv].b;
+            double cb = yu + y[bb] - wu[bb];
+            if (cb < bestc[rv]) {
+                best[rv] = u;
+                bestc[rv] = cb;
+                bpos[rv] = p;
+            }
+            continue;
+        }
+        lr = label[rv];
+        if (lr != ODD)
+            scan = ++S->scan;
+        if (lr == FREE) {
+            int m;
+            parent[rv] = u;
+            label[rv] = ODD;
+            m = root[mate[rv]];
+            best[rv] = 0;
+            best[m] = 0;
+            bestc[rv] = INFINITY;
+            bestc[m] = INFINITY;
+            S->rpos[rv] = bpos[rv] = p;
+            S->rpos[m] = bpos[m] = p;
+            label[m] = EVEN;
+            push(S, m);
+            if (S->failed)
+                return -1;
+        } else if (lr == EVEN) {
+            int done = tight_edge(S, u, v);
+            if (S->failed)
+                return -1;
+            if (done)
+                return 1;
+            ru = root[u];
+        }
     }
-    q->len = 0;
+    return 0;
+}
+
+/* A stage's start: every label free, no best edges, the free outermost indices queued as
+ * even roots.  1 when there is something to search, 0 when not, -1 failed. */
+static int begin_stage(Solver *S)
+{
+    int top = S->top, x;
+    for (x = 0; x <= top; x++) {
+        S->label[x] = FREE;
+        S->best[x] = 0;
+        S->bestc[x] = INFINITY;
+    }
+    S->queue.len = 0;
     for (x = 1; x <= top; x++) {
-        if (root[x] == x && mate[x] <= 0) {
-            parent[x] = 0;
-            label[x] = EVEN;
+        if (S->root[x] == x && S->mate[x] <= 0) {
+            S->parent[x] = 0;
+            S->label[x] = EVEN;
             push(S, x);
         }
     }
     if (S->failed)
         return -1;
-    if (q->len == 0)
-        return 0;
+    return S->queue.len ? 1 : 0;
+}
+
+/* One stage as blossom.py runs it; 1 augmented, 0 done, -1 failed (S->failed says why).
+ * searched: search_tight has begun the stage and run its first search (the queue is
+ * empty, best[] as the first search leaves it): go on from the dual update. */
+static int stage_full(Solver *S, int searched)
+{
+    int n = S->n, s = S->s, n1 = S->n1, top = S->top, x, u, b;
+    int *label = S->label, *best = S->best, *root = S->root;
+    const Edge *E = S->e;
+    double *bestc = S->bestc, *y = S->y;
+    IntVec *q = &S->queue;
+    double delta, lim, d2;
+
+    if (!searched) {
+        int go = begin_stage(S);
+        if (go <= 0)
+            return go;
+    }
     for (;;) {
         Py_ssize_t i = 0;
         while (i < q->len) {
-            int ru, k, kend;
-            double yu;
-            const double *wu;
-            Py_ssize_t base;
+            int ru;
             u = q->data[i++];
             ru = root[u];
             if (label[ru] == ODD)
                 continue;
-            yu = y[u];
-            scan = ++S->scan;
-            wu = S->w2 + (Py_ssize_t)u * n1;
-            base = (Py_ssize_t)u * s;
-            kend = nbr_start[u + 1];
-            for (k = nbr_start[u]; k < kend; k++) {
-                int v = nbr[k], rv = root[v], lr;
-                double c = yu + y[v] - wu[v];  /* pure: computed also where unused */
-                if (rv == v) {
-                    if (c > 0.0) {
-                        /* the common case, without a branch to mispredict */
-                        double old = bestc[v];
-                        int better = c < old;
-                        best[v] = better ? u : best[v];
-                        bestc[v] = better ? c : old;
-                        continue;
-                    }
-                } else if (rv == ru) {
-                    continue;
-                } else if (c > 0.0) {
-                    int bb;
-                    /* Every vertex of rv has the same stored edge from u, so once its
-                     * cost has been compared, comparing it again is a no-op: bestc[rv]
-                     * only went down since.  Until the state changes: a grow, shrink or
-                     * augment below starts a new stamp (a grow resets bestc[rv]). */
-                    if (met[rv] == scan)
-                        continue;
-                    met[rv] = scan;
-                    bb = E[base + rv].b;
-                    double cb = yu + y[bb] - wu[bb];
-                    if (cb < bestc[rv]) {
-                        best[rv] = u;
-                        bestc[rv] = cb;
-                    }
-                    continue;
-                }
-                lr = label[rv];
-                if (lr != ODD)
-                    scan = ++S->scan;
-                if (lr == FREE) {
-                    int m;
-                    parent[rv] = u;
-                    label[rv] = ODD;
-                    m = root[mate[rv]];
-                    best[rv] = 0;
-                    best[m] = 0;
-                    bestc[rv] = INFINITY;
-                    bestc[m] = INFINITY;
-                    label[m] = EVEN;
-                    push(S, m);
-                    if (S->failed)
-                        return -1;
-                } else if (lr == EVEN) {
-                    int done = tight_edge(S, u, v);
-                    if (S->failed)
-                        return -1;
-                    if (done)
-                        return 1;
-                    ru = root[u];
-                }
-            }
+            if (scan_vertex(S, u, ru))
+                return S->failed ? -1 : 1;
         }
         q->len = 0;
 
@@ -622,6 +680,7 @@ static int stage(Solver *S)
             }
         }
         lim = delta > 0.0 ? delta * 1.001 : INFINITY;
+        S->yver++;  /* the vertex duals change now: every carried list is stale */
         for (u = 1; u <= n; u++) {
             int lu = label[root[u]];
             if (lu == EVEN) {
@@ -675,6 +734,282 @@ static int stage(Solver *S)
     }
 }
 
+/* u's neighbours v with !(y[u] + y[v] - w2[u][v] > 0), increasing: the edges on which
+ * scan_vertex would grow, shrink or augment.  Kept until the next dual update. */
+/* list[0..mid) and list[mid..end), each increasing, into one increasing list (tmp: scratch
+ * of mid ints). */
+static void merge_runs(int *list, int mid, int end, int *tmp)
+{
+    int i = 0, j = mid, k = 0;
+    memcpy(tmp, list, (size_t)mid * sizeof(int));
+    while (i < mid && j < end)
+        list[k++] = tmp[i] <= list[j] ? tmp[i++] : list[j++];
+    while (i < mid)
+        list[k++] = tmp[i++];
+}
+
+static const int *tight_list(Solver *S, int u, int *len)
+{
+    int *list = S->tight + S->nbr_start[u];
+    if (S->tight_ver[u] != S->yver && S->finite) {
+        /* kind by kind: y[u] + y[v] - w rounds monotonically in y[v] (finite doubles), so
+         * when the kind's least dual leaves its edges from u slack, all of them are;
+         * the others' vertices are tested as below, then put in increasing order */
+        const double *wu = S->w2 + (Py_ssize_t)u * S->n1, *y = S->y;
+        double yu = y[u];
+        int K, count = 0, runs = 0;
+        if (S->kymin_ver != S->yver) {
+            for (K = 0; K < S->nk; K++) {
+                double m = INFINITY;
+                int j;
+                for (j = S->kstart[K]; j < S->kstart[K + 1]; j++)
+                    if (y[S->kverts[j]] < m)
+                        m = y[S->kverts[j]];
+                S->kymin[K] = m;
+            }
+            S->kymin_ver = S->yver;
+        }
+        for (K = 0; K < S->nk; K++) {
+            int j = S->kstart[K], end = S->kstart[K + 1], before = count;
+            double w;
+            if (S->kverts[j] == u && ++j == end)
+                continue;
+            w = wu[S->kverts[j]];  /* the same for every vertex of the kind but u */
+            if (!(w > 0.0) || yu + S->kymin[K] - w > 0.0)
+                continue;
+            for (; j < end; j++) {
+                int v = S->kverts[j];
+                double c;
+                if (v == u)
+                    continue;
+                c = yu + y[v] - wu[v];  /* scan_vertex's double, its test */
+                if (!(c > 0.0))
+                    list[count++] = v;
+            }
+            if (count > before && runs++)
+                merge_runs(list, before, count, S->merge_tmp);
+        }
+        S->tight_len[u] = count;
+        S->tight_ver[u] = S->yver;
+    } else if (S->tight_ver[u] != S->yver) {
+        const double *wu = S->w2 + (Py_ssize_t)u * S->n1, *y = S->y;
+        double yu = y[u];
+        int k, kend = S->nbr_start[u + 1], count = 0;
+        for (k = S->nbr_start[u]; k < kend; k++) {
+            int v = S->nbr[k];
+            double c = yu + y[v] - wu[v];  /* scan_vertex's double, its test */
+            if (!(c > 0.0))
+                list[count++] = v;
+        }
+        S->tight_len[u] = count;
+        S->tight_ver[u] = S->yver;
+    }
+    *len = S->tight_len[u];
+    return list;
+}
+
+/* Whether scanning u (root ru) now would change nothing but best[]: each of its tight edges
+ * stays inside ru or ends at an odd index, where scan_vertex does nothing. */
+static int scan_is_quiet(Solver *S, int u, int ru)
+{
+    int len, k;
+    const int *list = tight_list(S, u, &len);
+    for (k = 0; k < len; k++) {
+        int v = list[k], rv = S->root[v];
+        if (!(rv != v && rv == ru) && S->label[rv] != ODD)
+            return 0;
+    }
+    return 1;
+}
+
+/* (c, p) before (bestc[x], bpos[x]): cheaper, or as cheap and from an earlier scan; the
+ * scans' own rule ("strictly cheaper than what an earlier scan found") across any order. */
+static inline void offer(Solver *S, int x, int u, double c, int p)
+{
+    if (c < S->bestc[x] || (c == S->bestc[x] && p < S->bpos[x])) {
+        S->best[x] = u;
+        S->bestc[x] = c;
+        S->bpos[x] = p;
+    }
+}
+
+/* Give every outermost free or even index the best[] that the quiet scans left to here
+ * would have given it (the others' best[] is never read in this stage: an odd index stays
+ * odd, and an index inside a blossom made in this stage stays inside).
+ *
+ * Such an index x never had a tight edge from a quiet scan (that scan would not have been
+ * quiet, or x would have left free/even since), so a quiet scan of u after x's last reset
+ * (rpos[x]) offers x: the cost of the edge u -> x for a vertex x that is a neighbour of u,
+ * the cost of u's stored edge into x for a blossom x with a neighbour of u inside and u
+ * outside.  Vertices of one kind with the same dual offer a vertex x the same cost (their
+ * weight rows are equal), so per such group only its first scan after rpos[x] (not x
+ * itself) can win: one offer per group instead of one per scan. */
+static int settle_quiet(Solver *S)
+{
+    int n = S->n, s = S->s, n1 = S->n1, top = S->top, nq = (int)S->quiet.len, ng = 0;
+    const int *qu = S->quiet.data, *qp = S->quiet_pos.data, *root = S->root;
+    int *gid = S->gid, *gkind = S->gkind, *gnext = S->gnext, *gstart = S->gstart;
+    int *gmem = S->gmem, *khead = S->khead, *label = S->label;
+    const double *y = S->y, *w2 = S->w2;
+    double *gy = S->gy;
+    int d, g, x;
+
+    if (nq == 0)
+        return 0;
+    for (d = 0; d < nq; d++) {
+        int u = qu[d], k = S->kind[u];
+        for (g = khead[k]; g >= 0; g = gnext[g])
+            if (memcmp(&gy[g], &y[u], sizeof(double)) == 0)
+                break;
+        if (g < 0) {
+            g = ng++;
+            gkind[g] = k;
+            gy[g] = y[u];
+            gnext[g] = khead[k];
+            khead[k] = g;
+            gstart[g] = 0;
+        }
+        gid[d] = g;
+        gstart[g]++;
+    }
+    for (g = 0, d = 0; g < ng; g++) {  /* counts to starts; members in scan order */
+        int c = gstart[g];
+        gstart[g] = d;
+        d += c;
+        khead[gkind[g]] = -1;
+    }
+    gstart[ng] = nq;
+    for (d = 0; d < nq; d++)
+        gmem[gstart[gid[d]]++] = d;
+    for (g = ng; g > 0; g--)
+        gstart[g] = gstart[g - 1];
+    gstart[0] = 0;
+
+    for (x = 1; x <= top; x++) {
+        int lx;
+        if (root[x] != x)
+            continue;
+        lx = label[x];
+        if (lx == ODD)
+            continue;
+        if (x <= n) {
+            double yx = y[x];
+            int r = S->rpos[x];
+            for (g = 0; g < ng; g++) {
+                int lo = gstart[g], hi = gstart[g + 1], u;
+                if (qp[gmem[lo]] > r)  /* usually: r is the stage's start */
+                    hi = lo;
+                while (lo < hi) {  /* first member scanned after r */
+                    int mid = (lo + hi) / 2;
+                    if (qp[gmem[mid]] > r)
+                        hi = mid;
+                    else
+                        lo = mid + 1;
+                }
+                if (lo < gstart[g + 1] && qu[gmem[lo]] == x)
+                    lo++;
+                if (lo == gstart[g + 1])
+                    continue;
+                u = qu[gmem[lo]];
+                if (w2[(Py_ssize_t)u * n1 + x] > 0.0)
+                    offer(S, x, u, y[u] + yx - w2[(Py_ssize_t)u * n1 + x], qp[gmem[lo]]);
+            }
+        } else {
+            int r = S->rpos[x], v;
+            /* which groups have a neighbour in x (any member outside x tells: equal rows) */
+            for (g = 0; g < ng; g++) {
+                int j, rep = 0;
+                gkind[g] = 0;  /* reused: 1 when the group reaches into x */
+                for (j = gstart[g]; j < gstart[g + 1]; j++)
+                    if (root[qu[gmem[j]]] != x) {
+                        rep = qu[gmem[j]];
+                        break;
+                    }
+                if (!rep)
+                    continue;
+                for (v = 1; v <= n; v++)
+                    if (root[v] == x && w2[(Py_ssize_t)rep * n1 + v] > 0.0) {
+                        gkind[g] = 1;
+                        break;
+                    }
+            }
+            for (d = 0; d < nq; d++) {
+                int u = qu[d], bb;
+                if (qp[d] <= r || !gkind[gid[d]] || root[u] == x)
+                    continue;
+                bb = S->e[(Py_ssize_t)u * s + x].b;
+                offer(S, x, u, y[u] + y[bb] - w2[(Py_ssize_t)u * n1 + bb], qp[d]);
+            }
+        }
+    }
+    return 0;
+}
+
+/* A stage's first search on the tight-edge lists (1 augmented, 0 searched, 2 nothing to
+ * search, -1 failed).
+ *
+ * Why: the first search of a stage (before its first dual update) is most of the
+ * matcher's time, and most of it is scans that only lower best[] entries.  A scan's grows,
+ * shrinks and augmentation depend on the roots, the labels and which of its edges are
+ * tight, never on best[]; so a scan whose tight edges all stay inside its blossom or end at
+ * an odd index ("quiet") changes nothing else, whenever it is done.  Here only the other
+ * scans run (scan_vertex, in queue order, so every grow, shrink and augmentation is the
+ * full search's); the quiet ones are noted, and if the search ends without augmenting,
+ * settle_quiet gives best[] what they would have given it, grouped by kind.  A vertex's
+ * tight edges are listed once per dual update (tight_list), not once per stage. */
+static int search_tight(Solver *S)
+{
+    int u, go, top;
+    IntVec *q = &S->queue;
+    Py_ssize_t i = 0;
+
+    go = begin_stage(S);
+    if (go <= 0)
+        return go < 0 ? -1 : 2;
+    top = S->top;
+    memset(S->rpos, 0, (size_t)(top + 1) * sizeof(int));
+    memset(S->bpos, 0, (size_t)(top + 1) * sizeof(int));
+    S->pos = 0;
+    S->quiet.len = 0;
+    S->quiet_pos.len = 0;
+    while (i < q->len) {
+        int ru;
+        u = q->data[i++];
+        ru = S->root[u];
+        if (S->label[ru] == ODD)
+            continue;
+        S->pos++;
+        S->scans++;
+        /* (a vertex is queued once per first search, so the groups' n1 * 2 slots do;
+         * scanning a quiet vertex in full would be as exact) */
+        if (S->quiet.len < 2 * (Py_ssize_t)S->n1 && scan_is_quiet(S, u, ru)) {
+            if (vec_push(&S->quiet, u) || vec_push(&S->quiet_pos, S->pos)) {
+                S->failed = 1;
+                return -1;
+            }
+            S->quiet_scans++;
+            continue;
+        }
+        if (scan_vertex(S, u, ru))
+            return S->failed ? -1 : 1;
+    }
+    q->len = 0;
+    return settle_quiet(S);
+}
+
+/* One stage: 1 augmented, 0 done, -1 failed. */
+static int stage(Solver *S)
+{
+    int rc;
+    S->stages++;
+    if (!S->carry)
+        return stage_full(S, 0);
+    rc = search_tight(S);
+    if (rc != 0)
+        return rc == 2 ? 0 : rc;
+    return stage_full(S, 1);
+}
+
 static void solver_free(Solver *S)
 {
     free(S->w2);
@@ -700,6 +1035,25 @@ static void solver_free(Solver *S)
     free(S->queue.data);
     free(S->scratch.data);
     free(S->work.data);
+    free(S->tight);
+    free(S->tight_len);
+    free(S->tight_ver);
+    free(S->rpos);
+    free(S->bpos);
+    free(S->kind);
+    free(S->quiet.data);
+    free(S->quiet_pos.data);
+    free(S->gid);
+    free(S->gkind);
+    free(S->gnext);
+    free(S->gstart);
+    free(S->gmem);
+    free(S->khead);
+    free(S->gy);
+    free(S->kstart);
+    free(S->kverts);
+    free(S->kymin);
+    free(S->merge_tmp);
 }
 
 /* Set up the tables of blossom.py's _DenseBlossom from w (n x n, row-major, w[i*n+j] the
@@ -758,8 +1112,29 @@ static int solver_init(Solver *S, int n, const double *w, double *w_max)
     }
     S->nbr = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
     S->innbr = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
-    if (!S->nbr || !S->innbr)
+    S->tight = (int *)malloc((size_t)(edges ? edges : 1) * sizeof(int));
+    S->tight_len = (int *)calloc((size_t)n1, sizeof(int));
+    S->tight_ver = (int *)malloc((size_t)n1 * sizeof(int));
+    S->rpos = (int *)calloc((size_t)s, sizeof(int));
+    S->bpos = (int *)calloc((size_t)s, sizeof(int));
+    S->kind = (int *)malloc((size_t)n1 * sizeof(int));
+    /* settle_quiet's groups: at most one per quiet scan, at most one scan per queue entry */
+    S->gid = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->gkind = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->gnext = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->gstart = (int *)malloc(((size_t)n1 * 2 + 1) * sizeof(int));
+    S->gmem = (int *)malloc((size_t)n1 * 2 * sizeof(int));
+    S->khead = (int *)malloc((size_t)n1 * sizeof(int));
+    S->gy = (double *)malloc((size_t)n1 * 2 * sizeof(double));
+    if (!S->nbr || !S->innbr || !S->tight || !S->tight_len || !S->tight_ver || !S->rpos
+        || !S->bpos || !S->kind || !S->gid || !S->gkind || !S->gnext || !S->gstart
+        || !S->gmem || !S->khead || !S->gy)
         return -1;
+    for (v = 0; v < n1; v++) {
+        S->tight_ver[v] = -1;  /* no list yet (yver starts at 0) */
+        S->kind[v] = v;        /* each vertex its own kind unless told (solver_set_kinds) */
+        S->khead[v] = -1;
+    }
     {
         /* rows in increasing r, columns in increasing c: both lists come out increasing */
         int *fill = (int *)malloc((size_t)(n1 + 1) * sizeof(int));
@@ -835,8 +1210,48 @@ static int check_count(Py_ssize_t n)
     return 0;
 }
 
-/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs. */
-static PyObject *run(int n, double *w)
+/* Kind lists from S->kind (each vertex's first vertex of its kind); -1 out of memory. */
+static int set_kinds(Solver *S)
+{
+    int n = S->n, v, K = 0, *at;
+    S->kstart = (int *)calloc((size_t)n + 2, sizeof(int));
+    S->kverts = (int *)malloc((size_t)(n ? n : 1) * sizeof(int));
+    S->kymin = (double *)malloc((size_t)(n ? n : 1) * sizeof(double));
+    S->merge_tmp = (int *)malloc((size_t)(n ? n : 1) * sizeof(int));
+    at = (int *)malloc((size_t)(n + 1) * sizeof(int));
+    if (!S->kstart || !S->kverts || !S->kymin || !S->merge_tmp || !at) {
+        free(at);
+        return -1;
+    }
+    for (v = 1; v <= n; v++)  /* kind number by first vertex; count into kstart[K + 1] */
+        if (S->kind[v] == v)
+            at[v] = K++;
+    S->nk = K;
+    for (v = 1; v <= n; v++)
+        S->kstart[at[S->kind[v]] + 1]++;
+    for (K = 0; K < S->nk; K++)
+        S->kstart[K + 1] += S->kstart[K];
+    {
+        int *fill = (int *)malloc((size_t)(S->nk + 1) * sizeof(int));
+        if (fill == NULL) {
+            free(at);
+            return -1;
+        }
+        memcpy(fill, S->kstart, (size_t)(S->nk + 1) * sizeof(int));
+        for (v = 1; v <= n; v++)
+            S->kverts[fill[at[S->kind[v]]]++] = v;
+        free(fill);
+    }
+    free(at);
+    S->kymin_ver = -1;
+    return 0;
+}
+
+/* Solve on w (n x n, row-major; freed here) and return blossom_pairs' list of pairs.
+ * first: NULL, or for each node the first node of its kind (equal weight rows), which
+ * lets settle_quiet group them.  carry: 0 runs every stage in full (stage()); with
+ * counts, (pairs, (stages, scans of first searches, of them quiet)). */
+static PyObject *run(int n, double *w, const int *first, int carry, int counts)
 {
     PyObject *out;
     double w_max;
@@ -849,9 +1264,19 @@ static PyObject *run(int n, double *w)
         return PyErr_NoMemory();
     }
     free(w);
+    S.carry = carry;
+    if (first)
+        for (u = 1; u <= n; u++)
+            S.kind[u] = first[u - 1] + 1;
+    S.finite = isfinite(w_max) && w_max < 1e300;  /* no sum of two duals overflows */
+    if (set_kinds(&S) < 0) {
+        solver_free(&S);
+        return PyErr_NoMemory();
+    }
     if (!(w_max > 0)) {
         solver_free(&S);
-        return PyList_New(0);
+        out = PyList_New(0);
+        return counts && out ? Py_BuildValue("(N(iii))", out, 0, 0, 0) : out;
     }
     for (u = 0; u <= n; u++)
         S.y[u] = w_max;
@@ -887,21 +1312,26 @@ static PyObject *run(int n, double *w)
         }
     }
     solver_free(&S);
+    if (counts)
+        return Py_BuildValue("(N(LLL))", out, S.stages, S.scans, S.quiet_scans);
     return out;
 }
 
 PyDoc_STRVAR(solve_doc,
-"solve(n, weights) -> list of (i, j)\n\n"
+"solve(n, weights, carry=True, counts=False) -> list of (i, j)\n\n"
 "blossom_pairs on a flat row-major n*n sequence of floats (weights[i*n+j] is the\n"
-"weight as seen from i; the diagonal is ignored; an edge exists where > 0).");
+"weight as seen from i; the diagonal is ignored; an edge exists where > 0).\n"
+"carry=False scans every stage in full (the same pairs, slower: for tests);\n"
+"counts=True returns (pairs, (stages, scans of first searches, of them quiet)).");
 
 static PyObject *solve(PyObject *self, PyObject *args)
 {
     Py_ssize_t n;
     PyObject *seq;
     double *w;
+    int carry = 1, counts = 0;
 
-    if (!PyArg_ParseTuple(args, "nO:solve", &n, &seq) || check_count(n) < 0)
+    if (!PyArg_ParseTuple(args, "nO|pp:solve", &n, &seq, &carry, &counts) || check_count(n) < 0)
         return NULL;
     w = (double *)malloc((size_t)(n ? n * n : 1) * sizeof(double));
     if (w == NULL)
@@ -910,14 +1340,14 @@ static PyObject *solve(PyObject *self, PyObject *args)
         free(w);
         return NULL;
     }
-    return run((int)n, w);
+    return run((int)n, w, NULL, carry, counts);
 }
 
 PyDoc_STRVAR(solve_indexed_doc,
-"solve_indexed(kinds, m, table) -> list of (i, j)\n\n"
+"solve_indexed(kinds, m, table, carry=True, counts=False) -> list of (i, j)\n\n"
 "solve(n, weights) where node i is of kind kinds[i] (0 <= kind < m) and\n"
 "weights[i*n+j] = table[kinds[i]*m + kinds[j]]: for callers whose weights depend\n"
-"only on the kinds of the two nodes (n = len(kinds)).");
+"only on the kinds of the two nodes (n = len(kinds)); carry and counts as in solve.");
 
 static PyObject *solve_indexed(PyObject *self, PyObject *args)
 {
@@ -925,8 +1355,10 @@ static PyObject *solve_indexed(PyObject *self, PyObject *args)
     PyObject *kinds_obj, *fast, *table_obj;
     double *table, *w;
     Py_ssize_t *kind;
+    int carry = 1, counts = 0;
 
-    if (!PyArg_ParseTuple(args, "OnO:solve_indexed", &kinds_obj, &m, &table_obj))
+    if (!PyArg_ParseTuple(args, "OnO|pp:solve_indexed", &kinds_obj, &m, &table_obj, &carry,
+                          &counts))
         return NULL;
     if (m < 0 || m > 46000) {
         PyErr_Format(PyExc_ValueError, "kind count must be in 0..46000, got %zd", m);
@@ -969,9 +1401,32 @@ static PyObject *solve_indexed(PyObject *self, PyObject *args)
         for (j = 0; j < n; j++)
             out[j] = row[kind[j]];
     }
-    free(kind);
     free(table);
-    return run((int)n, w);
+    {
+        /* for each node the first node of its kind (kind[] reused for the map) */
+        int *first = (int *)malloc((size_t)(n ? n : 1) * sizeof(int));
+        int *at = (int *)malloc((size_t)(m ? m : 1) * sizeof(int));
+        PyObject *out;
+        if (first == NULL || at == NULL) {
+            free(first);
+            free(at);
+            free(kind);
+            free(w);
+            return PyErr_NoMemory();
+        }
+        for (i = 0; i < m; i++)
+            at[i] = -1;
+        for (i = 0; i < n; i++) {
+            if (at[kind[i]] < 0)
+                at[kind[i]] = (int)i;
+            first[i] = at[kind[i]];
+        }
+        free(at);
+        free(kind);
+        out = run((int)n, w, first, carry, counts);
+        free(first);
+        return out;
+    }
 fail:
     free(kind);
     free(table);

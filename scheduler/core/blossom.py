@@ -35,7 +35,12 @@ Float rules (reproduced on purpose, they decide ties):
 scheduler/core/_blossom.c is the same algorithm compiled (built by setup.py where a C compiler
 exists): the same steps on the same doubles in the same order, hence the same pairs, some
 tens of times faster.  The public functions run it when it is built; this module stays the
-readable reference and the fallback, and the tests hold the two against each other.
+readable reference and the fallback, and the tests hold the two against each other.  One
+liberty, invisible in the result: in a stage's first search the compiled matcher runs only
+the scans that grow, shrink or augment (found on per-vertex lists of tight edges, kept
+until the next dual update), and if the stage then needs its best edges it computes what
+the left-out scans would have given them (search_tight and settle_quiet there;
+tests/test_blossom_carry.py holds it to the full scans and to this module).
 """
 
 from __future__ import annotations
