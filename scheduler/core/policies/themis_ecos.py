@@ -27,7 +27,7 @@ class EcosFailed(RuntimeError):
 # ECOS exit flags for which cvxpy 1.9 hands back x (optimal, optimal to reduced accuracy, and
 # the iteration limit: its "user_limit" counts as a solution present). Its other flags make
 # cvxpy raise SolverError (numerics) or leave no x (infeasible; the artifact would crash).
-_SOLVED = (0, 10, -1)
+SOLVED_FLAGS = (0, 10, -1)
 
 
 def ecos_form(age, remaining, tput, isolated, gpus, capacity: float):
@@ -96,7 +96,7 @@ def ftf_allocation_ecos(age, remaining, tput, isolated, gpus, capacity: float) -
 
     c, G, h, dims, start = ecos_form(age, remaining, tput, isolated, gpus, capacity)
     solution = ecos.solve(c, G, h, dims, verbose=False)
-    if solution["info"]["exitFlag"] not in _SOLVED:
+    if solution["info"]["exitFlag"] not in SOLVED_FLAGS:
         raise EcosFailed(f"ECOS exit flag {solution['info']['exitFlag']}")
     return np.array(solution["x"][start:start + len(c) // 2], dtype=float)
 
