@@ -258,6 +258,10 @@ def _screenshot(url: str, path: Path) -> None:
 
 
 @needs_chromium
+def _pending(doc: dict) -> list[int]:
+    return [j["job_id"] for j in doc["jobs"] if j["state"] == "pending"]
+
+
 def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_path):
     port = _free_port()
     live = LiveCluster(tmp_path / "run", spec="n3g4", nodes=3, gpus_per_node=4,
@@ -278,9 +282,15 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
             return s if grouped and s["counts"]["pending"] >= 3 else None
 
         wait_for(busy, 90, "a running group and a queue of 3")
-        before = json.loads(_get(url + "api/status")[1])
-        dom = _dump_dom(url)
-        after = json.loads(_get(url + "api/status")[1])
+
+        def between_two_equal_replies():  # no round changed the queue while the page loaded
+            before = json.loads(_get(url + "api/status")[1])
+            dom = _dump_dom(url)
+            after = json.loads(_get(url + "api/status")[1])
+            return (before, dom, after) if _pending(before) == _pending(after) else None
+
+        before, dom, after = wait_for(between_two_equal_replies, 120,
+                                      "a page load with no change of the queue around it")
         running_id = after["groups"][0]["members"][0]
         queued_ids = [j["job_id"] for j in after["jobs"] if j["state"] == "pending"]
         one_running = json.loads(_get(url + f"api/jobs/{running_id}")[1])
@@ -316,9 +326,7 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
     rows = re.findall(r'<tr data-job="(\d+)"><td class="num">(\d+)</td>', dom)
     assert rows, dom[-3000:]
     assert [int(p) for _, p in rows] == list(range(1, len(rows) + 1))
-    queued = [[j["job_id"] for j in doc["jobs"] if j["state"] == "pending"]
-              for doc in (before, after)]
-    assert [int(j) for j, _ in rows] in queued, (rows, queued)
+    assert [int(j) for j, _ in rows] == _pending(after), (rows, _pending(after))
     # /api/jobs/ID: where a running job runs and with whom; a queued job's place in line
     assert one_running["job_id"] == running_id and one_running["nodes"]
     assert one_running["state"] in ("running", "finished") and one_running["events"]
