@@ -16,6 +16,7 @@ from scheduler.core import interleave
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.core.policies.base import Policy, RoundContext, place_units
+from scheduler.core.policies.muri_order import MuriOrder
 from scheduler.core.state import Group, Job, Plan
 
 Packing = list  # the jobs of one prospective group, in matching order
@@ -48,11 +49,23 @@ class Muri(Policy):
         # job id -> its Group alone in the last plan: a job that stays alone on the same GPUs
         # gets that same (immutable) Group back, which drivers recognise as unchanged
         self._alone: dict[int, Group] = {}
+        # the carried order (Policy.carried_order's rule), kept between rounds
+        self._kept = MuriOrder(self._rank)
 
     # -- ranking ---------------------------------------------------------------------------
     def on_submit(self, job: Job, now: float) -> None:
         if self.know_duration and self.preset.fresh_estimate_duration:
             job.remaining_estimate = job.record.duration
+        self._kept.add(job)
+
+    def on_finish(self, job: Job, now: float) -> None:
+        self._kept.remove(job)
+
+    def on_change(self, job: Job) -> None:
+        self._kept.touch(job)
+
+    def on_changes(self, jobs) -> None:
+        self._kept.touch_all(jobs)
 
     def key(self, job: Job) -> float:
         return self._rank(job)
@@ -120,9 +133,11 @@ class Muri(Policy):
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
-        queue = self.carried_order(ctx.queue)
-        queue.sort(key=self._rank)
-        admitted = self._admit(ctx, queue)
+        kept = self._kept
+        if len(kept) != len(ctx.queue):  # a caller that did not report every job
+            kept.rebuild(self._carried(ctx.queue))
+        classes = kept.sync()
+        admitted = self._admit(ctx, classes, kept.walk())
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
         if self.matching:
@@ -131,22 +146,31 @@ class Muri(Policy):
             packings = self._consecutive(admitted, required, total)
         if self.preset.auto_unpack:
             packings = self._unpack(ctx, packings)
-        return Plan(tuple(self._place(ctx, packings, queue)))
+        groups = self._place(ctx, packings)
+        kept.settle()  # the round has sorted every job
+        return Plan(tuple(groups))
 
-    def _admit(self, ctx: RoundContext, queue: list[Job]) -> dict[int, list[Job]]:
+    def _carried(self, queue) -> list[Job]:
+        """The order as kept, for the jobs of `queue` (those new to it after, in its order),
+        as the list a round would sort."""
+        kept = self._kept
+        kept.sync()
+        live = {id(j) for j in queue}
+        order = [j for j in kept.placing_order(list(kept.walk())) if id(j) in live]
+        known = {id(j) for j in order}
+        order.extend(j for j in queue if id(j) not in known)
+        return order
+
+    def _admit(self, ctx: RoundContext, classes: dict[int, list[Job]],
+               walk) -> dict[int, list[Job]]:
         """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
-        of its #GPU class, since those may share its GPUs."""
-        classes: dict[int, list[Job]] = {}
-        for job in queue:
-            members = classes.get(job.record.num_gpu)
-            if members is None:
-                classes[job.record.num_gpu] = [job]
-            else:
-                members.append(job)
-        chosen = dict.fromkeys(classes, 0)
+        of its #GPU class, since those may share its GPUs. `classes`: each class's jobs in
+        the carried order; `walk`: every job in that order (read only as far as needed).
+        The result lists the classes in the order their first job comes in the walk."""
+        chosen: dict[int, int] = {}  # classes reached, in walk order -> jobs reserved
+        seen = dict.fromkeys(classes, 0)  # jobs of each class walked so far
         left = {gpus: len(members) for gpus, members in classes.items()}  # not walked yet
         smallest = min(left, default=0)
-        reserved: set[Job] = set()  # by identity: one Job per id
         cluster = ctx.cluster
         cluster.reset()
         # Room only shrinks here, and a request that did not fit means no bigger one fits
@@ -155,7 +179,7 @@ class Muri(Policy):
         monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
         smallest_failed = float("inf")
         k = self.k
-        for job in queue:
+        for job in walk:
             if cluster.free_total < smallest or smallest_failed <= smallest:
                 break
             gpus = job.record.num_gpu
@@ -163,18 +187,17 @@ class Muri(Policy):
             left[gpus] = count
             if not count and gpus == smallest:
                 smallest = min((g for g, c in left.items() if c), default=float("inf"))
-            if gpus >= smallest_failed or job in reserved:
-                continue
+            index = seen[gpus]
+            seen[gpus] = index + 1
+            lo = chosen.setdefault(gpus, 0)
+            if gpus >= smallest_failed or index < lo:
+                continue  # too big, or reserved by a job before it (a class's first jobs)
             if not cluster.can_place(gpus):
                 if monotone:
                     smallest_failed = gpus
                 continue
-            members = classes[gpus]
-            lo = chosen[gpus]
-            hi = min(lo + k, len(members))
-            reserved.update(members[lo:hi])
-            chosen[gpus] = hi
-        return {gpus: members[:chosen[gpus]] for gpus, members in classes.items()}
+            chosen[gpus] = min(lo + k, len(classes[gpus]))
+        return {gpus: classes[gpus][:n] for gpus, n in chosen.items()}
 
     def _match(self, admitted: dict[int, list[Job]], required: int,
                total: int) -> dict[int, list[Packing]]:
@@ -440,14 +463,14 @@ class Muri(Policy):
                 kept.setdefault(gpus, []).append(group)
         return kept
 
-    def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]],
-               queue: list[Job]) -> list[Group]:
-        """Largest #GPUs first (stable in priority order); a group is placed where its first
-        member in that order lands; a group that does not fit waits. Sorts `queue` (the
-        carried order) in place, as the artifact does."""
+    def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]]) -> list[Group]:
+        """Largest #GPUs first (stable in the carried order); a group is placed where its
+        first member in that order lands; a group that does not fit waits. The artifact
+        sorts its whole job list so (the next round's ties follow it: see muri_order); only
+        the jobs of `packings` are walked here."""
         # keyed by the Job itself (one per id, hashed by identity): no id property per lookup
         home = {j: group for groups in packings.values() for group in groups for j in group}
-        queue.sort(key=_gpus, reverse=True)
+        queue = self._kept.placing_order(list(home))
         if ctx.previous:
             units, seen = [], set()
             for job in queue:
@@ -510,10 +533,6 @@ def _by_remaining(job: Job) -> float:
 def _by_attained(job: Job) -> float:
     """Muri-L's rank (durations unknown): attained GPU time."""
     return job.attained * job.record.num_gpu
-
-
-def _gpus(job: Job) -> int:
-    return job.record.num_gpu
 
 
 def _first(item: tuple) -> float:
