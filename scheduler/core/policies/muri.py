@@ -146,7 +146,7 @@ class Muri(Policy):
             packings = self._consecutive(admitted, required, total)
         if self.preset.auto_unpack:
             packings = self._unpack(ctx, packings)
-        groups = self._place(ctx, packings)
+        groups = self._place(ctx, packings, admitted)
         kept.settle()  # the round has sorted every job
         return Plan(tuple(groups))
 
@@ -463,14 +463,17 @@ class Muri(Policy):
                 kept.setdefault(gpus, []).append(group)
         return kept
 
-    def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]]) -> list[Group]:
+    def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]],
+               admitted: dict[int, list[Job]]) -> list[Group]:
         """Largest #GPUs first (stable in the carried order); a group is placed where its
         first member in that order lands; a group that does not fit waits. The artifact
-        sorts its whole job list so (the next round's ties follow it: see muri_order); only
-        the jobs of `packings` are walked here."""
+        sorts its whole job list so (the next round's ties follow it: see muri_order); the
+        jobs of `packings` are among the `admitted` (each class in the carried order), so
+        walking those class by class, largest first, visits them in that same order."""
         # keyed by the Job itself (one per id, hashed by identity): no id property per lookup
         home = {j: group for groups in packings.values() for group in groups for j in group}
-        queue = self._kept.placing_order(list(home))
+        queue = [j for gpus in sorted(admitted, reverse=True) for j in admitted[gpus]
+                 if j in home]
         if ctx.previous:
             units, seen = [], set()
             for job in queue:
