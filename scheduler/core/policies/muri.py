@@ -16,7 +16,7 @@ from scheduler.core import interleave
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.core.policies.base import Policy, RoundContext, place_units
-from scheduler.core.policies.muri_order import MuriOrder
+from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.state import Group, Job, Plan
 
 Packing = list  # the jobs of one prospective group, in matching order
@@ -136,8 +136,7 @@ class Muri(Policy):
         kept = self._kept
         if len(kept) != len(ctx.queue):  # a caller that did not report every job
             kept.rebuild(self._carried(ctx.queue))
-        classes = kept.sync()
-        admitted = self._admit(ctx, classes, kept.walk())
+        admitted = self._admit(ctx, kept.sync(), kept.sizes)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
         if self.matching:
@@ -156,20 +155,21 @@ class Muri(Policy):
         kept = self._kept
         kept.sync()
         live = {id(j) for j in queue}
-        order = [j for j in kept.placing_order(list(kept.walk())) if id(j) in live]
+        order = [j for j in kept.placing_order(kept.sync()) if id(j) in live]
         known = {id(j) for j in order}
         order.extend(j for j in queue if id(j) not in known)
         return order
 
-    def _admit(self, ctx: RoundContext, classes: dict[int, list[Job]],
-               walk) -> dict[int, list[Job]]:
+    def _admit(self, ctx: RoundContext, queue: list[Job],
+               sizes: dict[int, int]) -> dict[int, list[Job]]:
         """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
-        of its #GPU class, since those may share its GPUs. `classes`: each class's jobs in
-        the carried order; `walk`: every job in that order (read only as far as needed).
-        The result lists the classes in the order their first job comes in the walk."""
-        chosen: dict[int, int] = {}  # classes reached, in walk order -> jobs reserved
-        seen = dict.fromkeys(classes, 0)  # jobs of each class walked so far
-        left = {gpus: len(members) for gpus, members in classes.items()}  # not walked yet
+        of its #GPU class, since those may share its GPUs. `queue`: the carried order, read
+        only as far as needed; `sizes`: its jobs per #GPUs. The result lists the classes in
+        the order their first job comes in `queue`."""
+        classes = Classes(queue)
+        chosen: dict[int, int] = {}  # classes reached, in queue order -> jobs reserved
+        seen = dict.fromkeys(sizes, 0)  # jobs of each class walked so far
+        left = dict(sizes)  # not walked yet
         smallest = min(left, default=0)
         cluster = ctx.cluster
         cluster.reset()
@@ -179,7 +179,7 @@ class Muri(Policy):
         monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
         smallest_failed = float("inf")
         k = self.k
-        for job in walk:
+        for job in queue:
             if cluster.free_total < smallest or smallest_failed <= smallest:
                 break
             gpus = job.record.num_gpu
@@ -196,8 +196,8 @@ class Muri(Policy):
                 if monotone:
                     smallest_failed = gpus
                 continue
-            chosen[gpus] = min(lo + k, len(classes[gpus]))
-        return {gpus: classes[gpus][:n] for gpus, n in chosen.items()}
+            chosen[gpus] = min(lo + k, sizes[gpus])
+        return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}
 
     def _match(self, admitted: dict[int, list[Job]], required: int,
                total: int) -> dict[int, list[Packing]]:

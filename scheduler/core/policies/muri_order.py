@@ -7,44 +7,48 @@ largest first. So among jobs of equal priority the order is: jobs that went thro
 by #GPUs (largest first), then by their place in the last round's priority order; after
 them the jobs new to the list, in submission order. The paper preset's results depend on it.
 
-Kept here per #GPU class, each an `order.CarriedOrder` (whose tie labels keep the last
-round's order within a class, moving only jobs whose key changed) keyed on
-(priority, 0, -#GPUs) for a job that has been through a round and (priority, 1, arrival
-number) for one that has not. Two jobs of different classes never have equal keys, so the
-classes merge into one order by key alone. After a round, the jobs new to it take the
-settled key; that is a smaller key, so CarriedOrder places each after the jobs of its
-priority and #GPUs that had been through a round already, in their arrival order: where the
-stable sorts put them.
+Kept here as an `order.CarriedOrder` (whose tie labels keep the last round's order, moving
+only jobs whose key changed) keyed on (priority, 0, -#GPUs) for a job that has been through
+a round and (priority, 1, arrival number) for one that has not: equal keys then mean equal
+priority and #GPUs, where the labels give the last round's order. After a round, the jobs
+new to it take the settled key; that is a smaller key, so CarriedOrder places each after the
+jobs of its priority and #GPUs that had been through a round already, in arrival order:
+where the stable sorts put them.
 
-A round walks the merged order lazily and stops where admission stops, so it costs what is
-admitted, not the backlog.
+A round reads the order from the front and stops where admission stops; the jobs of one
+#GPU class that admission reserves ahead of its walk are found by a scan per class
+(`Classes`) that goes no further than they lie. So a round costs what is admitted, not the
+backlog.
 """
 from __future__ import annotations
 
-import heapq
 from itertools import count
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from scheduler.core.policies.order import CarriedOrder
 from scheduler.core.state import Job
 
 
 class MuriOrder:
-    """The runnable jobs in Muri's carried order, per #GPU class; `key` is the priority (the
-    queue view sorts pending jobs by it). The owner reports arrivals (`add`), departures
-    (`remove`) and jobs whose priority may have changed (`touch`), calls `sync` before a
-    round and `settle` after it."""
+    """The runnable jobs in Muri's carried order; `key` is the priority (the queue view
+    sorts pending jobs by it). The owner reports arrivals (`add`), departures (`remove`)
+    and jobs whose priority may have changed (`touch`), calls `sync` before a round and
+    `settle` after it."""
 
     def __init__(self, key: Callable[[Job], float]):
         self.key = key
-        self._classes: dict[int, CarriedOrder] = {}
-        self._fresh: dict[int, tuple[int, Job]] = {}  # id(job) -> (arrival number, job)
-        # until the job's first round
+        # id(job) -> (arrival number, job), until the job's first round
+        self._fresh: dict[int, tuple[int, Job]] = {}
         self._arrivals = count()
-        self._size = 0
+        self._kept = CarriedOrder(self._entry_key)
 
     def __len__(self) -> int:
-        return self._size
+        return len(self._kept)
+
+    @property
+    def sizes(self) -> dict[int, int]:
+        """#GPUs -> how many jobs of that class are in the order."""
+        return self._kept.sizes
 
     def _entry_key(self, job: Job) -> tuple:
         fresh = self._fresh.get(id(job))
@@ -53,71 +57,38 @@ class MuriOrder:
         return (self.key(job), 1, fresh[0])
 
     def add(self, job: Job) -> None:
-        gpus = job.record.num_gpu
-        order = self._classes.get(gpus)
-        if order is None:
-            order = self._classes[gpus] = CarriedOrder(self._entry_key)
         self._fresh[id(job)] = (next(self._arrivals), job)
-        order.add(job)
-        self._size += 1
+        self._kept.add(job)
 
     def remove(self, job: Job) -> None:
-        order = self._classes.get(job.record.num_gpu)
-        if order is None:
-            return
-        before = len(order)
-        order.remove(job)
-        if len(order) == before:
-            return  # not in the order
+        self._kept.remove(job)
         self._fresh.pop(id(job), None)
-        self._size -= 1
-        if not len(order):
-            del self._classes[job.record.num_gpu]
 
     def touch(self, job: Job) -> None:
-        order = self._classes.get(job.record.num_gpu)
-        if order is not None:
-            order.touch(job)
+        self._kept.touch(job)
 
     def touch_all(self, jobs: Sequence[Job]) -> None:
-        classes = self._classes
-        for job in jobs:
-            order = classes.get(job.record.num_gpu)
-            if order is not None:
-                order.touch(job)
+        self._kept.touch_all(jobs)
 
-    def sync(self) -> dict[int, list[Job]]:
-        """#GPUs -> that class's jobs in order, for this round (not to be changed)."""
-        return {gpus: order.sync() for gpus, order in self._classes.items()}
-
-    def walk(self) -> Iterator[Job]:
-        """Every job in the carried order (after `sync`), lazily: the classes merged."""
-        classes = self._classes
-        if len(classes) == 1:
-            return iter(next(iter(classes.values())).sync())
-
-        def entry(job: Job) -> tuple:
-            return classes[job.record.num_gpu].entry(job)
-
-        return heapq.merge(*(order.sync() for order in classes.values()), key=entry)
+    def sync(self) -> list[Job]:
+        """Every job in the carried order, for this round (not to be changed)."""
+        return self._kept.sync()
 
     def placing_order(self, jobs: list[Job]) -> list[Job]:
-        """`jobs` (all in the order) as the placement sort leaves them: #GPUs descending,
-        the carried order within."""
-        classes = self._classes
-        return sorted(jobs, key=lambda j: (-j.record.num_gpu, classes[j.record.num_gpu].entry(j)))
+        """`jobs` (all in the order, after `sync`) as the placement sort leaves them: #GPUs
+        descending, the carried order within."""
+        entry = self._kept.entry
+        return sorted(jobs, key=lambda j: (-j.record.num_gpu, entry(j)))
 
     def settle(self) -> None:
         """A round has sorted every job: those new to it take the settled key."""
-        fresh, classes = self._fresh, self._classes
+        fresh = self._fresh
         if not fresh:
             return
-        for order in classes.values():
-            order.sync()  # every job has its place (and its arrival key) first
+        self._kept.sync()  # every job has its place (and its arrival key) first
         jobs = [job for _, job in fresh.values()]
         fresh.clear()
-        for job in jobs:
-            classes[job.record.num_gpu].touch(job)
+        self._kept.touch_all(jobs)
 
     def rebuild(self, order: Sequence[Job]) -> None:
         """Start again so that the next round sorts `order` stably by priority (for a caller
@@ -126,3 +97,33 @@ class MuriOrder:
         for job in order:
             self.add(job)
 
+
+class Classes:
+    """The jobs of each #GPU class in the order `jobs` lists them, found on demand: one scan
+    of `jobs` from the front, only as far as the last job asked for lies."""
+
+    __slots__ = ("_jobs", "_found", "_scanned")
+
+    def __init__(self, jobs: list[Job]):
+        self._jobs = jobs
+        self._found: dict[int, list[Job]] = {}  # #GPUs -> its jobs scanned, in order
+        self._scanned = 0  # how far the scan has gone
+
+    def first(self, gpus: int, n: int) -> list[Job]:
+        """The first n jobs of class `gpus` (fewer where it has fewer)."""
+        found = self._found
+        mine = found.get(gpus)
+        if mine is None:
+            mine = found[gpus] = []
+        if len(mine) < n:
+            jobs, i, end = self._jobs, self._scanned, len(self._jobs)
+            while i < end and len(mine) < n:
+                job = jobs[i]
+                i += 1
+                other = found.get(job.record.num_gpu)
+                if other is None:
+                    found[job.record.num_gpu] = [job]
+                else:
+                    other.append(job)
+            self._scanned = i
+        return mine[:n]
