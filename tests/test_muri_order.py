@@ -8,10 +8,13 @@ from hypothesis import given, settings, strategies as st
 
 from scheduler.core.engine import Core
 from scheduler.core.policies import make_policy
+from scheduler.core.policies.muri import Muri
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Job
+from scheduler.sim.simulator import Simulator
 from tests.helpers import job as record, spec
+from tests.test_muri_fastpath import PlainMuri, traces
 
 
 def make_job(job_id: int, num_gpu: int, key: float) -> Job:
@@ -111,26 +114,75 @@ class CountingList(list):
 
 
 def test_a_round_reads_what_admission_uses_not_the_backlog():
-    """A cluster of 8 GPUs, 2,000 one- and two-GPU jobs waiting: admission stops once the
-    cluster is full, so a round reads a few dozen jobs of the order, not 2,000; and the
-    plan is the one a round that sorts the whole queue makes (the policy in its plain
-    form: a Core whose Muri is told of no job, so it rebuilds from the queue)."""
+    """A cluster of 8 GPUs, 2,000 one- and two-GPU jobs waiting: the first round sorts them
+    and then keeps the order; admission stops once the cluster is full, so the next round
+    reads a few dozen jobs of the order, not 2,000; and its plan is the one a Muri that
+    sorts the whole queue every round makes."""
     preset = get_preset("default")
     cluster = spec(nodes=2, gpus=4, cpus=64)
     records = [record(i, num_gpu=1 + i % 2, iterations=100 + (i * 37) % 500,
                       stages=(0.1, 0.2, 0.1)) for i in range(2000)]
-    core = Core(cluster, make_policy("muri-s", preset), preset)
-    for r in records:
-        core.submit(r, 0.0)
-    kept = core.policy._kept
+    cores = []
+    for keep_min in (256, 10**9):  # the second never keeps the order
+        core = Core(cluster, make_policy("muri-s", preset), preset)
+        core.policy.KEEP_MIN = keep_min
+        for r in records:
+            core.submit(r, 0.0)
+        core.round(0.0)
+        core.advance(60.0)
+        cores.append(core)
+    kept = cores[0].policy._kept
+    assert kept is not None and cores[1].policy._kept is None
     counter = CountingList(kept.sync())
     kept.sync = lambda: counter
-    plan = core.round(0.0)
+    plan = cores[0].round(60.0)
     assert plan.groups
     assert 0 < counter.read < 100
+    assert cores[1].round(60.0).groups == plan.groups
 
-    plain = Core(cluster, make_policy("muri-s", preset), preset)
-    for r in records:
-        plain.submit(r, 0.0)
-    plain.policy._kept = MuriOrder(plain.policy._rank)  # forgets them: rebuilt from the queue
-    assert plain.round(0.0).groups == plan.groups
+
+class Alternating(Muri):
+    """Muri switching between a kept and a fresh order every round: each switch carries the
+    order over, so the plans are those of either way throughout."""
+
+    def _keeps(self, queued: int, read: int) -> bool:
+        return self._kept is None
+
+
+class AlwaysKept(Muri):
+    """Muri that keeps its order from the first round on."""
+
+    def _keeps(self, queued: int, read: int) -> bool:
+        return True
+
+
+def whole_run(records, cluster_spec, policy, preset, kind):
+    sim = Simulator(records, cluster_spec, policy, preset)
+    made = sim.core.policy
+    if kind is not None:
+        sim.core.policy = kind(preset, made.name, know_duration=made.know_duration,
+                               ordering=made.ordering, matching=made.matching,
+                               backend=made.backend)
+    try:
+        result = sim.run()
+    except RuntimeError as error:  # a job no node can hold (too few CPUs): all must say so
+        return str(error)
+    return ([(o.job_id, o.start, o.end, o.preemptions, o.starts) for o in result.outcomes],
+            result.rounds)
+
+
+@settings(max_examples=400, deadline=None)
+@given(traces(), st.sampled_from(["muri-s", "muri-l", "muri-l-worst", "muri-l-nomatch"]),
+       st.sampled_from(["paper", "default"]),
+       st.sampled_from([(2, 4, 64, 1), (4, 4, 24, 2), (3, 8, 40, 1)]))
+def test_a_kept_order_plans_what_a_fresh_sort_plans(records, policy, preset, shape):
+    """Whole simulations on random traces with many ties: Muri with its order kept from the
+    first round, and switching every round, against the plain round that sorts the whole
+    queue every round (test_muri_fastpath.PlainMuri)."""
+    nodes, gpus, cpus, switches = shape
+    cluster_spec = spec(nodes=nodes, gpus=gpus, cpus=cpus, switches=switches)
+    records = [r for r in records if r.num_gpu <= cluster_spec.total_gpus]
+    p = get_preset(preset)
+    plain = whole_run(records, cluster_spec, policy, p, PlainMuri)
+    assert whole_run(records, cluster_spec, policy, p, AlwaysKept) == plain
+    assert whole_run(records, cluster_spec, policy, p, Alternating) == plain

@@ -49,23 +49,33 @@ class Muri(Policy):
         # job id -> its Group alone in the last plan: a job that stays alone on the same GPUs
         # gets that same (immutable) Group back, which drivers recognise as unchanged
         self._alone: dict[int, Group] = {}
-        # the carried order (Policy.carried_order's rule), kept between rounds
-        self._kept = MuriOrder(self._rank)
+        # The carried order (Policy.carried_order's rule): sorted afresh each round while the
+        # queue is short, kept between rounds (None: not kept) once it is long against what
+        # admission reads of it (see _choose_order).
+        self._kept: MuriOrder | None = None
+
+    # Keep the order when the queue is longer than KEEP_AT times the jobs admission read last
+    # round plus KEEP_MIN; sort afresh again below half that (see _keeps).
+    KEEP_AT, KEEP_MIN = 4, 256
 
     # -- ranking ---------------------------------------------------------------------------
     def on_submit(self, job: Job, now: float) -> None:
         if self.know_duration and self.preset.fresh_estimate_duration:
             job.remaining_estimate = job.record.duration
-        self._kept.add(job)
+        if self._kept is not None:
+            self._kept.add(job)
 
     def on_finish(self, job: Job, now: float) -> None:
-        self._kept.remove(job)
+        if self._kept is not None:
+            self._kept.remove(job)
 
     def on_change(self, job: Job) -> None:
-        self._kept.touch(job)
+        if self._kept is not None:
+            self._kept.touch(job)
 
     def on_changes(self, jobs) -> None:
-        self._kept.touch_all(jobs)
+        if self._kept is not None:
+            self._kept.touch_all(jobs)
 
     def key(self, job: Job) -> float:
         return self._rank(job)
@@ -134,9 +144,18 @@ class Muri(Policy):
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
         kept = self._kept
-        if len(kept) != len(ctx.queue):  # a caller that did not report every job
-            kept.rebuild(self._carried(ctx.queue))
-        admitted = self._admit(ctx, kept.sync(), kept.sizes)
+        if kept is None:  # sorted afresh: Policy.carried_order's rule as written
+            queue = self.carried_order(ctx.queue)
+            queue.sort(key=self._rank)
+            sizes: dict[int, int] = {}
+            for job in queue:
+                gpus = job.record.num_gpu
+                sizes[gpus] = sizes.get(gpus, 0) + 1
+        else:
+            if len(kept) != len(ctx.queue):  # a caller that did not report every job
+                kept.rebuild(self._carried(ctx.queue))
+            queue, sizes = kept.sync(), kept.sizes
+        admitted, read = self._admit(ctx, queue, sizes)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
         if self.matching:
@@ -146,14 +165,40 @@ class Muri(Policy):
         if self.preset.auto_unpack:
             packings = self._unpack(ctx, packings)
         groups = self._place(ctx, packings, admitted)
-        kept.settle()  # the round has sorted every job
+        self._choose_order(queue, read)
         return Plan(tuple(groups))
+
+    def _choose_order(self, queue: list[Job], read: int) -> None:
+        """End a round: the artifact then sorts its job list by #GPUs (placement order), and
+        the next round's ties follow that list. That list is kept or sorted afresh next
+        round, as `_keeps` says; switching between the two carries the order over."""
+        kept = self._kept
+        keep = self._keeps(len(queue), read)
+        if kept is None:
+            queue.sort(key=_gpus, reverse=True)  # the carried list itself (self._order)
+            if keep:
+                self._kept = MuriOrder(self._rank)
+                self._kept.rebuild(queue)  # the next round sorts it stably by priority
+                self._order = []
+        elif not keep:
+            self._order = kept.placing_order(queue)  # entries as this round sorted them
+            self._kept = None
+        else:
+            kept.settle()  # the round has sorted every job
+
+    def _keeps(self, queued: int, read: int) -> bool:
+        """Whether to keep the order between rounds: when the queue is long against the
+        jobs admission read of it (with some slack both ways, so as not to switch often);
+        sorting a short queue afresh costs less than re-keying its running jobs in the
+        kept order every round."""
+        if self._kept is None:
+            return queued > self.KEEP_AT * read + self.KEEP_MIN
+        return 2 * queued >= self.KEEP_AT * read + self.KEEP_MIN
 
     def _carried(self, queue) -> list[Job]:
         """The order as kept, for the jobs of `queue` (those new to it after, in its order),
         as the list a round would sort."""
         kept = self._kept
-        kept.sync()
         live = {id(j) for j in queue}
         order = [j for j in kept.placing_order(kept.sync()) if id(j) in live]
         known = {id(j) for j in order}
@@ -161,11 +206,12 @@ class Muri(Policy):
         return order
 
     def _admit(self, ctx: RoundContext, queue: list[Job],
-               sizes: dict[int, int]) -> dict[int, list[Job]]:
+               sizes: dict[int, int]) -> tuple[dict[int, list[Job]], int]:
         """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
         of its #GPU class, since those may share its GPUs. `queue`: the carried order, read
-        only as far as needed; `sizes`: its jobs per #GPUs. The result lists the classes in
-        the order their first job comes in `queue`."""
+        only as far as needed; `sizes`: its jobs per #GPUs. Returns the admitted jobs by
+        class, the classes in the order their first job comes in `queue`, and how many
+        jobs of `queue` were read."""
         classes = Classes(queue)
         chosen: dict[int, int] = {}  # classes reached, in queue order -> jobs reserved
         seen = dict.fromkeys(sizes, 0)  # jobs of each class walked so far
@@ -179,9 +225,11 @@ class Muri(Policy):
         monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
         smallest_failed = float("inf")
         k = self.k
+        read = 0
         for job in queue:
             if cluster.free_total < smallest or smallest_failed <= smallest:
                 break
+            read += 1
             gpus = job.record.num_gpu
             count = left[gpus] - 1
             left[gpus] = count
@@ -197,7 +245,7 @@ class Muri(Policy):
                     smallest_failed = gpus
                 continue
             chosen[gpus] = min(lo + k, sizes[gpus])
-        return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}
+        return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}, read
 
     def _match(self, admitted: dict[int, list[Job]], required: int,
                total: int) -> dict[int, list[Packing]]:
@@ -536,6 +584,10 @@ def _by_remaining(job: Job) -> float:
 def _by_attained(job: Job) -> float:
     """Muri-L's rank (durations unknown): attained GPU time."""
     return job.attained * job.record.num_gpu
+
+
+def _gpus(job: Job) -> int:
+    return job.record.num_gpu
 
 
 def _first(item: tuple) -> float:
