@@ -16,6 +16,7 @@ from scheduler.core import interleave
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.core.policies.base import Policy, RoundContext, place_units
+from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.state import Group, Job, Plan
 
 Packing = list  # the jobs of one prospective group, in matching order
@@ -48,11 +49,33 @@ class Muri(Policy):
         # job id -> its Group alone in the last plan: a job that stays alone on the same GPUs
         # gets that same (immutable) Group back, which drivers recognise as unchanged
         self._alone: dict[int, Group] = {}
+        # The carried order (Policy.carried_order's rule): sorted afresh each round while the
+        # queue is short, kept between rounds (None: not kept) once it is long against what
+        # admission reads of it (see _choose_order).
+        self._kept: MuriOrder | None = None
+
+    # Keep the order when the queue is longer than KEEP_AT times the jobs admission read last
+    # round plus KEEP_MIN; sort afresh again below half that (see _keeps).
+    KEEP_AT, KEEP_MIN = 4, 256
 
     # -- ranking ---------------------------------------------------------------------------
     def on_submit(self, job: Job, now: float) -> None:
         if self.know_duration and self.preset.fresh_estimate_duration:
             job.remaining_estimate = job.record.duration
+        if self._kept is not None:
+            self._kept.add(job)
+
+    def on_finish(self, job: Job, now: float) -> None:
+        if self._kept is not None:
+            self._kept.remove(job)
+
+    def on_change(self, job: Job) -> None:
+        if self._kept is not None:
+            self._kept.touch(job)
+
+    def on_changes(self, jobs) -> None:
+        if self._kept is not None:
+            self._kept.touch_all(jobs)
 
     def key(self, job: Job) -> float:
         return self._rank(job)
@@ -120,9 +143,19 @@ class Muri(Policy):
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
-        queue = self.carried_order(ctx.queue)
-        queue.sort(key=self._rank)
-        admitted = self._admit(ctx, queue)
+        kept = self._kept
+        if kept is None:  # sorted afresh: Policy.carried_order's rule as written
+            queue = self.carried_order(ctx.queue)
+            queue.sort(key=self._rank)
+            sizes: dict[int, int] = {}
+            for job in queue:
+                gpus = job.record.num_gpu
+                sizes[gpus] = sizes.get(gpus, 0) + 1
+        else:
+            if len(kept) != len(ctx.queue):  # a caller that did not report every job
+                kept.rebuild(self._carried(ctx.queue))
+            queue, sizes = kept.sync(), kept.sizes
+        admitted, read = self._admit(ctx, queue, sizes)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
         if self.matching:
@@ -131,22 +164,59 @@ class Muri(Policy):
             packings = self._consecutive(admitted, required, total)
         if self.preset.auto_unpack:
             packings = self._unpack(ctx, packings)
-        return Plan(tuple(self._place(ctx, packings, queue)))
+        groups = self._place(ctx, packings, admitted)
+        self._choose_order(queue, read)
+        return Plan(tuple(groups))
 
-    def _admit(self, ctx: RoundContext, queue: list[Job]) -> dict[int, list[Job]]:
+    def _choose_order(self, queue: list[Job], read: int) -> None:
+        """End a round: the artifact then sorts its job list by #GPUs (placement order), and
+        the next round's ties follow that list. That list is kept or sorted afresh next
+        round, as `_keeps` says; switching between the two carries the order over."""
+        kept = self._kept
+        keep = self._keeps(len(queue), read)
+        if kept is None:
+            queue.sort(key=_gpus, reverse=True)  # the carried list itself (self._order)
+            if keep:
+                self._kept = MuriOrder(self._rank)
+                self._kept.rebuild(queue)  # the next round sorts it stably by priority
+                self._order = []
+        elif not keep:
+            self._order = kept.placing_order(queue)  # entries as this round sorted them
+            self._kept = None
+        else:
+            kept.settle()  # the round has sorted every job
+
+    def _keeps(self, queued: int, read: int) -> bool:
+        """Whether to keep the order between rounds: when the queue is long against the
+        jobs admission read of it (with some slack both ways, so as not to switch often);
+        sorting a short queue afresh costs less than re-keying its running jobs in the
+        kept order every round."""
+        if self._kept is None:
+            return queued > self.KEEP_AT * read + self.KEEP_MIN
+        return 2 * queued >= self.KEEP_AT * read + self.KEEP_MIN
+
+    def _carried(self, queue) -> list[Job]:
+        """The order as kept, for the jobs of `queue` (those new to it after, in its order),
+        as the list a round would sort."""
+        kept = self._kept
+        live = {id(j) for j in queue}
+        order = [j for j in kept.placing_order(kept.sync()) if id(j) in live]
+        known = {id(j) for j in order}
+        order.extend(j for j in queue if id(j) not in known)
+        return order
+
+    def _admit(self, ctx: RoundContext, queue: list[Job],
+               sizes: dict[int, int]) -> tuple[dict[int, list[Job]], int]:
         """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
-        of its #GPU class, since those may share its GPUs."""
-        classes: dict[int, list[Job]] = {}
-        for job in queue:
-            members = classes.get(job.record.num_gpu)
-            if members is None:
-                classes[job.record.num_gpu] = [job]
-            else:
-                members.append(job)
-        chosen = dict.fromkeys(classes, 0)
-        left = {gpus: len(members) for gpus, members in classes.items()}  # not walked yet
+        of its #GPU class, since those may share its GPUs. `queue`: the carried order, read
+        only as far as needed; `sizes`: its jobs per #GPUs. Returns the admitted jobs by
+        class, the classes in the order their first job comes in `queue`, and how many
+        jobs of `queue` were read."""
+        classes = Classes(queue)
+        chosen: dict[int, int] = {}  # classes reached, in queue order -> jobs reserved
+        seen = dict.fromkeys(sizes, 0)  # jobs of each class walked so far
+        left = dict(sizes)  # not walked yet
         smallest = min(left, default=0)
-        reserved: set[Job] = set()  # by identity: one Job per id
         cluster = ctx.cluster
         cluster.reset()
         # Room only shrinks here, and a request that did not fit means no bigger one fits
@@ -155,26 +225,27 @@ class Muri(Policy):
         monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
         smallest_failed = float("inf")
         k = self.k
+        read = 0
         for job in queue:
             if cluster.free_total < smallest or smallest_failed <= smallest:
                 break
+            read += 1
             gpus = job.record.num_gpu
             count = left[gpus] - 1
             left[gpus] = count
             if not count and gpus == smallest:
                 smallest = min((g for g, c in left.items() if c), default=float("inf"))
-            if gpus >= smallest_failed or job in reserved:
-                continue
+            index = seen[gpus]
+            seen[gpus] = index + 1
+            lo = chosen.setdefault(gpus, 0)
+            if gpus >= smallest_failed or index < lo:
+                continue  # too big, or reserved by a job before it (a class's first jobs)
             if not cluster.can_place(gpus):
                 if monotone:
                     smallest_failed = gpus
                 continue
-            members = classes[gpus]
-            lo = chosen[gpus]
-            hi = min(lo + k, len(members))
-            reserved.update(members[lo:hi])
-            chosen[gpus] = hi
-        return {gpus: members[:chosen[gpus]] for gpus, members in classes.items()}
+            chosen[gpus] = min(lo + k, sizes[gpus])
+        return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}, read
 
     def _match(self, admitted: dict[int, list[Job]], required: int,
                total: int) -> dict[int, list[Packing]]:
@@ -441,13 +512,16 @@ class Muri(Policy):
         return kept
 
     def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]],
-               queue: list[Job]) -> list[Group]:
-        """Largest #GPUs first (stable in priority order); a group is placed where its first
-        member in that order lands; a group that does not fit waits. Sorts `queue` (the
-        carried order) in place, as the artifact does."""
+               admitted: dict[int, list[Job]]) -> list[Group]:
+        """Largest #GPUs first (stable in the carried order); a group is placed where its
+        first member in that order lands; a group that does not fit waits. The artifact
+        sorts its whole job list so (the next round's ties follow it: see muri_order); the
+        jobs of `packings` are among the `admitted` (each class in the carried order), so
+        walking those class by class, largest first, visits them in that same order."""
         # keyed by the Job itself (one per id, hashed by identity): no id property per lookup
         home = {j: group for groups in packings.values() for group in groups for j in group}
-        queue.sort(key=_gpus, reverse=True)
+        queue = [j for gpus in sorted(admitted, reverse=True) for j in admitted[gpus]
+                 if j in home]
         if ctx.previous:
             units, seen = [], set()
             for job in queue:
