@@ -171,6 +171,19 @@ def test_positions_follow_the_policys_order():
     assert line.endswith("position 1, expected start in 12 s")
 
 
+@pytest.mark.parametrize("queued", [12, 600])  # 600: Muri keeps its order between rounds
+def test_muri_positions_are_its_priority_order_short_queue_or_long(queued):
+    core = _core("muri-s", gpus=1)
+    core.submit(job(1, iterations=10), 0.0)
+    core.round(0.0)
+    for k in range(queued):  # submitted longest first: the queue's order is the reverse
+        core.submit(job(100 + k, iterations=1000 - k), 0.0)
+    core.round(0.0)
+    order = [j.id for j in pending_order(core)]  # a group of up to 4 shares the one GPU
+    assert len(order) >= queued - 3
+    assert order == sorted(order, key=lambda i: core.jobs[i].remaining)
+
+
 # -- a user command's environment ----------------------------------------------------------------
 def _cfg(tmp_path) -> AgentConfig:
     return AgentConfig(node="n3", gpus=(0, 1), cpus=4, mem=8.0, endpoints_file="/e.json",

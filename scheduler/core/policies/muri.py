@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 from operator import attrgetter
+from typing import Sequence
 
 import numpy as np
 
@@ -79,6 +80,10 @@ class Muri(Policy):
 
     def key(self, job: Job) -> float:
         return self._rank(job)
+
+    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+        """As the next round's admission walks them: by priority, ties as carried."""
+        return sorted(super().queue_order(pending), key=self._rank)
 
     @property
     def _rank(self):
