@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler.core.engine import Core  # noqa: E402
-from scheduler.core.policies import POLICIES, make_policy  # noqa: E402
+from scheduler.core.policies import POLICIES  # noqa: E402
+from scheduler.plugins import make_policy  # noqa: E402
 from scheduler.core.presets import get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402

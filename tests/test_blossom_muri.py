@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.matching import max_weight_pairs
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.policies.muri import _together
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Job

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from scheduler.core.engine import Core
 from scheduler.core.placement import ClusterState, Demand
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.policies.antman import AntMan
 from scheduler.core.policies.base import Policy, RoundContext, place_in_order, place_units, solo_group
 from scheduler.core.policies.order import CarriedOrder

@@ -111,7 +111,7 @@ def test_a_fast_policy_run_imports_no_scipy_and_themis_still_loads():
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "from scheduler.core.presets import get_preset\n"
         "from scheduler.sim.simulator import simulate\n"
-        "from scheduler.core.policies import make_policy\n"
+        "from scheduler.plugins import make_policy\n"
         "from specs import ClusterSpec\n"
         "from traces import generate\n"
         "spec = ClusterSpec(num_switch=1, nodes_per_switch=2, gpus_per_node=8,"

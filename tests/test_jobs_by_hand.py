@@ -22,7 +22,7 @@ from node_agent import user_command
 from node_agent.config import AgentConfig
 from node_agent.gate import StageGate
 from scheduler.core.engine import Core
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Status
 from scheduler.live.queue_view import pending_order, projection

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.engine import Core
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Job
 from tests.helpers import job, spec

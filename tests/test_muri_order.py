@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from scheduler.core.engine import Core
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.policies.muri import Muri
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.presets import get_preset

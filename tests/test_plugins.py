@@ -22,9 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.core.policies import (POLICIES, PolicyError, describe_plugins, make_policy,
-                                     policy_names)
-from scheduler.core.policies.plugins import GROUP
+from scheduler.core.policies import POLICIES
+from scheduler.plugins import GROUP, PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.core.presets import get_preset
 from scheduler.live.cli import parse_args
 from scheduler.sim.cli import main

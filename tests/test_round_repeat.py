@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from scheduler.core.engine import Core
 from scheduler.core.placement import ClusterState, Demand
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Status
 from scheduler.sim.simulator import Simulator, _end_heap, _grouped_ends

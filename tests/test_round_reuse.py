@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from scheduler.core import plan_changes
 from scheduler.core.engine import Core
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.presets import get_preset
 from scheduler.sim.simulator import Simulator, _Run
 from tests.helpers import job as record, spec

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from scheduler.core.engine import Core, SchedulingError
-from scheduler.core.policies import POLICIES, make_policy
+from scheduler.core.policies import POLICIES
+from scheduler.plugins import make_policy
 from scheduler.core.presets import get_preset
 from scheduler.sim.simulator import simulate
 from scheduler.core.state import Status

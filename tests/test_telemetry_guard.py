@@ -24,7 +24,7 @@ from broker.client import _open
 from broker.messages import Message, MessageError, decode, encode, make
 from broker.wire import EVENT_HWM, SUBSCRIPTION_HWM
 from scheduler.core.engine import Core, SchedulingError
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.presets import get_preset
 from scheduler.core.profiles import ProfileEstimator, as_layout
 from scheduler.live.service import SchedulerService

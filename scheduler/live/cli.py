@@ -18,7 +18,7 @@ from scheduler.live.gateway import SERVICE
 from scheduler.live.journal import Journal
 from scheduler.live.options import Options
 from scheduler.live.service import SchedulerService
-from scheduler.core.policies import PolicyError, make_policy, policy_names
+from scheduler.plugins import PolicyError, make_policy, policy_names
 from scheduler.core.presets import get_preset
 from specs import spec_path
 from specs.spec import ClusterSpec, SpecError, load_spec

@@ -18,7 +18,7 @@ from scheduler.live.ledger import Ledger, Placed, node_name
 from scheduler.live.metrics import NoMetrics
 from scheduler.live.options import Options
 from scheduler.live.stopwaits import StopWaits
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.presets import get_preset
 from scheduler.core.profiles import ProfileEstimator
 from trainer import checkpoint

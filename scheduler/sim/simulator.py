@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from scheduler.core import plan_changes
 from scheduler.core.engine import Core
 from scheduler.core.metrics import JobOutcome, Summary, summarize
-from scheduler.core.policies import make_policy
+from scheduler.plugins import make_policy
 from scheduler.core.presets import Preset
 from scheduler.core.state import Group, Plan
 from specs.spec import ClusterSpec

@@ -1,4 +1,5 @@
-"""Policies by the names the CLI spells them: the built-ins here, plug-ins via plugins.py.
+"""The built-in policies by the names the CLI spells them. Names are resolved, plug-ins
+included, outside the core (scheduler/plugins.py reads installed packages' metadata).
 
 Muri and Themis are imported when one is made, not with this package: they pull in numpy
 and scipy (a tenth of a second or more), which a run of the other policies never uses."""
@@ -6,10 +7,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from scheduler.core.policies import plugins
 from scheduler.core.policies.antman import AntMan
 from scheduler.core.policies.base import Policy, RoundContext
-from scheduler.core.policies.plugins import PolicyError
 from scheduler.core.policies.priority import fifo, srsf, srtf
 from scheduler.core.policies.tiresias import Tiresias
 from scheduler.core.presets import Preset
@@ -39,22 +38,4 @@ POLICIES: dict[str, Callable[[Preset], Policy]] = {
 }
 
 
-def make_policy(name: str, preset: Preset) -> Policy:
-    """The policy `name` names: a built-in (POLICIES), an installed plug-in (entry-point
-    group `interlace.policies`) or `package.module:Class`. PolicyError (a ValueError) says
-    in one line why a name gives none."""
-    return plugins.make(name, preset, POLICIES)
-
-
-def policy_names() -> list[str]:
-    """The built-ins, then the installed plug-ins (read from metadata; none is imported)."""
-    return [*POLICIES, *plugins.installed(POLICIES)]
-
-
-def describe_plugins() -> list[str]:
-    """One line per installed plug-in for a --help, broken ones marked (imports each)."""
-    return plugins.describe(POLICIES)
-
-
-__all__ = ["POLICIES", "Policy", "PolicyError", "RoundContext", "describe_plugins",
-           "make_policy", "policy_names"]
+__all__ = ["POLICIES", "Policy", "RoundContext"]

@@ -1,4 +1,6 @@
-"""Policies from outside this package: installed plug-ins and `package.module:Class` names.
+"""Policy names to policies, for the drivers: the core's built-ins, installed plug-ins and
+`package.module:Class` names. Outside the core because it reads installed packages' metadata
+(files) and imports code by name; the core only holds the built-ins (POLICIES).
 
 A researcher's package registers a policy under the entry-point group `interlace.policies`
 (name -> `module:attr`), or a user names one directly as `package.module:Class`; neither
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable, Collection, Mapping
 
+from scheduler.core.policies import POLICIES
 from scheduler.core.policies.base import Policy
 from scheduler.core.presets import Preset
 
@@ -144,3 +147,20 @@ def describe(builtins: Collection[str]) -> list[str]:
         else:
             lines.append(f"{name} ({where})")
     return lines
+
+
+def make_policy(name: str, preset: Preset) -> Policy:
+    """The policy `name` names: a built-in (POLICIES), an installed plug-in (entry-point
+    group `interlace.policies`) or `package.module:Class`. PolicyError (a ValueError) says
+    in one line why a name gives none."""
+    return make(name, preset, POLICIES)
+
+
+def policy_names() -> list[str]:
+    """The built-ins, then the installed plug-ins (read from metadata; none is imported)."""
+    return [*POLICIES, *installed(POLICIES)]
+
+
+def describe_plugins() -> list[str]:
+    """One line per installed plug-in for a --help, broken ones marked (imports each)."""
+    return describe(POLICIES)
