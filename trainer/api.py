@@ -37,6 +37,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from trainer import checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
 from trainer.stages import STAGES, TimingWindow
+from trainer.stopflag import StopFlag
 
 REPORT_EVERY_S = 1.0  # wall seconds between stage-time reports to the planner
 FIRST_REPORT_AFTER = 20  # iterations after which a launch reports at once (short launches count)
@@ -60,7 +61,7 @@ class Job:
         self.node = env.get("INTERLACE_NODE", "")
         self.time_scale = float(env.get("INTERLACE_TIME_SCALE", "1"))
         self.report_every = float(report_every)
-        self._stop = threading.Event()
+        self._stop = StopFlag()  # set by SIGTERM: no lock in a handler (trainer/stopflag.py)
         self._parent = os.getppid()
         self._times: dict[str, float] = {}
         self._window = TimingWindow()

@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import sys
-import threading
 import time
 from typing import Sequence
 
@@ -28,6 +26,7 @@ from trainer import checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_STOPPED, EXIT_USAGE  # noqa: F401  (the contract)
 from trainer.ledger import Ledger, how_from_exit
 from trainer.pace import PaceReader
+from trainer.stopflag import StopFlag, stop_on_signals
 from trainer.telemetry import Telemetry, logger
 from workloads import registry
 from workloads.emulated import EmulatedRun, EmulatedSpec
@@ -104,7 +103,7 @@ def _floats(text: str) -> tuple[float, ...]:
             f"not a comma-separated list of numbers: {text!r}") from None
 
 
-def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
+def run(args: argparse.Namespace, stop: StopFlag, parent: int) -> int:
     """The trainer's main loop; returns the exit status (see the module docstring).
 
     `stop` is set by SIGTERM/SIGINT; `parent` is the pid whose disappearance means orphaned.
@@ -126,7 +125,7 @@ def run(args: argparse.Namespace, stop: threading.Event, parent: int) -> int:
     return rc
 
 
-def _run_emulated(args: argparse.Namespace, stop: threading.Event, parent: int,
+def _run_emulated(args: argparse.Namespace, stop: StopFlag, parent: int,
                   book: Ledger) -> int:
     log = logger(args)
 
@@ -213,9 +212,7 @@ def launcher() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # handlers first: a stop that arrives while we start still ends in a checkpoint
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     parent = launcher()
     args = parse_args(argv)
     try:

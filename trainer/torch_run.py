@@ -18,12 +18,12 @@ import argparse
 import json
 import math
 import os
-import threading
 import time
 from typing import Any
 
 from trainer import checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
+from trainer.stopflag import StopFlag
 from trainer.telemetry import Telemetry, logger
 
 OVERHEAD_HISTORY = 20  # restart overheads remembered in the checkpoint meta
@@ -67,7 +67,7 @@ def make_gate(endpoint: str | None, job_id: int) -> Any:
     return GateClient(endpoint, job_id)
 
 
-def run(args: argparse.Namespace, stop: threading.Event, parent: int, book: Any) -> int:
+def run(args: argparse.Namespace, stop: StopFlag, parent: int, book: Any) -> int:
     """Train `args.workload` to `args.iterations`; returns the exit status. `book`: this
     process's ledger (trainer/ledger.py; the caller writes its end record)."""
     started = process_started()
