@@ -90,7 +90,16 @@ class Simulator:
                 if old is not None and old.source is group:
                     runs[job_id] = old  # the same group: the same run (nothing spent)
                     continue
-                if charge_all or self._starts(old, group):
+                if charge_all:
+                    if old is not None and old.group == members:
+                        # its last run, made afresh in place (nothing else holds it): the
+                        # fields a new _Run would get, without making one per moved job
+                        old.tt, old.overhead = group.tt, cost[job_id]
+                        old.where, old.source = group.placement, group
+                        runs[job_id] = old
+                        continue
+                    overhead = cost[job_id]
+                elif self._starts(old, group):
                     overhead = cost[job_id]
                 else:
                     overhead = old.overhead

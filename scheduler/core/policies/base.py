@@ -170,9 +170,9 @@ class Replay:
         self._new: list[tuple[int, tuple | None, int]] = []
         self._same = False  # whether every request of this walk so far repeats the last
         self._key: tuple | None = None
-        # (job id, id of its placement answer) -> its group alone there: a job placed again
-        # where it ran before (the same answer object) gets that group back
-        self._groups: dict[tuple[int, int], Group] = {}
+        # job id -> its group alone where it was last placed: a job placed there again (the
+        # same answer object) gets that group back
+        self._groups: dict[int, Group] = {}
         self._made: tuple[Group, ...] = ()  # the groups the last walk handed out, in order
         self.free_total = 0  # the cluster's free GPUs as this walk has left them
 
@@ -239,14 +239,14 @@ class Replay:
         if len(known) > 65536:
             known.clear()
         out = []
+        append = out.append
         for job, slices in zip(jobs, where):
-            key = (job.id, id(slices))
-            group = known.get(key)
-            # (the group holds its placement, so no other object has that id meanwhile)
+            job_id = job.id
+            group = known.get(job_id)
             if group is None or group.placement is not slices or group.tt != job.solo_time:
-                group = known[key] = alone(job.id, job.num_gpu, job.solo_time,
-                                           tuple(slices))  # solo_group
-            out.append(group)
+                group = known[job_id] = alone(job_id, job.num_gpu, job.solo_time,
+                                              tuple(slices))  # solo_group
+            append(group)
         out = tuple(out)
         last = self._made
         if len(out) == len(last) and all(map(is_, out, last)):
