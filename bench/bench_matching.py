@@ -130,7 +130,7 @@ def bench_blossom(rng, sizes, budget):
 def record_matchings(trace: str, spec: str, policy: str) -> tuple[list[tuple], float, float]:
     """Every (kinds, m, table, pairs) the paper preset's matcher is asked during one simulation
     of `trace`, that run's CPU seconds (recording included) and its average JCT."""
-    from scheduler.core.policies import muri
+    from scheduler.core.policies import muri_pairs
     from scheduler.core.presets import get_preset
     from scheduler.sim.simulator import simulate
     from specs import load_spec, spec_path
@@ -139,20 +139,20 @@ def record_matchings(trace: str, spec: str, policy: str) -> tuple[list[tuple], f
     cluster = load_spec(spec if spec.endswith(".csv") else spec_path(spec))
     records = read_trace(trace, spec=cluster)
     calls: list[tuple] = []
-    solve = muri.blossom_pairs_indexed
+    solve = muri_pairs.blossom_pairs_indexed
 
     def recording(kinds, m, table):
         pairs = solve(kinds, m, table)
         calls.append((list(kinds), m, list(table), pairs))
         return pairs
 
-    muri.blossom_pairs_indexed = recording
+    muri_pairs.blossom_pairs_indexed = recording
     try:
         started = time.process_time()
         result = simulate(records, cluster, policy, get_preset("paper"))
         cpu = time.process_time() - started
     finally:
-        muri.blossom_pairs_indexed = solve
+        muri_pairs.blossom_pairs_indexed = solve
     return calls, cpu, result.summary.avg_jct
 
 

@@ -19,7 +19,7 @@ import bench_matching  # noqa: E402
 
 from scheduler.core import blossom  # noqa: E402
 from scheduler.core.blossom import blossom_pairs_indexed  # noqa: E402
-from scheduler.core.policies import muri  # noqa: E402
+from scheduler.core.policies import muri_pairs  # noqa: E402
 from scheduler.core.presets import get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
@@ -38,7 +38,7 @@ def test_recording_leaves_the_run_and_the_matcher_as_they_were(demo_run):
     spec = load_spec(spec_path("n8g8"))
     plain = simulate(read_trace(DEMO, spec=spec), spec, "muri-s", get_preset("paper"))
     assert avg_jct == plain.summary.avg_jct
-    assert muri.blossom_pairs_indexed is blossom_pairs_indexed
+    assert muri_pairs.blossom_pairs_indexed is blossom_pairs_indexed
     assert len(calls) > 1000 and max(len(c[0]) for c in calls) > 20
 
 

@@ -103,7 +103,7 @@ def test_real_matrix_with_last_bit_asymmetry_both_ways(compiled):
 @compiled_only
 def test_compiled_on_matrices_recorded_from_real_rounds(monkeypatch):
     """Every matrix Muri's paper preset matches in a short simulation, solved both ways."""
-    from scheduler.core.policies import muri
+    from scheduler.core.policies import muri_pairs
     from scheduler.core.presets import get_preset
     from scheduler.sim.simulator import simulate
     from tests.helpers import spec
@@ -114,7 +114,7 @@ def test_compiled_on_matrices_recorded_from_real_rounds(monkeypatch):
         recorded.append((list(kinds), m, list(table)))
         return blossom_pairs_indexed(kinds, m, table, **kwargs)
 
-    monkeypatch.setattr(muri, "blossom_pairs_indexed", record)
+    monkeypatch.setattr(muri_pairs, "blossom_pairs_indexed", record)
     records = _contended_trace(random.Random(7), 80)
     simulate(records, spec(2, 8), "muri-s", get_preset("paper"))
     assert len(recorded) > 10 and max(len(kinds) for kinds, _, _ in recorded) >= 8

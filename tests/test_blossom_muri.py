@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.matching import max_weight_pairs
 from scheduler.plugins import make_policy
-from scheduler.core.policies.muri import _together
+from scheduler.core.policies.muri_pairs import _together
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Job
 from tests.helpers import job
@@ -45,7 +45,7 @@ def pairwise(policy, nodes, bonus):
     def weight(i, j):
         if len(nodes[i]) + len(nodes[j]) > policy.k:
             return 0.0
-        value = policy._efficiency(nodes[i], nodes[j], ("x", i, j))
+        value = policy.pairing.efficiency(nodes[i], nodes[j], ("x", i, j))
         if bonus is not None and _together(nodes[i], nodes[j]):
             value *= 1.0 + max(bonus[i], bonus[j])
         return value
@@ -60,8 +60,8 @@ def test_rows_equal_pairwise_weights_in_both_directions(count, rnd, hysteresis):
         nodes = make_nodes(rnd, count, together=bool(hysteresis))
         rnd.shuffle(nodes)
         n = len(nodes)
-        bonus = [policy._keep_bonus(node) for node in nodes] if hysteresis else None
-        flat = policy._weight_rows(nodes, bonus)
+        bonus = [policy.pairing.keep_bonus(node) for node in nodes] if hysteresis else None
+        flat = policy.pairing.weight_rows(nodes, bonus)
         weight = pairwise(policy, nodes, bonus)
         assert len(flat) == n * n
         for i in range(n):
@@ -78,7 +78,7 @@ def test_rows_keep_the_last_bit_of_each_direction():
     for _ in range(200):
         nodes = make_nodes(rnd, 8, together=False)
         n = len(nodes)
-        flat = policy._weight_rows(nodes, None)
+        flat = policy.pairing.weight_rows(nodes, None)
         weight = pairwise(policy, nodes, None)
         assert all(flat[i * n + j] == weight(i, j) for i in range(n) for j in range(n) if i != j)
 
@@ -89,7 +89,7 @@ def test_pairs_match_the_pair_by_pair_blossom_path(seed):
     policy = make_policy("muri-s", get_preset("paper"))
     assert policy.backend == "blossom"
     nodes = make_nodes(rnd, 30, together=False)
-    partner = policy._pairs(nodes)
+    partner = policy.pairing.pairs(nodes)
     pairs = max_weight_pairs(len(nodes), pairwise(policy, nodes, None), backend="blossom")
     expected = {}
     for i, j in pairs:

@@ -49,7 +49,7 @@ def from_scratch(policy, nodes):
     for i in range(n):
         for j in range(n):
             if i != j and len(nodes[i]) + len(nodes[j]) <= policy.k:
-                flat[i * n + j] = policy._merged_efficiency(nodes[i] + nodes[j])
+                flat[i * n + j] = policy.pairing.merged_efficiency(nodes[i] + nodes[j])
     partner = {}
     for i, j in blossom_pairs_flat(n, flat, compiled=False):
         partner[i], partner[j] = j, i
@@ -73,7 +73,7 @@ def test_remembered_pairs_equal_a_fresh_matching(count, rnd):
                 rnd.shuffle(order)
             nodes = split(rnd, order)
         seen.append(nodes)
-        assert policy._pairs(nodes) == from_scratch(policy, nodes)
+        assert policy.pairing.pairs(nodes) == from_scratch(policy, nodes)
 
 
 def test_same_jobs_in_other_packings_are_not_a_hit():
@@ -85,6 +85,6 @@ def test_same_jobs_in_other_packings_are_not_a_hit():
     jobs = make_jobs(rnd, 6)
     first = [jobs[0:2], [jobs[2]], [jobs[3]], jobs[4:6]]
     second = [[jobs[0]], jobs[1:3], jobs[3:5], [jobs[5]]]
-    assert policy._pairs(first) == from_scratch(policy, first)
-    assert policy._pairs(second) == from_scratch(policy, second)
+    assert policy.pairing.pairs(first) == from_scratch(policy, first)
+    assert policy.pairing.pairs(second) == from_scratch(policy, second)
     assert from_scratch(policy, first) != from_scratch(policy, second)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from scheduler.core.policies.base import place_units
-from scheduler.core.policies.muri import Muri, _together
+from scheduler.core.policies.muri import Muri
+from scheduler.core.policies.muri_pairs import _together
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Group, Plan
 from scheduler.sim.simulator import Simulator
@@ -59,7 +60,7 @@ class PlainMuri(Muri):
         candidates = []
         for gpus, groups in packings.items():
             for group in groups:
-                tt, _ = self.group_timing(group, "best")
+                tt, _ = self.pairing.group_timing(group, "best")
                 if tt / sum(j.solo_time for j in group) > 1:
                     candidates.extend((self.key(j), gpus, [j]) for j in group)
                 else:
@@ -100,11 +101,11 @@ class PlainMuri(Muri):
         return groups
 
     def _as_group(self, members, slices):
-        tt, order = self.group_timing(members)
+        tt, order = self.pairing.group_timing(members)
         if self.ordering == "none" and len(members) > 1:
             members = sorted(members, key=lambda j: j.id)
         elif self.preset.regroup_hysteresis and _together(members, members):
-            members, tt, order = self._kept_order(members, tt, order)
+            members, tt, order = self.pairing.kept_order(members, tt, order)
         return Group(jobs=tuple(members[i].id for i in order if i is not None),
                      num_gpu=members[0].num_gpu, tt=tt, placement=tuple(slices),
                      empty_slot=None in order)

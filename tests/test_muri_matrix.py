@@ -48,17 +48,17 @@ def test_matrix_equals_pairwise_weights(profiles, rnd, hysteresis):
         rest = rest[size:]
     if len(nodes) < 2:
         return
-    w = policy._weight_matrix(nodes, [policy._keep_bonus(node) for node in nodes])
+    w = policy.pairing.weight_matrix(nodes, [policy.pairing.keep_bonus(node) for node in nodes])
     assert np.array_equal(w, w.T)
     for i in range(len(nodes)):
         for j in range(i + 1, len(nodes)):
             if len(nodes[i]) + len(nodes[j]) > policy.k:
                 expected = 0.0
             else:
-                expected = policy._efficiency(nodes[i], nodes[j], ("x", i, j))
+                expected = policy.pairing.efficiency(nodes[i], nodes[j], ("x", i, j))
                 if hysteresis and policy_together(nodes[i], nodes[j]):
-                    expected *= 1.0 + max(policy._keep_bonus(nodes[i]),
-                                          policy._keep_bonus(nodes[j]))
+                    expected *= 1.0 + max(policy.pairing.keep_bonus(nodes[i]),
+                                          policy.pairing.keep_bonus(nodes[j]))
             profile_len = len(nodes[i][0].profile)
             if len(nodes[i]) + len(nodes[j]) < interleave_slots(nodes[i][0]) or profile_len == 3:
                 assert w[i, j] == expected
@@ -72,7 +72,7 @@ def interleave_slots(job_):
 
 
 def policy_together(a, b):
-    from scheduler.core.policies.muri import _together
+    from scheduler.core.policies.muri_pairs import _together
     return _together(a, b)
 
 
@@ -149,7 +149,7 @@ def test_a_running_group_changes_order_when_the_gain_outweighs_the_restart():
 
 
 def test_windows_split_candidates_evenly_and_cover_them():
-    from scheduler.core.policies.muri import _windows
+    from scheduler.core.policies.muri_pairs import _windows
 
     assert _windows(10, 0) == [(0, 10)]
     assert _windows(10, 10) == [(0, 10)]
@@ -163,17 +163,17 @@ def test_windows_split_candidates_evenly_and_cover_them():
 
 
 def test_windowed_matching_pairs_only_within_windows(monkeypatch):
-    import scheduler.core.policies.muri as muri
+    import scheduler.core.policies.muri_pairs as muri_pairs
     from traces.generate import generate
 
     sizes = []
-    real = muri.max_weight_pairs_dense
+    real = muri_pairs.max_weight_pairs_dense
 
     def spy(w, **kw):
         sizes.append(len(w))
         return real(w, **kw)
 
-    monkeypatch.setattr(muri, "max_weight_pairs_dense", spy)
+    monkeypatch.setattr(muri_pairs, "max_weight_pairs_dense", spy)
     preset = get_preset("default", matching_window=8)
     core = Core(spec(nodes=2, gpus=4), make_policy("muri-s", preset), preset)
     for rec in generate(40, seed=2, max_gpus=1, backlog=True):

@@ -3,24 +3,18 @@ by multi-round maximum-weight matching on interleaving efficiency, place groups 
 
 Muri-S ranks by remaining GPU-time (durations known), Muri-L by attained GPU-time (unknown).
 Ablations: `ordering="worst"` (each group runs in its slowest order) and `matching=False`
-(consecutive jobs of a class are grouped without matching).
+(consecutive jobs of a class are grouped without matching). Which candidates merge, and how
+fast a group runs, is muri_pairs.Pairing's business; this module admits, runs the matching
+rounds and places.
 """
 from __future__ import annotations
 
-
-from operator import attrgetter
 from typing import Sequence
 
-import numpy as np
-
-from scheduler.core import interleave
-from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
-from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.core.policies.base import Policy, RoundContext, place_units
 from scheduler.core.policies.muri_order import Classes, MuriOrder
+from scheduler.core.policies.muri_pairs import Packing, Pairing, _together
 from scheduler.core.state import Group, Job, Plan
-
-Packing = list  # the jobs of one prospective group, in matching order
 
 
 class Muri(Policy):
@@ -37,16 +31,8 @@ class Muri(Policy):
         self.matching = matching
         self.backend = backend
         self.k = preset.max_group
-        self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
-        self._weights: dict[tuple, float] = {}  # cleared when a profile changes
-        # the same by kind of candidate, for the "blossom" backend (see _kind_table): a number
-        # for each packing's member profiles, and per number {partner's number: weight}
-        self._shapes: dict[tuple, int] = {}
-        self._rows: dict[int, dict[int, float]] = {}
-        self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
-        # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
-        # "blossom" backend and the ordering ablations keep the pair-by-pair path.
-        self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
+        self.pairing = Pairing(preset, k=self.k, ordering=ordering, matching=matching,
+                               backend=backend)
         # job id -> its Group alone in the last plan: a job that stays alone on the same GPUs
         # gets that same (immutable) Group back, which drivers recognise as unchanged
         self._alone: dict[int, Group] = {}
@@ -90,61 +76,8 @@ class Muri(Policy):
         """The rank as a plain function: the hot loops sort by it without a method call."""
         return _by_remaining if self.know_duration else _by_attained
 
-    # -- the interleave cost model ---------------------------------------------------------
-    def group_timing(self, jobs: list[Job], ordering: str | None = None) -> tuple[float, tuple]:
-        """(iteration time of every member, slot order as indices into `jobs`)."""
-        if len(jobs) == 1:
-            return jobs[0].solo_time, (0,)
-        ordering = ordering or self.ordering
-        if ordering == "none":
-            jobs = sorted(jobs, key=lambda j: j.id)
-        profiles = tuple(j.profile for j in jobs)
-        cache_key = (ordering, profiles)
-        hit = self._tt_cache.get(cache_key)
-        if hit is None:
-            if ordering == "best":
-                tt, order = interleave.best_order_indices(profiles)
-            elif ordering == "worst":
-                tt, order = interleave.worst_order_indices(profiles)
-            elif ordering == "fixed":  # the order given (a running group's), gap layout allowed
-                tt, order = interleave.fixed_order_indices(profiles)
-            else:
-                tt, order = interleave.identity_order_tt(profiles), tuple(range(len(jobs)))
-            slowdown = self.preset.slowdown(len(jobs), ablation_nomatch=not self.matching)
-            hit = (tt * slowdown, order)
-            if len(self._tt_cache) > 100_000:
-                self._tt_cache.clear()
-            self._tt_cache[cache_key] = hit
-        return hit
-
-    def weight(self, a: Packing, b: Packing) -> float:
-        """Efficiency of the merged group; remembered by member ids, since the same
-        candidates meet again round after round while profiles stay put."""
-        key = (tuple(j.id for j in a), tuple(j.id for j in b))
-        hit = self._weights.get(key)
-        return self._efficiency(a, b, key) if hit is None else hit
-
-    def _efficiency(self, a: Packing, b: Packing, key: tuple) -> float:
-        value = self._merged_efficiency(a + b)
-        if len(self._weights) > 200_000:
-            self._weights.clear()
-        self._weights[key] = value
-        return value
-
-    def _merged_efficiency(self, jobs: Packing) -> float:
-        """Busy stage time over slot time of the group `jobs` (in this member order: the
-        float sum follows it), 0 when a member has no profile yet."""
-        tt, _ = self.group_timing(jobs)
-        if tt > 0 and all(map(_profiled, jobs)):
-            k = interleave.slots(len(jobs[0].profile))
-            return sum(sum(j.profile) for j in jobs) / (tt * k)
-        return 0.0
-
     def on_profile(self, job: Job) -> None:
-        self._weights.clear()
-        self._matchings.clear()
-        self._rows.clear()  # by profiles they would stay valid, but not by ids ("none")
-        self._shapes.clear()
+        self.pairing.forget()
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
@@ -267,7 +200,7 @@ class Muri(Policy):
                     # be thrown away, and the order of what stays single no longer matters
                     merged[gpus].extend(nodes)
                     continue
-                partner = self._pairs(nodes)
+                partner = self.pairing.pairs(nodes)
                 for u, node in enumerate(nodes):
                     v = partner.get(u)
                     if v is None:
@@ -283,195 +216,6 @@ class Muri(Policy):
             if required <= total:
                 break
         return packings
-
-    def _pairs(self, nodes: list[Packing]) -> dict[int, int]:
-        n = len(nodes)
-        if n < 2:
-            return {}
-        # The same candidates in the same order often meet again in the next round (an event
-        # that changed nothing here); the matching is a function of them, so remember it.
-        # Keyed by the Job objects themselves (identity, eq=False): one per job, like its
-        # id, and map(tuple) builds the key without a Python step per member.
-        key = tuple(map(tuple, nodes))
-        hysteresis = self.preset.regroup_hysteresis
-        bonus = [self._keep_bonus(node) for node in nodes] if hysteresis else [0.0] * n
-        if hysteresis:
-            key += tuple(j.group_key for node in nodes for j in node)
-            key += tuple(round(b, 3) for b, node in zip(bonus, nodes) if node[0].group_key)
-        partner = self._matchings.get(key)
-        if partner is not None:
-            return partner
-        if self._dense:
-            pairs = []
-            for lo, hi in _windows(n, self.preset.matching_window):
-                found = max_weight_pairs_dense(self._weight_matrix(nodes[lo:hi], bonus[lo:hi]),
-                                               backend=self.backend,
-                                               rel_gap=self.preset.matching_rel_gap)
-                pairs.extend((lo + i, lo + j) for i, j in found)
-            return self._remember(key, pairs)
-        if self.backend == "blossom":
-            if hysteresis:
-                pairs = blossom_pairs_flat(n, self._weight_rows(nodes, bonus))
-            else:
-                pairs = blossom_pairs_indexed(*self._kind_table(nodes))
-            return self._remember(key, pairs)
-        k, cache = self.k, self._weights
-        ids = [tuple(j.id for j in node) for node in nodes]
-        sizes = [len(node) for node in nodes]
-
-        def weight(i: int, j: int) -> float:  # the hot path of a round: cache first
-            if sizes[i] + sizes[j] > k:
-                return 0.0
-            pair = (ids[i], ids[j])
-            value = cache.get(pair)
-            if value is None:
-                value = self._efficiency(nodes[i], nodes[j], pair)
-            if hysteresis and _together(nodes[i], nodes[j]):
-                value *= 1.0 + max(bonus[i], bonus[j])
-            return value
-
-        return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
-
-    def _kind_table(self, nodes: list[Packing]) -> tuple[list[int], int, list[float]]:
-        """(kinds, m, table): candidate i is of kind kinds[i] < m, and the weight of merging
-        candidate i with j (i's members first) is table[kinds[i] * m + kinds[j]], what the
-        pair-by-pair `weight` gives, bit for bit.
-
-        Why kinds: a merged group's weight depends only on its members' profiles in member
-        order (on their ids where ordering "none" sorts by them), and a trace has a few
-        dozen distinct profiles.  Each shape of candidate gets a number whose row of
-        weights is remembered across rounds, and a round needs only the rows of the kinds
-        present, not a Python call per pair.
-        """
-        numbers, rows, k = self._shapes, self._rows, self.k
-        if len(numbers) > 2_000:  # bounded: refilled on demand
-            numbers.clear()
-            rows.clear()
-        shape = attrgetter("id" if self.ordering == "none" else "profile")
-        by_id = self.ordering == "none"
-        local: dict[int, int] = {}
-        kinds = [local.setdefault(numbers.setdefault(tuple(map(shape, node)), len(numbers)),
-                                  len(local))
-                 for node in nodes]
-        present = list(local)
-        first = [0] * len(present)  # one candidate of each kind (any: they weigh the same)
-        for i in range(len(kinds) - 1, -1, -1):
-            first[kinds[i]] = i
-        table: list[float] = []
-        for x, a in enumerate(present):
-            row = rows.get(a)
-            if row is None:
-                row = rows[a] = {}
-            values = list(map(row.get, present))
-            if None in values:
-                node = nodes[first[x]]
-                for y, value in enumerate(values):
-                    if value is None:
-                        other = nodes[first[y]]
-                        if len(node) + len(other) > k or (by_id and x == y):
-                            value = 0.0  # too big, or a candidate with itself
-                        else:
-                            value = self._merged_efficiency(node + other)
-                        row[present[y]] = values[y] = value
-            table += values
-        return kinds, len(present), table
-
-    def _weight_rows(self, nodes: list[Packing], bonus: list[float] | None) -> list[float]:
-        """Every ordered pair's weight, row-major n x n, from _kind_table, times the keep
-        bonus of pairs that run together now (when `bonus` is given)."""
-        kinds, m, table = self._kind_table(nodes)
-        flat: list[float] = []
-        for i, x in enumerate(kinds):
-            values = [table[x * m + y] for y in kinds]
-            if bonus is not None:
-                for j, value in enumerate(values):
-                    if j != i and _together(nodes[i], nodes[j]):
-                        values[j] = value * (1.0 + max(bonus[i], bonus[j]))
-            flat += values
-        return flat
-
-    def _keep_bonus(self, node: Packing) -> float:
-        """How much more a running group counts when matching: at least the preset's
-        hysteresis, and at least what a restart would cost its members relative to the work
-        they have left (a job near its end is not worth a checkpoint and restart to regroup)."""
-        cost = max((j.restart_overhead / j.remaining_estimate if j.remaining_estimate > 0
-                    else 1.0) for j in node)
-        return max(self.preset.regroup_hysteresis, min(1.0, cost))
-
-    def _kept_order(self, members: Packing, tt: float, order: tuple) -> tuple:
-        """A group that runs now with the same members keeps its slot order while that order
-        is within its keep bonus of the best one: another order is a restart of every member,
-        and among equally fast orders the search picks by the order the jobs were matched in,
-        which changes from round to round."""
-        key = members[0].group_key
-        if len(key) != len(members) or len(members) < 2:
-            return members, tt, order
-        by_id = {j.id: j for j in members}
-        now = [by_id[i] for i in key]
-        kept_tt, kept_order = self.group_timing(now, ordering="fixed")
-        if kept_tt <= tt * (1.0 + self._keep_bonus(now)):
-            return now, kept_tt, kept_order
-        return members, tt, order
-
-    def _remember(self, key: tuple, pairs: list[tuple[int, int]]) -> dict[int, int]:
-        partner = {}
-        for i, j in pairs:
-            partner[i], partner[j] = j, i
-        if len(self._matchings) > 32:  # keys hold every candidate id: keep few
-            self._matchings.clear()
-        self._matchings[key] = partner
-        return partner
-
-    def _weight_matrix(self, nodes: list[Packing], bonus: list[float]) -> np.ndarray:
-        """Every pair's weight, as `weight` would give it (bit for bit), computed per shape of
-        merged group with interleave.best_tt_batch instead of one kernel call per pair;
-        `bonus` is each candidate's _keep_bonus (used where it runs in a group now)."""
-        n = len(nodes)
-        length = len(nodes[0][0].profile)
-        if any(len(j.profile) != length for node in nodes for j in node):
-            raise ValueError("candidates of one matching need profiles of one length")
-        k_slots = interleave.slots(length)
-        sizes = np.array([len(node) for node in nodes])
-        index = {int(s): np.flatnonzero(sizes == s) for s in np.unique(sizes)}
-        stacked = {s: np.array([[j.profile for j in nodes[i]] for i in idx])
-                   for s, idx in index.items()}
-        position = np.empty(n, dtype=int)
-        for idx in index.values():
-            position[idx] = np.arange(len(idx))
-        w = np.zeros((n, n))
-        for sa, ia in index.items():
-            for sb, ib in index.items():
-                if sa + sb > self.k:
-                    continue
-                rows, cols = np.meshgrid(ia, ib, indexing="ij")
-                upper = rows < cols
-                rows, cols = rows[upper], cols[upper]
-                if len(rows) == 0:
-                    continue
-                group = np.concatenate([stacked[sa][position[rows]],
-                                        stacked[sb][position[cols]]], axis=1)
-                slowdown = self.preset.slowdown(sa + sb, ablation_nomatch=not self.matching)
-                tt = interleave.best_tt_batch(group) * slowdown
-                busy = None  # sum over members of each member's stage sum, in member order
-                for member in range(sa + sb):
-                    total = group[:, member, 0]
-                    for r in range(1, length):
-                        total = total + group[:, member, r]
-                    busy = total if busy is None else busy + total
-                positive = tt > 0
-                w[rows, cols] = np.where(positive, busy / np.where(positive, tt * k_slots, 1.0), 0.0)
-        unknown = np.array([not all(map(_profiled, node)) for node in nodes])
-        w[unknown, :] = 0.0
-        w[:, unknown] = 0.0
-        hysteresis = self.preset.regroup_hysteresis
-        if hysteresis:
-            labels: dict[tuple, int] = {}
-            label = np.array([labels.setdefault(node[0].group_key, len(labels))
-                              if _together(node, node) else -1 for node in nodes])
-            together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
-            b = np.asarray(bonus, dtype=float)
-            w[together] *= (1.0 + np.maximum(b[:, None], b[None, :]))[together]
-        return np.triu(w, 1) + np.triu(w, 1).T
 
     def _consecutive(self, admitted: dict[int, list[Job]], required: int,
                      total: int) -> dict[int, list[Packing]]:
@@ -502,7 +246,7 @@ class Muri(Policy):
                 if len(group) == 1:  # a job alone runs at its solo speed: never split
                     candidates.append((key(group[0]), gpus, group))
                     continue
-                tt, _ = self.group_timing(group, "best")
+                tt, _ = self.pairing.group_timing(group, "best")
                 if tt / sum(j.solo_time for j in group) > 1:
                     candidates.extend((key(j), gpus, [j]) for j in group)
                 else:
@@ -570,11 +314,11 @@ class Muri(Policy):
                               placement=tuple(slices))
             self._alone[job_id] = group
             return group
-        tt, order = self.group_timing(members)
+        tt, order = self.pairing.group_timing(members)
         if self.ordering == "none" and len(members) > 1:
             members = sorted(members, key=lambda j: j.id)
         elif self.preset.regroup_hysteresis and _together(members, members):
-            members, tt, order = self._kept_order(members, tt, order)
+            members, tt, order = self.pairing.kept_order(members, tt, order)
         slot_jobs = tuple(members[i].id for i in order if i is not None)
         return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
                      tt=tt, placement=tuple(slices),
@@ -597,25 +341,3 @@ def _gpus(job: Job) -> int:
 
 def _first(item: tuple) -> float:
     return item[0]
-
-
-def _windows(n: int, size: int) -> list[tuple[int, int]]:
-    """[lo, hi) ranges splitting n candidates into near-equal consecutive windows of at most
-    `size` (one window when size is 0)."""
-    if size <= 0 or n <= size:
-        return [(0, n)]
-    count = -(-n // size)
-    bounds = [round(i * n / count) for i in range(count + 1)]
-    return list(zip(bounds, bounds[1:]))
-
-
-def _profiled(job: Job) -> bool:
-    """A job with no stage times (all zero) runs alone until its trainer has measured them:
-    a guess would group it blind."""
-    return any(job.profile)
-
-
-def _together(a: Packing, b: Packing) -> bool:
-    """Whether every member of a and b runs in one group now."""
-    key = a[0].group_key
-    return bool(key) and all(j.group_key == key for j in a) and all(j.group_key == key for j in b)
