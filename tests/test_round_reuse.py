@@ -98,3 +98,18 @@ def test_a_job_whose_speed_changed_gets_a_new_group_at_its_new_speed():
     again = _group_of(core.round(1.0), 1)
     assert again is not first
     assert again.tt == first.tt * 2 and again.placement == first.placement
+
+
+def test_a_group_that_stays_together_on_the_same_gpus_gets_its_last_group_back():
+    preset = get_preset("default")
+    core = Core(spec(nodes=1, gpus=1), make_policy("muri-s", preset), preset)
+    core.submit(record(1, stages=(0.3, 0.1, 0.2, 0.05)), 0.0)
+    core.submit(record(2, stages=(0.05, 0.4, 0.05, 0.3)), 0.0)
+    first = _group_of(core.round(0.0), 1)
+    assert sorted(first.jobs) == [1, 2]  # two jobs, one GPU: they interleave
+    core.advance(10.0, {1: 5.0, 2: 5.0})
+    assert _group_of(core.round(10.0), 1) is first
+    core.update_profile(2, profile=(0.3, 0.1, 0.2, 0.05))  # now as job 1: a slower pair
+    again = _group_of(core.round(11.0), 1)
+    assert again is not first and sorted(again.jobs) == [1, 2]
+    assert again.tt > first.tt and again.placement == first.placement

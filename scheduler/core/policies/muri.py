@@ -33,9 +33,10 @@ class Muri(Policy):
         self.k = preset.max_group
         self.pairing = Pairing(preset, k=self.k, ordering=ordering, matching=matching,
                                backend=backend)
-        # job id -> its Group alone in the last plan: a job that stays alone on the same GPUs
-        # gets that same (immutable) Group back, which drivers recognise as unchanged
-        self._alone: dict[int, Group] = {}
+        # the last plan's groups by their member ids (a job alone: by its id): a group whose
+        # members stay together on the same GPUs, in the same slots at the same speed, is
+        # handed back as that same (immutable) Group, which drivers recognise as unchanged
+        self._last: dict[int | tuple[int, ...], Group] = {}
         # The carried order (Policy.carried_order's rule): sorted afresh each round while the
         # queue is short, kept between rounds (None: not kept) once it is long against what
         # admission reads of it (see _choose_order).
@@ -283,14 +284,14 @@ class Muri(Policy):
                     seen.add(id(group))
                 units.append(group)
             placements = place_units(ctx, [(g[0].record.num_gpu, g) for g in units])
-            alone, self._alone = self._alone, {}
-            return [self._as_group(g, s, alone) for g, s in zip(units, placements)
+            last, self._last = self._last, {}
+            return [self._as_group(g, s, last) for g, s in zip(units, placements)
                     if s is not None]
         cluster = ctx.cluster
         cluster.reset()
         placed: set[int] = set()
         groups = []
-        alone, self._alone = self._alone, {}
+        last, self._last = self._last, {}
         for job in queue:
             group = home.get(job)
             if group is None or id(group) in placed:
@@ -299,20 +300,21 @@ class Muri(Policy):
             if slices is None:
                 continue
             placed.add(id(group))
-            groups.append(self._as_group(group, slices, alone))
+            groups.append(self._as_group(group, slices, last))
         return groups
 
-    def _as_group(self, members: Packing, slices, alone: dict[int, Group]) -> Group:
-        """The plan's group of `members` on `slices`; a job alone gets its group of the last
-        plan (`alone`, by job id) back where its GPUs (the same tuple) and speed are the same."""
+    def _as_group(self, members: Packing, slices,
+                  last: dict[int | tuple[int, ...], Group]) -> Group:
+        """The plan's group of `members` on `slices`: the last plan's (`last`) where it had
+        these members, in these slots, on the same GPUs (the same tuple) at the same speed."""
         if len(members) == 1:  # alone: its solo speed, its only order (see group_timing)
             job = members[0]
             job_id = job.record.job_id
-            group = alone.get(job_id)
+            group = last.get(job_id)
             if group is None or group.placement is not slices or group.tt != job.solo_time:
                 group = Group(jobs=(job_id,), num_gpu=job.record.num_gpu, tt=job.solo_time,
                               placement=tuple(slices))
-            self._alone[job_id] = group
+            self._last[job_id] = group
             return group
         tt, order = self.pairing.group_timing(members)
         if self.ordering == "none" and len(members) > 1:
@@ -320,9 +322,14 @@ class Muri(Policy):
         elif self.preset.regroup_hysteresis and _together(members, members):
             members, tt, order = self.pairing.kept_order(members, tt, order)
         slot_jobs = tuple(members[i].id for i in order if i is not None)
-        return Group(jobs=slot_jobs, num_gpu=members[0].num_gpu,
-                     tt=tt, placement=tuple(slices),
-                     empty_slot=None in order)
+        empty = None in order
+        group = last.get(slot_jobs)
+        if group is None or group.placement is not slices or group.tt != tt \
+                or group.empty_slot != empty:
+            group = Group(jobs=slot_jobs, num_gpu=members[0].num_gpu, tt=tt,
+                          placement=tuple(slices), empty_slot=empty)
+        self._last[slot_jobs] = group
+        return group
 
 
 def _by_remaining(job: Job) -> float:

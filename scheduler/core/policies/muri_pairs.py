@@ -36,6 +36,9 @@ class Pairing:
         # for each packing's member profiles, and per number {partner's number: weight}
         self._shapes: dict[tuple, int] = {}
         self._rows: dict[int, dict[int, float]] = {}
+        # a Job (by identity) -> (its shape, the number of that shape) as a candidate alone:
+        # a job's shape is read again each round, and looked up only if it is another object
+        self._alone: dict[Job, tuple[object, int]] = {}
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
@@ -47,6 +50,7 @@ class Pairing:
         self._matchings.clear()
         self._rows.clear()  # by profiles they would stay valid, but not by ids ("none")
         self._shapes.clear()
+        self._alone.clear()
 
     def group_timing(self, jobs: list[Job], ordering: str | None = None) -> tuple[float, tuple]:
         """(iteration time of every member, slot order as indices into `jobs`)."""
@@ -159,16 +163,28 @@ class Pairing:
         weights is remembered across rounds, and a round needs only the rows of the kinds
         present, not a Python call per pair.
         """
-        numbers, rows, k = self._shapes, self._rows, self.k
-        if len(numbers) > 2_000:  # bounded: refilled on demand
+        numbers, rows, k, alone = self._shapes, self._rows, self.k, self._alone
+        if len(numbers) > 2_000 or len(alone) > 200_000:  # bounded: refilled on demand
             numbers.clear()
             rows.clear()
+            alone.clear()
         shape = attrgetter("id" if self.ordering == "none" else "profile")
         by_id = self.ordering == "none"
         local: dict[int, int] = {}
-        kinds = [local.setdefault(numbers.setdefault(tuple(map(shape, node)), len(numbers)),
-                                  len(local))
-                 for node in nodes]
+        kinds = []
+        for node in nodes:
+            if len(node) == 1:  # most candidates: a job alone, its shape hashed once
+                job = node[0]
+                value = shape(job)
+                hit = alone.get(job)
+                if hit is not None and hit[0] is value:
+                    number = hit[1]
+                else:
+                    number = numbers.setdefault((value,), len(numbers))
+                    alone[job] = (value, number)
+            else:
+                number = numbers.setdefault(tuple(map(shape, node)), len(numbers))
+            kinds.append(local.setdefault(number, len(local)))
         present = list(local)
         first = [0] * len(present)  # one candidate of each kind (any: they weigh the same)
         for i in range(len(kinds) - 1, -1, -1):
