@@ -18,6 +18,7 @@ from scheduler.live.options import Options
 from scheduler.live.state import LiveState
 from scheduler.core.state import NodeSlice, Status
 from tests.helpers import job, spec
+from trainer import checkpoint
 from traces.record import record_to_map
 
 _ids = itertools.count()
@@ -123,6 +124,29 @@ def test_heartbeat_leaves_a_job_launched_after_its_snapshot(live):
     _job_placed_on_n0(state, h, ("a", 2))
     say(h, "agent.heartbeat", node="n0", running=[], incarnation="a", launches=1)
     assert 1 in state.ledger.placed and state.log.of("job_vanished") == []
+
+
+@pytest.mark.parametrize("checkpointed, finished", [(1000.0, True), (400.0, False)])
+def test_a_restarted_agent_without_the_job_finishes_it_when_its_checkpoint_is_complete(
+        live, checkpointed, finished):
+    """Found by a chaos run: a trainer checkpointed its last iteration and ended while its
+    agent was down; the restarted agent no longer ran the job, which was then launched once
+    more from its total, a second finish in the trainers' ledger. A job whose checkpoint
+    holds every iteration is finished; one short of it goes back to the queue from there."""
+    state, h = live
+    _job_placed_on_n0(state, h, ("a", 1))
+    checkpoint.write(state.opt.checkpoints, checkpoint.Checkpoint(1, checkpointed, 1000.0, "n0"))
+    register(h, incarnation="b")  # the agent is back, running nothing
+    job_1 = state.core.jobs[1]
+    assert 1 not in state.ledger.placed
+    if finished:
+        assert job_1.status is Status.DONE and state.journal.get(1).state == "finished"
+        assert [kw["job_id"] for kw in state.log.of("job_finished_unheard")] == [1]
+        assert all(1 not in g.jobs for g in state.core.round(state.now()).groups)
+    else:
+        assert job_1.status is Status.PENDING and job_1.remaining == 600.0
+        assert state.journal.get(1).state != "finished"
+        assert state.log.of("job_finished_unheard") == []
 
 
 def test_a_failure_reported_by_a_node_the_job_is_not_on_is_ignored(live):

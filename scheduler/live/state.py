@@ -108,13 +108,20 @@ class LiveState:
 
     def requeue(self, job_id: int, now: float, reason: str, skip: str | None = None,
                 iterations: float | None = None) -> None:
-        """The job stopped outside a plan: back to the queue, resuming from its checkpoint."""
-        where = self.ledger.release(job_id, keep=skip)
-        self.core.stop(job_id, now)
+        """The job stopped outside a plan: back to the queue, resuming from its checkpoint.
+        A job whose checkpoint already holds every iteration finished unheard (its agent died
+        before passing the trainer's end on): it is finished here, not launched once more."""
         done = self.resume_point(job_id)
         if iterations is not None:
             done = max(done, iterations)
         total = self.core.jobs[job_id].record.iterations
+        if done >= total:
+            self.log.info("job_finished_unheard", job_id=job_id, reason=reason,
+                          iterations=done, node=skip)
+            self.finish(job_id, now, done, skip)
+            return
+        where = self.ledger.release(job_id, keep=skip)
+        self.core.stop(job_id, now)
         self.core.set_remaining(job_id, total - done)
         self.progress.pop(job_id, None)
         self.journal.mark_stopped(job_id, done, now, node=skip, detail={"reason": reason})
