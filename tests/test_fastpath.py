@@ -32,6 +32,26 @@ def make_job(job_id: int, num_gpu: int = 1, key: float = 0.0) -> Job:
                remaining=key, remaining_estimate=key)
 
 
+def step_queue(kept, queue: list[Job], arrivals, finishing, changes, next_id: int) -> int:
+    """One random step on a kept order and the plain queue beside it: jobs arrive ((#GPUs,
+    key) each, ids from `next_id`), leave (picked by index) and get new keys (told by touch);
+    returns the next free id."""
+    for num_gpu, key in arrivals:
+        job = make_job(next_id, num_gpu, key)
+        next_id += 1
+        queue.append(job)
+        kept.add(job)
+    for pick in finishing:
+        if queue:
+            kept.remove(queue.pop(pick % len(queue)))
+    for pick, key in changes:
+        if queue:
+            job = queue[pick % len(queue)]
+            job.remaining_estimate = key
+            kept.touch(job)
+    return next_id
+
+
 # -- the carried order ---------------------------------------------------------------------
 class Reference:
     """Policy.carried_order's rule, sorted from scratch each round."""
@@ -65,20 +85,7 @@ def test_the_kept_order_is_the_carried_sort(steps):
     queue: list[Job] = []
     next_id = 0
     for arrivals, finishing, changes in steps:
-        for num_gpu, k in arrivals:
-            job = make_job(next_id, num_gpu, k)
-            next_id += 1
-            queue.append(job)
-            kept.add(job)
-        for pick in finishing:
-            if queue:
-                job = queue.pop(pick % len(queue))
-                kept.remove(job)
-        for pick, k in changes:
-            if queue:
-                job = queue[pick % len(queue)]
-                job.remaining_estimate = k
-                kept.touch(job)
+        next_id = step_queue(kept, queue, arrivals, finishing, changes, next_id)
         assert kept.sync() == ref.round(queue)
         sizes: dict[int, int] = {}
         for job in queue:

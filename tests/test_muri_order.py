@@ -12,14 +12,9 @@ from scheduler.core.policies.muri import Muri
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.presets import get_preset
 from scheduler.core.state import Job
-from scheduler.sim.simulator import Simulator
 from tests.helpers import job as record, spec
-from tests.test_muri_fastpath import PlainMuri, traces
-
-
-def make_job(job_id: int, num_gpu: int, key: float) -> Job:
-    return Job(record=record(job_id, num_gpu=num_gpu), solo_time=1.0, profile=(1.0,),
-               remaining=key, remaining_estimate=key)
+from tests.test_fastpath import make_job, step_queue
+from tests.test_muri_fastpath import PlainMuri, outcomes, traces
 
 
 def rank(job: Job) -> float:
@@ -62,20 +57,8 @@ def test_the_kept_order_is_the_plain_rule(steps):
     queue: list[Job] = []
     next_id = 0
     for arrivals, finishing, changes, planned, asks in steps:
-        for gpus, key in arrivals:
-            job = make_job(next_id, gpus, key)
-            next_id += 1
-            queue.append(job)
-            kept.add(job)
-        for pick in finishing:
-            if queue:
-                job = queue.pop(pick % len(queue))
-                kept.remove(job)
-        for pick, key in changes:  # a job's key changes, told or not yet synced (new ones)
-            if queue:
-                job = queue[pick % len(queue)]
-                job.remaining_estimate = key
-                kept.touch(job)
+        # a job's key changes, told or not yet synced (new ones)
+        next_id = step_queue(kept, queue, arrivals, finishing, changes, next_id)
         assert len(kept) == len(queue)
         if not planned:
             continue
@@ -156,21 +139,6 @@ class AlwaysKept(Muri):
         return True
 
 
-def whole_run(records, cluster_spec, policy, preset, kind):
-    sim = Simulator(records, cluster_spec, policy, preset)
-    made = sim.core.policy
-    if kind is not None:
-        sim.core.policy = kind(preset, made.name, know_duration=made.know_duration,
-                               ordering=made.ordering, matching=made.matching,
-                               backend=made.backend)
-    try:
-        result = sim.run()
-    except RuntimeError as error:  # a job no node can hold (too few CPUs): all must say so
-        return str(error)
-    return ([(o.job_id, o.start, o.end, o.preemptions, o.starts) for o in result.outcomes],
-            result.rounds)
-
-
 @settings(max_examples=400, deadline=None)
 @given(traces(), st.sampled_from(["muri-s", "muri-l", "muri-l-worst", "muri-l-nomatch"]),
        st.sampled_from(["paper", "default"]),
@@ -183,6 +151,6 @@ def test_a_kept_order_plans_what_a_fresh_sort_plans(records, policy, preset, sha
     cluster_spec = spec(nodes=nodes, gpus=gpus, cpus=cpus, switches=switches)
     records = [r for r in records if r.num_gpu <= cluster_spec.total_gpus]
     p = get_preset(preset)
-    plain = whole_run(records, cluster_spec, policy, p, PlainMuri)
-    assert whole_run(records, cluster_spec, policy, p, AlwaysKept) == plain
-    assert whole_run(records, cluster_spec, policy, p, Alternating) == plain
+    plain = outcomes(records, cluster_spec, policy, p, PlainMuri)
+    assert outcomes(records, cluster_spec, policy, p, AlwaysKept) == plain
+    assert outcomes(records, cluster_spec, policy, p, Alternating) == plain

@@ -33,10 +33,10 @@ class Muri(Policy):
         self.k = preset.max_group
         self.pairing = Pairing(preset, k=self.k, ordering=ordering, matching=matching,
                                backend=backend)
-        # the last plan's groups by their member ids (a job alone: by its id): a group whose
+        # the last plan's groups by their members' ids in slot order: a group whose
         # members stay together on the same GPUs, in the same slots at the same speed, is
         # handed back as that same (immutable) Group, which drivers recognise as unchanged
-        self._last: dict[int | tuple[int, ...], Group] = {}
+        self._last: dict[tuple[int, ...], Group] = {}
         # The carried order (Policy.carried_order's rule): sorted afresh each round while the
         # queue is short, kept between rounds (None: not kept) once it is long against what
         # admission reads of it (see _choose_order).
@@ -304,29 +304,24 @@ class Muri(Policy):
         return groups
 
     def _as_group(self, members: Packing, slices,
-                  last: dict[int | tuple[int, ...], Group]) -> Group:
-        """The plan's group of `members` on `slices`: the last plan's (`last`) where it had
-        these members, in these slots, on the same GPUs (the same tuple) at the same speed."""
+                  last: dict[tuple[int, ...], Group]) -> Group:
+        """The plan's group of `members` on `slices`: the last plan's (`last`, by slot ids)
+        where it had these members, in these slots, on the same GPUs (the same tuple) at the
+        same speed."""
         if len(members) == 1:  # alone: its solo speed, its only order (see group_timing)
-            job = members[0]
-            job_id = job.record.job_id
-            group = last.get(job_id)
-            if group is None or group.placement is not slices or group.tt != job.solo_time:
-                group = Group(jobs=(job_id,), num_gpu=job.record.num_gpu, tt=job.solo_time,
-                              placement=tuple(slices))
-            self._last[job_id] = group
-            return group
-        tt, order = self.pairing.group_timing(members)
-        if self.ordering == "none" and len(members) > 1:
-            members = sorted(members, key=lambda j: j.id)
-        elif self.preset.regroup_hysteresis and _together(members, members):
-            members, tt, order = self.pairing.kept_order(members, tt, order)
-        slot_jobs = tuple(members[i].id for i in order if i is not None)
-        empty = None in order
+            slot_jobs, tt, empty = (members[0].record.job_id,), members[0].solo_time, False
+        else:
+            tt, order = self.pairing.group_timing(members)
+            if self.ordering == "none":
+                members = sorted(members, key=lambda j: j.id)
+            elif self.preset.regroup_hysteresis and _together(members, members):
+                members, tt, order = self.pairing.kept_order(members, tt, order)
+            slot_jobs = tuple(members[i].id for i in order if i is not None)
+            empty = None in order
         group = last.get(slot_jobs)
         if group is None or group.placement is not slices or group.tt != tt \
                 or group.empty_slot != empty:
-            group = Group(jobs=slot_jobs, num_gpu=members[0].num_gpu, tt=tt,
+            group = Group(jobs=slot_jobs, num_gpu=members[0].record.num_gpu, tt=tt,
                           placement=tuple(slices), empty_slot=empty)
         self._last[slot_jobs] = group
         return group
