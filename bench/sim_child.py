@@ -52,21 +52,27 @@ class _Heartbeat:
                               "wall_s": now - self.wall}), file=sys.stderr, flush=True)
 
 
-def warm_up(spec: ClusterSpec, policy: str, preset: str) -> None:
+def preset_of(task: dict):
+    """The task's preset: its name, with any fields it overrides (e.g. a Themis solver)."""
+    return get_preset(task["preset"], **task.get("preset_overrides", {}))
+
+
+def warm_up(spec: ClusterSpec, policy: str, preset) -> None:
     """A few-job backlog first, so one-off costs (a policy's lazy imports: Muri's scipy takes
     about a second) are not charged to the run measured; small sizes would show them most."""
     simulate(generate(6, seed=0, max_gpus=min(8, spec.total_gpus), backlog=True), spec, policy,
-             get_preset(preset))
+             preset)
 
 
 def run_task(task: dict) -> dict:
     """Simulate the task; the figures a benchmark table reports."""
     records = records_of(task)
     spec = spec_of(task)
+    preset = preset_of(task)
     if task.get("warm_up", True):
-        warm_up(spec, task["policy"], task["preset"])
+        warm_up(spec, task["policy"], preset)
     cpu = time.process_time()
-    result = simulate(records, spec, task["policy"], get_preset(task["preset"]),
+    result = simulate(records, spec, task["policy"], preset,
                       progress=_Heartbeat())
     cpu = time.process_time() - cpu
     s = result.summary

@@ -17,8 +17,8 @@ import pytest
 
 from scheduler.core.presets import get_preset
 from scheduler.sim.simulator import simulate
-from specs import load_spec
-from traces import read_trace
+from specs import load_spec, spec_path
+from traces import read_trace, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -188,3 +188,23 @@ def test_fidelity_cpu_total_counts_whole_children_and_capped_runs():
             {"cpu_s": 0.5}]
     assert fidelity.cpu_seconds(rows) == 2.5 + 200.0 + 0.5
     assert fidelity.cpu_seconds([]) == 0.0
+
+
+def test_fidelity_runs_themis_with_the_solver_asked_for(tmp_path):
+    """--themis-solver reaches every run, in process and in the --all children alike; the
+    default is the paper preset's own (ECOS)."""
+    spec = load_spec(spec_path("n8g8"))  # the table's cluster
+    path = tmp_path / "demo40.csv"
+    write_trace(path, read_trace(str(ROOT / "traces" / "data" / "demo.csv"), spec=spec)[:40])
+    records = read_trace(path)
+    expected = {solver: simulate(records, spec, "themis",
+                                 get_preset("paper", themis_solver=solver)).summary.avg_jct
+                for solver in ("ecos", "bisection")}
+    assert expected["ecos"] != expected["bisection"]  # the check below can tell them apart
+    traces = {"demo40": path}
+    for solver in (None, "bisection"):
+        want = expected[solver or "ecos"]
+        [plain] = fidelity.run_in_process(traces, ["themis"], solver)
+        [child] = fidelity.run_all(traces, ["themis"], None, 1, progress=False,
+                                   themis_solver=solver)
+        assert plain["avg_jct"] == want and child["avg_jct"] == want
