@@ -13,7 +13,7 @@ trace of the artifact's set that is present (trace1..4 and their _pr variants, l
 n8g8 cluster, each run in its own process, N at a time and capped at --limit seconds.
 
 Themis under `paper` solves the artifact's program with ECOS at every event, which makes it
-most of the table's time (about 40 CPU-minutes of the whole; see README). `--themis-solver
+most of the table's time (more than an hour on 2 cores; see README). `--themis-solver
 bisection` runs it with the `default` preset's bisection instead: the same optimal worst
 ratio, but another optimum where there are many, so its rows are no longer the artifact's
 runs; the table says so.
