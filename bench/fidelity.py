@@ -197,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     published = load_published(REFERENCE / "published_results.csv")
     started = time.perf_counter()
-    solver = args.themis_solver
-    if solver is not None and solver != get_preset("paper").themis_solver and "themis" in policies:
-        print(f"themis: solved by {solver}, not the paper preset's "
-              f"{get_preset('paper').themis_solver}; its rows are not the artifact's runs")
+    solver, own = args.themis_solver, get_preset("paper").themis_solver
+    if solver not in (None, own) and "themis" in policies:
+        print(f"themis: solved by {solver}, not the paper preset's {own}; its rows are not "
+              f"the artifact's runs")
     print(HEADER)
     if args.all:
         rows = run_all(traces, policies, args.limit, args.jobs, themis_solver=solver)

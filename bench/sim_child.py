@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.core.presets import Preset, get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import ClusterSpec, load_spec  # noqa: E402
 from traces import generate, read_trace  # noqa: E402
@@ -52,12 +52,12 @@ class _Heartbeat:
                               "wall_s": now - self.wall}), file=sys.stderr, flush=True)
 
 
-def preset_of(task: dict):
+def preset_of(task: dict) -> Preset:
     """The task's preset: its name, with any fields it overrides (e.g. a Themis solver)."""
     return get_preset(task["preset"], **task.get("preset_overrides", {}))
 
 
-def warm_up(spec: ClusterSpec, policy: str, preset) -> None:
+def warm_up(spec: ClusterSpec, policy: str, preset: Preset) -> None:
     """A few-job backlog first, so one-off costs (a policy's lazy imports: Muri's scipy takes
     about a second) are not charged to the run measured; small sizes would show them most."""
     simulate(generate(6, seed=0, max_gpus=min(8, spec.total_gpus), backlog=True), spec, policy,

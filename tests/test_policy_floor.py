@@ -61,18 +61,15 @@ def test_the_stand_in_overrides_no_hook():
         assert getattr(policy_floor.Recorded, hook) is getattr(Policy, hook)
 
 
-def test_plans_of_another_run_are_refused(case):
+def test_plans_of_another_run_are_refused(case, monkeypatch):
     records, spec = case
     _, _, plans = policy_floor.timed(records, spec, "srtf", get_preset("paper"))
     real = policy_floor.timed
-    try:
-        # the floor of SRSF measured with SRTF's plans: another simulation, refused
-        policy_floor.timed = lambda r, s, p, pre, given=None: real(
-            r, s, p, pre, plans if given is not None else None)
-        with pytest.raises(AssertionError, match="other outcomes"):
-            policy_floor.floor(records, spec, "srsf")
-    finally:
-        policy_floor.timed = real
+    # the floor of SRSF measured with SRTF's plans: another simulation, refused
+    monkeypatch.setattr(policy_floor, "timed", lambda r, s, p, pre, given=None: real(
+        r, s, p, pre, plans if given is not None else None))
+    with pytest.raises(AssertionError, match="other outcomes"):
+        policy_floor.floor(records, spec, "srsf")
 
 
 def test_floor_reports_the_runs_rounds(case):
