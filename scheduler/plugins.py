@@ -4,11 +4,14 @@
 
 A researcher's package registers a policy under the entry-point group `interlace.policies`
 (name -> `module:attr`), or a user names one directly as `package.module:Class`; neither
-needs an edit here. The object found must be a Policy subclass or a callable taking a Preset
-and returning a Policy. Every way this can go wrong (unknown name, a module that does not
-import, an object that is no factory, a factory that raises or returns something else) is a
-PolicyError whose message is one line naming the plug-in, so the command lines print it as it
-is. Only the plug-in asked for is imported: a broken one never stops the others.
+needs an edit here. The object found must be a Policy subclass or a callable taking the cost
+model (scheduler.core.model.CostModel) and returning a Policy. A preset's policy settings are
+the built-ins' own: a plug-in that subclasses a built-in plans with that one's default
+settings unless it passes others. Every way this can go wrong (unknown name, a module that
+does not import, an object that is no factory, a factory that raises or returns something
+else) is a PolicyError whose message is one line naming the plug-in, so the command lines
+print it as it is. Only the plug-in asked for is imported: a broken one never stops the
+others.
 
 Nothing is cached: entry points are read afresh on each call (a few milliseconds), so a
 worker process or a package installed meanwhile sees the same as a fresh command would.
@@ -22,11 +25,14 @@ from typing import Any, Callable, Collection, Mapping
 
 from scheduler.core.policies import POLICIES
 from scheduler.core.policies.base import Policy
-from scheduler.core.presets import Preset
+from scheduler.core.model import CostModel
+from scheduler.core.policies.settings import PolicySettings
+from scheduler.presets import Preset
 
 GROUP = "interlace.policies"
 
-Factory = Callable[[Preset], Policy]
+Factory = Callable[[CostModel], Policy]  # a plug-in's
+Builtin = Callable[[CostModel, PolicySettings], Policy]
 
 
 class PolicyError(ValueError):
@@ -109,10 +115,10 @@ def load(plug: PlugIn) -> Factory:
     return obj
 
 
-def build(plug: PlugIn, factory: Factory, preset: Preset) -> Policy:
-    """`factory(preset)`, checked to be a Policy; its failure is one line naming `plug`."""
+def build(plug: PlugIn, factory: Factory, model: CostModel) -> Policy:
+    """`factory(model)`, checked to be a Policy; its failure is one line naming `plug`."""
     try:
-        policy = factory(preset)
+        policy = factory(model)
     except Exception as err:  # the plug-in's own code: reported, not a traceback
         raise PolicyError(f"{plug.label}: making the policy failed: {_one_line(err)}") from None
     if not isinstance(policy, Policy):
@@ -121,13 +127,14 @@ def build(plug: PlugIn, factory: Factory, preset: Preset) -> Policy:
     return policy
 
 
-def make(name: str, preset: Preset, builtins: Mapping[str, Factory]) -> Policy:
-    """The policy `name` names: built-in, installed plug-in, or `module:attr`."""
+def make(name: str, preset: Preset, builtins: Mapping[str, Builtin]) -> Policy:
+    """The policy `name` names: built-in (made with the preset's model and its own
+    settings), installed plug-in, or `module:attr` (made with the preset's model)."""
     factory = builtins.get(name)
     if factory is not None:
-        return factory(preset)
+        return factory(preset.model, preset.policies)
     plug = locate(name, builtins)
-    return build(plug, load(plug), preset)
+    return build(plug, load(plug), preset.model)
 
 
 def describe(builtins: Collection[str]) -> list[str]:
@@ -150,9 +157,10 @@ def describe(builtins: Collection[str]) -> list[str]:
 
 
 def make_policy(name: str, preset: Preset) -> Policy:
-    """The policy `name` names: a built-in (POLICIES), an installed plug-in (entry-point
-    group `interlace.policies`) or `package.module:Class`. PolicyError (a ValueError) says
-    in one line why a name gives none."""
+    """The policy `name` names, planning with `preset`'s cost model: a built-in (POLICIES,
+    given its own settings of the preset), an installed plug-in (entry-point group
+    `interlace.policies`) or `package.module:Class`. PolicyError (a ValueError) says in one
+    line why a name gives none."""
     return make(name, preset, POLICIES)
 
 

@@ -82,6 +82,13 @@ def _format_ms(seconds: float) -> str:
 def csv_milliseconds(seconds: float) -> float:
     """The float that the CSV's millisecond text for `seconds` names (what `float(cell)` of
     the written trace gives), for arithmetic done in milliseconds the way the artifact does."""
+    if seconds < 1e9 and math.copysign(1.0, seconds) > 0:
+        # _format_ms's common case, without the text: it writes n tenths of a millisecond
+        # as a decimal, and float() of that decimal is n / 10 correctly rounded, as Python's
+        # division of two integers is
+        tenths = float(seconds) * 10000
+        if tenths.is_integer() and int(tenths) / 10000 == seconds:
+            return int(tenths) / 10
     return float(_format_ms(seconds))
 
 

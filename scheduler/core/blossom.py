@@ -40,7 +40,7 @@ liberty, invisible in the result: in a stage's first search the compiled matcher
 the scans that grow, shrink or augment (found on per-vertex lists of tight edges, kept
 until the next dual update), and if the stage then needs its best edges it computes what
 the left-out scans would have given them (search_tight and settle_quiet there;
-tests/test_blossom_carry.py holds it to the full scans and to this module).
+tests/core/test_blossom_carry.py holds it to the full scans and to this module).
 """
 
 from __future__ import annotations

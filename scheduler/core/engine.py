@@ -4,14 +4,20 @@ carries the time the driver says it is, so the simulator and the live service dr
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Iterable, Mapping
 
+from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState, Demand
+from scheduler.core.plan_changes import NO_CHANGES, START, STOP, PlanChanges, diff
+from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
-from scheduler.core.presets import Preset
-from scheduler.core.state import Job, Plan, Status
+from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
+
+
+_new_plan = tuple.__new__  # the core's Plan made as the tuple it is, once a round
 
 
 class SchedulingError(Exception):
@@ -28,11 +34,15 @@ def _finite(value: object) -> float | None:
 
 
 class Core:
-    def __init__(self, spec: ClusterSpec, policy: Policy, preset: Preset):
+    def __init__(self, spec: ClusterSpec, policy: Policy, model: CostModel):
         self.spec = spec
         self.policy = policy
-        self.preset = preset
-        self.cluster = ClusterState(spec, Demand(preset.cpu_per_gpu, preset.cpu_single_gpu))
+        self.model = model
+        self.cluster = ClusterState(spec, Demand(model.cpu_per_gpu, model.cpu_single_gpu))
+        # the model's settings a round or an event reads, once
+        self._sticky = model.sticky_placement
+        self._in_place = model.regroup_in_place
+        self._running_sum = model.running_sum
         self.jobs: dict[int, Job] = {}
         self.queue: list[Job] = []  # runnable jobs in submission order (policies never sort it)
         # The running jobs (a round touches these and what the plan runs, never the backlog),
@@ -40,9 +50,19 @@ class Core:
         self._running: dict[int, Job] = {}
         self._running_order: list[Job] | None = []  # cached, in submission order
         self._arrival: dict[int, int] = {}
-        self.plan_now = Plan(())
+        self._waiting: dict[int, int] = {}  # jobs that may start, by id: their #GPUs
+        self.plan_now = Plan((), changes=NO_CHANGES)
+        # What runs: each running job's group, as the last plans and the stops since left it.
+        # Every plan is compared with this (plan_changes.diff), never with object identity.
+        self.placed: dict[int, Group] = {}
+        # Where each job of the last plan ran (sticky placement's "where it is now"), shown to
+        # policies read-only.
+        self._where: dict[int, tuple[NodeSlice, ...]] = {}
+        self._where_view = MappingProxyType(self._where)
+        self.check = PlanCheck(spec)  # every plan that changes what runs is checked
         self._disturbed = False  # a job stopped or finished since the last round
         self.now = 0.0
+        self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
 
     # -- events ----------------------------------------------------------------------------
     def submit(self, record: JobRecord, now: float) -> Job:
@@ -51,19 +71,24 @@ class Core:
         if record.num_gpu > self.spec.total_gpus:
             raise SchedulingError(f"job {record.job_id} needs {record.num_gpu} GPUs; "
                                   f"the cluster has {self.spec.total_gpus}")
-        solo = self.preset.solo_time(record.iteration_time)
-        profile = self.preset.stage_times(record.stage_times)
-        if self.preset.normalize_profiles and sum(profile) > 0:
+        model = self.model
+        solo = model.solo_time(record.iteration_time)
+        profile = model.stage_times(record.stage_times)
+        if model.normalize_profiles and sum(profile) > 0:
             # A trace's stage times may not add up to its iteration time; the rest of an
             # iteration is spread over the stages so a job alone runs at its solo speed.
             scale = solo / sum(profile)
             profile = tuple(t * scale for t in profile)
+        # the first estimate: from the trace's duration where the policy plans by it
+        from_duration = getattr(self.policy, "estimate_from_duration", False)
+        estimate = record.duration if from_duration else record.iterations * solo
         job = Job(record=record, solo_time=solo, profile=profile,
-                  remaining=float(record.iterations),
-                  remaining_estimate=record.iterations * solo, last_update=now,
-                  restart_overhead=self.preset.overhead(record.model_name, record.num_gpu))
+                  remaining=float(record.iterations), remaining_estimate=estimate,
+                  last_update=now,
+                  restart_overhead=model.overhead(record.model_name, record.num_gpu))
         self.jobs[job.id] = job
         self._arrival[job.id] = len(self._arrival)
+        self._waiting[job.id] = job.num_gpu
         self.queue.append(job)
         self.policy.on_submit(job, now)
         return job
@@ -76,15 +101,17 @@ class Core:
         (`on_changes`, by default `on_change` for each).
         """
         done = done or {}
-        running_sum = self.preset.service_sum == "running"
+        running_sum = self._running_sum
         policy = self.policy
         # a hook a policy leaves as the base's no-op is not called for every running job
         # (looked up on its class; a wrapper that is no Policy gets every hook called)
         kind = type(policy)
-        on_advance = (None if getattr(kind, "on_advance", None) is Policy.on_advance
-                      else policy.on_advance)
-        changed = (getattr(kind, "on_change", None) is not Policy.on_change
-                   or getattr(kind, "on_changes", None) is not Policy.on_changes)
+        if kind is not self._hooks[0]:
+            self._hooks = (kind, getattr(kind, "on_advance", None) is Policy.on_advance,
+                           getattr(kind, "on_change", None) is not Policy.on_change
+                           or getattr(kind, "on_changes", None) is not Policy.on_changes)
+        _, quiet, changed = self._hooks
+        on_advance = None if quiet else policy.on_advance
         jobs = self.running_jobs()
         for job in jobs:
             last = job.last_update
@@ -95,10 +122,8 @@ class Core:
             job.remaining_estimate = remaining * job.solo_time
             if running_sum:  # the artifact's float order
                 job.attained = (job.attained + now) - last
-                job.queue_attained = (job.queue_attained + now) - last
             else:
                 job.attained += now - last
-                job.queue_attained += now - last
             if on_advance is not None:
                 on_advance(job, now)
         if changed and jobs:  # every running job's numbers changed (no policy needs both hooks)
@@ -149,6 +174,18 @@ class Core:
                                   f">= 0, got {seconds!r}")
         job.restart_overhead = value
 
+    def note_stop_time(self, job_id: int, seconds: float) -> None:
+        """How long a stop of this job took before its GPUs were free (a backend measured
+        it); a later regroup of it weighs that too. Refused unless finite and >= 0."""
+        job = self._job(job_id)
+        value = _finite(seconds)
+        if value is None or value < 0:
+            raise SchedulingError(f"job {job_id}: stop time must be a finite number >= 0, "
+                                  f"got {seconds!r}")
+        if job.status is not Status.DONE:
+            job.stop_time = value
+            self.policy.on_change(job)
+
     def set_node_online(self, node: int, online: bool) -> None:
         """The live driver says whether a node's agent is there; offline nodes get no work."""
         if not 0 <= node < self.spec.num_nodes:
@@ -167,6 +204,8 @@ class Core:
             job.pending_mark = now
             job.group_key = ()
             self._set_running(job, False)
+            self._waiting[job_id] = job.num_gpu
+            self._unplace(job_id)
             self._disturbed = True
             self.policy.on_change(job)
         return job
@@ -185,6 +224,8 @@ class Core:
         if job.status is Status.RUNNING:
             job.attained += now - job.last_update
         self._set_running(job, False)
+        self._waiting.pop(job_id, None)
+        self._unplace(job_id)
         self._disturbed = True
         job.status = Status.DONE
         job.finish_time = now
@@ -194,36 +235,57 @@ class Core:
         return job
 
     def round(self, now: float) -> Plan:
-        """Decide what runs now. Updates each job's status, group and counters."""
-        previous = ({j: g.placement for g in self.plan_now.groups for j in g.jobs}
-                    if self.preset.sticky_placement else {})
+        """Decide what runs now: the policy's plan, checked, with its changes against what
+        runs (`Plan.changes`). Updates the status, group and counters of each job it changes."""
+        where = self._where_view if self._sticky else {}
         # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
-        plan = self.policy.plan(RoundContext(now, tuple(self.queue), self.cluster, self.preset,
-                                             previous))
-        if plan.groups is self.plan_now.groups and not self._disturbed:
-            # the very groups of the last round (a policy hands them back unchanged), and no
-            # job stopped or finished since: every status, group and counter is as it was
-            self.plan_now = plan
-            return plan
+        policy = self.policy
+        plan = policy.plan(RoundContext(now, tuple(self.queue), self.cluster, self.model,
+                                        where))
+        groups = plan.groups
+        if not self._disturbed and groups == self.plan_now.groups:
+            # the groups of the last round, equal one by one, and no job stopped or finished
+            # since: every status, group and counter is as it was
+            changes = NO_CHANGES
+        else:
+            try:
+                changes = diff(self.placed, groups, self._in_place, self._waiting,
+                               policy.max_group if policy.interleaves else 1)
+            except ValueError as err:
+                raise PlanError(f"policy {policy.name!r} made a plan the core refuses: "
+                                f"{err}") from None
+            if changes.kinds or changes.added:
+                self.check.check(policy.name, plan, self.cluster.offline,
+                                 policy.runs_unplaced)
+                self._apply(changes, now)
         self._disturbed = False
-        running = plan.running()
-        # Only jobs that ran or run now change; a waiting job stays as it is (no group).
-        # (Each job's update is its own, so the order they are made in does not matter.)
-        was = self._running
-        stopped = [was[job_id] for job_id in was.keys() - running.keys()]
-        for job in stopped:
-            job.status = Status.PENDING
-            job.preemptions += 1
-            job.pending_mark = now
-            job.group_key = ()
-            self._set_running(job, False)
-        jobs = self.jobs
-        done, pending = Status.DONE, Status.PENDING
-        for job_id, group in running.items():
-            job = jobs.get(job_id)
-            if job is None or job.status is done:
-                continue  # not runnable: nothing to update (as for any job off the queue)
-            if job.status is pending:
+        plan = _new_plan(Plan, (groups, plan.wakeup, plan.shared_gpus, changes))
+        self.plan_now = plan
+        return plan
+
+    def _apply(self, changes: PlanChanges, now: float) -> None:
+        """Bring each changed job's status, group and counters, and `placed`, up to the plan.
+        (Each job's update is its own, so the order they are made in does not matter.)"""
+        jobs, placed, waiting = self.jobs, self.placed, self._waiting
+        added = changes.added
+        # every member of a changed group runs in it now (kept members only at its pace)
+        placed.update((j, group) for group in added for j in group.jobs)
+        if self._sticky:
+            self._where.update((j, group.placement) for group in added for j in group.jobs)
+        stop, start = STOP, START
+        for job_id, kind in changes.kinds.items():
+            job = jobs[job_id]
+            if kind is stop:
+                job.status = Status.PENDING
+                job.preemptions += 1
+                job.pending_mark = now
+                job.group_key = ()
+                self._set_running(job, False)
+                waiting[job_id] = job.num_gpu
+                del placed[job_id]
+                self._where.pop(job_id, None)
+                continue
+            if kind is start:
                 job.status = Status.RUNNING
                 job.starts += 1
                 job.last_update = now
@@ -233,10 +295,13 @@ class Core:
                     job.pending_since_run += now - job.pending_mark
                     job.pending_mark = None
                 self._set_running(job, True)
-            job.group_tt = group.tt
-            job.group_key = group.jobs
-        self.plan_now = plan
-        return plan
+                del waiting[job_id]
+            job.group_key = placed[job_id].jobs
+
+    def _unplace(self, job_id: int) -> None:
+        """The job stopped outside a plan: it runs nowhere now."""
+        self.placed.pop(job_id, None)
+        self._where.pop(job_id, None)
 
     # -- queries ---------------------------------------------------------------------------
     def _job(self, job_id: int) -> Job:

@@ -16,20 +16,23 @@ members there is one more layout, "member 0, empty slot, member 1", written
 Stage times are taken to be finite and non-negative; nothing here checks that, because these
 functions sit in the innermost loop of the simulator.
 
-Everything is pure.  The speed comes from straight-line kernels generated once per
-``(profile length, group size)`` from the same step tables that the readable reference
-loops (``_cyclic_tt_reference``, ``_pipeline_tt_reference``) use; the tests hold both to the
-same bits.  ``best_order`` and ``worst_order`` sit behind bounded LRU caches keyed by the
-profile values, since a simulation re-evaluates the same groups round after round.
+Everything is pure.  The speed comes from straight-line kernels (interleave_kernels.py): the
+readable reference loops here (``_cyclic_tt_reference``, ``_pipeline_tt_reference``, over the
+step tables) unrolled by hand; the tests hold both to the same bits.  ``best_order`` and
+``worst_order`` sit behind bounded LRU caches keyed by the profile values, since a simulation
+re-evaluates the same groups round after round.
 """
 
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+
+from scheduler.core import interleave_kernels as kernels
+from scheduler.core.interleave_kernels import STEADY_REL_TOL
 
 Profile = tuple  # tuple[float, ...]
 Order = tuple  # tuple[Optional[Profile], ...]
@@ -38,8 +41,6 @@ Order = tuple  # tuple[Optional[Profile], ...]
 PIPELINE_STAGES = 3
 #: Slots of the pipeline model's cycle.
 PIPELINE_SLOTS = 4
-#: Relative tolerance at which two successive pipeline periods count as steady.
-STEADY_REL_TOL = 1e-3
 #: Bound of the best-order cache (entries); a few tens of MB at most.
 BEST_CACHE_SIZE = 1 << 16
 WORST_CACHE_SIZE = 1 << 12
@@ -56,7 +57,7 @@ def slots(profile_len: int) -> int:
 
 # --------------------------------------------------------------------------------------------
 # Step tables: the single description of both models, shared by the reference loops and the
-# generated kernels.
+# batch computation (the kernels unroll them by hand).
 
 
 def _cyclic_slot_table(k: int, m: int) -> tuple:
@@ -128,68 +129,7 @@ def _two_member_gap_tt(p0: Profile, p1: Profile) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Generated kernels: the reference loops unrolled for one (profile length, group size), so
-# that a TT costs a few dozen float operations and no interpreter bookkeeping.
-
-
-def _cyclic_kernel_source(k: int, m: int) -> str:
-    args = ", ".join(f"p{i}" for i in range(m))
-    lines = [f"def kernel({args}):"]
-    for i in range(m):
-        names = ", ".join(f"t{i}_{r}" for r in range(k))
-        lines.append(f"    {names}, = p{i}")
-    for s, slot in enumerate(_cyclic_slot_table(k, m)):
-        (i0, r0), rest = slot[0], slot[1:]
-        lines.append(f"    x{s} = t{i0}_{r0}")
-        for i, r in rest:
-            lines.append(f"    if t{i}_{r} > x{s}: x{s} = t{i}_{r}")
-    lines.append("    return " + " + ".join(f"x{s}" for s in range(k)))
-    return "\n".join(lines)
-
-
-def _pipeline_kernel_source(m: int) -> str:
-    args = ", ".join(f"p{i}" for i in range(m))
-    stage_name = {_DATA: "d", _GPU: "g", _NET: "n"}
-    lines = [f"def kernel({args}):"]
-    for i in range(m):
-        lines.append(f"    d{i}, g{i}, n{i} = p{i}")
-    lines.append("    f0 = 0.0")
-    for i, cands in enumerate(_pipeline_step_table(m)):
-        terms = [f"f{i - lag} + {stage_name[stage]}{member}" for lag, member, stage in cands]
-        lines.append(f"    f{i + 1} = {terms[0]}")
-        for term in terms[1:]:
-            lines.append(f"    v = {term}")
-            lines.append(f"    if v > f{i + 1}: f{i + 1} = v")
-        if i >= PIPELINE_SLOTS:
-            lines.append(f"    a = f{i + 1} - f{i - 3}")
-            lines.append(f"    b = f{i} - f{i - 4}")
-            lines.append(
-                "    if a > 0.0 and (a == b or abs(b - a) <= abs(REL * b)"
-                " or abs(b - a) <= abs(REL * a)): return a"
-            )
-    lines.append(f"    return f{2 * PIPELINE_SLOTS} - f{PIPELINE_SLOTS}")
-    return "\n".join(lines)
-
-
-def _search_source(m: int, better: str) -> str:
-    """Straight-line scan of all permutations in itertools order, keeping the first extreme."""
-    args = ", ".join(f"p{i}" for i in range(m))
-    lines = [f"def search({args}):"]
-    for n, perm in enumerate(itertools.permutations(range(m))):
-        call = "kernel(" + ", ".join(f"p{i}" for i in perm) + ")"
-        if n == 0:
-            lines += [f"    bt = {call}", "    bi = 0"]
-        else:
-            lines += [f"    t = {call}", f"    if t {better} bt: bt = t; bi = {n}"]
-    lines.append("    return bt, bi")
-    return "\n".join(lines)
-
-
-def _compile(source: str, name: str, namespace: dict) -> Callable:
-    code = compile(source, f"<interleave {name}>", "exec")
-    exec(code, namespace)  # noqa: S102 - source built above from the step tables only
-    return namespace[name]
-
+# The kernels (interleave_kernels.py) by shape.
 
 _CYCLIC, _PIPELINE = "cyclic", "pipeline"
 
@@ -198,24 +138,20 @@ _CYCLIC, _PIPELINE = "cyclic", "pipeline"
 def _kernel(model: str, profile_len: int, m: int) -> Callable[..., float]:
     """TT of one order of m members: kernel(p0, ..., p_{m-1})."""
     if model == _PIPELINE:
-        if m == 1:
-            return _solo_tt  # alone, a job simply runs its stages back to back
-        source = _pipeline_kernel_source(m)
-    else:
-        source = _cyclic_kernel_source(profile_len, m)
-    return _compile(source, "kernel", {"REL": STEADY_REL_TOL})
-
-
-def _solo_tt(p0: Profile) -> float:
-    d, g, n = p0
-    return d + g + n
+        return kernels.PIPELINE[m - 1]
+    if profile_len == 4:
+        return kernels.CYCLIC4[m - 1]
+    return kernels.cyclic_loop(_cyclic_slot_table(profile_len, m), profile_len)
 
 
 @lru_cache(maxsize=64)
-def _search(profile_len: int, m: int, worst: bool) -> Callable[..., tuple]:
-    """search(p0, ...) -> (extreme TT, index into itertools.permutations(range(m)))."""
-    namespace = {"kernel": _kernel(_model(profile_len), profile_len, m)}
-    return _compile(_search_source(m, ">" if worst else "<"), "search", namespace)
+def _orders(profile_len: int, m: int) -> Callable[..., list]:
+    """orders(p0, ..., p_{m-1}) -> the TT of every order of the m members, in
+    itertools.permutations order."""
+    kernel = _kernel(_model(profile_len), profile_len, m)
+    if m <= len(kernels.ORDERS):
+        return partial(kernels.ORDERS[m - 1], kernel)
+    return partial(kernels.orders_loop, _permutations(m), kernel)
 
 
 @lru_cache(maxsize=8)
@@ -306,8 +242,9 @@ def worst_order_indices(profiles: tuple) -> tuple:
 def _extreme(profiles: tuple, worst: bool) -> tuple:
     length = _check_group(profiles)
     m = len(profiles)
-    tt, n = _search(length, m, worst)(*profiles)
-    indices = _permutations(m)[n]
+    tts = _orders(length, m)(*profiles)
+    tt = max(tts) if worst else min(tts)  # the first extreme, as index finds it
+    indices = _permutations(m)[tts.index(tt)]
     if m == 2 and length == PIPELINE_STAGES:
         gap = _two_member_gap_tt(profiles[0], profiles[1])
         if (gap > tt) if worst else (gap < tt):

@@ -33,8 +33,8 @@ class ClusterState:
     """
 
     __slots__ = ("spec", "demand", "free_mask", "free_count", "free_cpus", "free_total",
-                 "_switches", "_per_node", "_per_switch", "_idle", "_first", "_bits",
-                 "_masks", "_alone_cpus", "_answers", "offline")
+                 "_switches", "_per_node", "_per_switch", "_idle", "_first", "_slices",
+                 "_masks", "_alone_cpus", "offline")
 
     def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
         self.spec = spec
@@ -43,12 +43,10 @@ class ClusterState:
         per_switch = self._per_switch = spec.nodes_per_switch
         self._switches = [range(s * per_switch, (s + 1) * per_switch)
                           for s in range(spec.num_switch)]
-        self._bits: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}  # see _lowest
+        # (node, free mask, #GPUs) -> (the slice taken there, the mask left): a node has few
+        # distinct masks, and a lookup costs less than finding the bits and making the slice
+        self._slices: dict[tuple[int, int, int], tuple[tuple[NodeSlice], int]] = {}
         self._masks: dict[tuple[int, ...], int] = {}  # GPU ids -> their bit mask (-1: bad)
-        # (node, free mask, #GPUs) -> (place's answer, the mask left), and (node, GPU ids) ->
-        # that answer: one answer object per distinct placement, so that callers see an
-        # unchanged placement as the same object
-        self._answers: dict[tuple, tuple] = {}
         # CPUs a job of g <= gpus_per_node GPUs takes on its one node, by g (asked per job)
         self._alone_cpus = [demand.cpus(g, g) for g in range(self._per_node + 1)]
         self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
@@ -78,17 +76,64 @@ class ClusterState:
         g = self._per_node
         return [[i for i in range(g) if mask >> i & 1] for mask in self.free_mask]
 
-    def _lowest(self, mask: int, count: int) -> tuple[tuple[int, ...], int]:
-        """The `count` lowest GPU ids free in `mask` and the mask without them; remembered,
-        since a node has few distinct masks."""
-        hit = self._bits.get((mask, count))
+    def place(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
+        """Consolidated placement within one switch, or None when it does not fit.
+
+        More than a node's worth takes whole idle nodes plus one node for the rest; less takes
+        the first node with room. First fit keeps the choice predictable for operators.
+        """
+        if num_gpu > self.free_total:
+            return None
+        if num_gpu > self._per_node:
+            return self._place_across(num_gpu)
+        cpus = self._alone_cpus[num_gpu] if num_gpu > 0 else self.demand.cpus(num_gpu, num_gpu)
+        # the first node with room, switch by switch (nodes are numbered that way)
+        fg, fc, first = self.free_count, self.free_cpus, self._first
+        for node in range(first.get(num_gpu, 0), len(fg)):
+            if fg[node] >= num_gpu and fc[node] >= cpus:
+                first[num_gpu] = node
+                return self._take(node, num_gpu, cpus)
+        first[num_gpu] = len(fg)
+        return None
+
+    def can_place(self, num_gpu: int) -> bool:
+        """Reserve room for a job (admission): what place() takes, without the answer."""
+        return self.place(num_gpu) is not None
+
+    def _place_across(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
+        """More than a node's worth: the first switch where _fit finds room."""
+        full_needed = num_gpu // self._per_node
+        for switch, nodes in enumerate(self._switches):
+            if self._idle[switch] < full_needed:
+                continue  # too few idle nodes here: _fit would not find them
+            found = self._fit(nodes, num_gpu)
+            if found is not None:
+                cpus = self.demand.cpus
+                return tuple(self._take(node, count, cpus(count, num_gpu))[0]
+                             for node, count in found)
+        return None
+
+    def _take(self, node: int, count: int, cpus: int) -> tuple[NodeSlice]:
+        """Take the `count` lowest free GPUs of `node` and `cpus` of its CPUs; the slice taken,
+        as a placement on that one node."""
+        mask = self.free_mask[node]
+        hit = self._slices.get((node, mask, count))
         if hit is None:
-            taken, rest = [], mask
-            while len(taken) < count:
-                low = rest & -rest
-                taken.append(low.bit_length() - 1)
-                rest ^= low
-            hit = self._bits[(mask, count)] = (tuple(taken), rest)
+            hit = self._slice(node, mask, count)
+        self.free_mask[node] = hit[1]
+        self._use(node, count, cpus)
+        return hit[0]
+
+    def _slice(self, node: int, mask: int, count: int) -> tuple[tuple[NodeSlice], int]:
+        """The `count` lowest GPU ids free in `mask` on `node`, and the mask without them."""
+        taken, rest = [], mask
+        while len(taken) < count:
+            low = rest & -rest
+            taken.append(low.bit_length() - 1)
+            rest ^= low
+        if len(self._slices) > 65536:
+            self._slices.clear()
+        hit = self._slices[(node, mask, count)] = ((NodeSlice(node, tuple(taken)),), rest)
         return hit
 
     def _use(self, node: int, count: int, cpus: int) -> None:
@@ -97,113 +142,6 @@ class ClusterState:
         self.free_count[node] -= count
         self.free_cpus[node] -= cpus
         self.free_total -= count
-
-    def _take(self, node: int, count: int, job_gpus: int) -> NodeSlice:
-        taken, self.free_mask[node] = self._lowest(self.free_mask[node], count)
-        self._use(node, count, self.demand.cpus(count, job_gpus))
-        return NodeSlice(node, taken)
-
-    def place(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
-        """Consolidated placement within one switch, or None when it does not fit.
-
-        More than a node's worth takes whole idle nodes plus one node for the rest; less takes
-        the first node with room. First fit keeps the choice predictable for operators.
-        A placement on one node is handed out as one shared (immutable) answer per node, free
-        GPUs and size, so the same placement made again is the same object.
-        """
-        per_node = self._per_node
-        if 0 < num_gpu <= per_node:
-            # _find's first node with room and _take, inlined: every round asks this per job
-            if num_gpu > self.free_total:
-                return None
-            need_cpu = self._alone_cpus[num_gpu]
-            fg, fc, first = self.free_count, self.free_cpus, self._first
-            for node in range(first.get(num_gpu, 0), len(fg)):
-                if fg[node] >= num_gpu and fc[node] >= need_cpu:
-                    first[num_gpu] = node
-                    mask = self.free_mask[node]
-                    hit = self._answers.get((node, mask, num_gpu))
-                    if hit is None:
-                        hit = self._answer(node, mask, num_gpu)
-                    self.free_mask[node] = hit[1]
-                    if fg[node] == per_node:
-                        self._idle[node // self._per_switch] -= 1
-                    fg[node] -= num_gpu
-                    fc[node] -= need_cpu
-                    self.free_total -= num_gpu
-                    return hit[0]
-            first[num_gpu] = len(fg)
-            return None
-        found = self._find(num_gpu)
-        if found is None:
-            return None
-        return tuple(self._take(node, count, num_gpu) for node, count in found)
-
-    def _answer(self, node: int, mask: int, count: int) -> tuple[tuple[NodeSlice, ...], int]:
-        """place's answer for `count` GPUs on `node` with free GPUs `mask`, remembered."""
-        answers = self._answers
-        if len(answers) > 65536:
-            answers.clear()
-        taken, rest = self._lowest(mask, count)
-        # the same GPUs, whatever else was free: the same answer (kept under the key (node,
-        # GPU ids), which no (node, mask, count) key equals)
-        answer = answers.get((node, taken))
-        if answer is None:
-            answer = answers[(node, taken)] = (NodeSlice(node, taken),)
-        hit = answers[(node, mask, count)] = (answer, rest)
-        return hit
-
-    def can_place(self, num_gpu: int) -> bool:
-        """Reserve room for a job without naming GPUs (admission); same rule as place()."""
-        if 0 < num_gpu <= self._per_node:
-            # _find's first node with room and _use, inlined: admission asks this per job
-            if num_gpu > self.free_total:
-                return False
-            need_cpu = self._alone_cpus[num_gpu]
-            fg, fc, first = self.free_count, self.free_cpus, self._first
-            for node in range(first.get(num_gpu, 0), len(fg)):
-                if fg[node] >= num_gpu and fc[node] >= need_cpu:
-                    first[num_gpu] = node
-                    self.free_mask[node] = self._lowest(self.free_mask[node], num_gpu)[1]
-                    if fg[node] == self._per_node:
-                        self._idle[node // self._per_switch] -= 1
-                    fg[node] -= num_gpu
-                    fc[node] -= need_cpu
-                    self.free_total -= num_gpu
-                    return True
-            first[num_gpu] = len(fg)
-            return False
-        found = self._find(num_gpu)
-        if found is None:
-            return False
-        d, masks = self.demand, self.free_mask
-        for node, count in found:
-            masks[node] = self._lowest(masks[node], count)[1]
-            self._use(node, count, d.cpus(count, num_gpu))
-        return True
-
-    def _find(self, num_gpu: int) -> list[tuple[int, int]] | None:
-        """Where place() would put `num_gpu` GPUs: (node, GPU count) pairs, or None."""
-        if num_gpu > self.free_total:
-            return None
-        if num_gpu <= self._per_node:
-            # the first node with room, switch by switch (nodes are numbered that way)
-            need_cpu = self.demand.cpus(num_gpu, num_gpu)
-            fg, fc = self.free_count, self.free_cpus
-            for node in range(self._first.get(num_gpu, 0), len(fg)):
-                if fg[node] >= num_gpu and fc[node] >= need_cpu:
-                    self._first[num_gpu] = node
-                    return [(node, num_gpu)]
-            self._first[num_gpu] = len(fg)
-            return None
-        full_needed = num_gpu // self._per_node
-        for switch, nodes in enumerate(self._switches):
-            if self._idle[switch] < full_needed:
-                continue  # too few idle nodes here: _fit would not find them
-            found = self._fit(nodes, num_gpu)
-            if found is not None:
-                return found
-        return None
 
     def keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
         """Take exactly these GPUs if all are free (a running job staying put)."""

@@ -7,34 +7,38 @@ from __future__ import annotations
 
 from typing import Callable
 
+from scheduler.core.model import CostModel
 from scheduler.core.policies.antman import AntMan
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.priority import fifo, srsf, srtf
+from scheduler.core.policies.settings import PolicySettings
 from scheduler.core.policies.tiresias import Tiresias
-from scheduler.core.presets import Preset
 
-def _themis(preset: Preset) -> Policy:
+
+def _themis(model: CostModel, settings: PolicySettings) -> Policy:
     from scheduler.core.policies.themis import Themis
-    return Themis(preset)
+    return Themis(model, settings.themis)
 
 
-def _muri(preset: Preset, name: str, **options) -> Policy:
-    from scheduler.core.policies.muri import Muri
-    return Muri(preset, name, **options)
+def _muri(name: str, **options) -> Callable[[CostModel, PolicySettings], Policy]:
+    def make(model: CostModel, settings: PolicySettings) -> Policy:
+        from scheduler.core.policies.muri import Muri
+        return Muri(model, name, settings=settings.muri, **options)
+    return make
 
 
-POLICIES: dict[str, Callable[[Preset], Policy]] = {
-    "fifo": fifo,
-    "srtf": srtf,
-    "srsf": srsf,
-    "tiresias": Tiresias,
+# name -> factory(cost model, settings of every policy): each built-in takes its own settings
+POLICIES: dict[str, Callable[[CostModel, PolicySettings], Policy]] = {
+    "fifo": lambda model, _: fifo(model),
+    "srtf": lambda model, _: srtf(model),
+    "srsf": lambda model, _: srsf(model),
+    "tiresias": lambda model, settings: Tiresias(model, settings.tiresias),
     "themis": _themis,
-    "antman": AntMan,
-    "muri-s": lambda p: _muri(p, "muri-s", know_duration=True, backend=p.matching_backend),
-    "muri-l": lambda p: _muri(p, "muri-l", know_duration=False, backend=p.matching_backend),
-    "muri-l-worst": lambda p: _muri(p, "muri-l-worst", know_duration=False, ordering="worst",
-                                     backend=p.matching_backend),
-    "muri-l-nomatch": lambda p: _muri(p, "muri-l-nomatch", know_duration=False, matching=False),
+    "antman": lambda model, _: AntMan(model),
+    "muri-s": _muri("muri-s", know_duration=True),
+    "muri-l": _muri("muri-l", know_duration=False),
+    "muri-l-worst": _muri("muri-l-worst", know_duration=False, ordering="worst"),
+    "muri-l-nomatch": _muri("muri-l-nomatch", know_duration=False, matching=False),
 }
 
 

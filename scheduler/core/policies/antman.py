@@ -13,7 +13,7 @@ from typing import Sequence
 
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
-from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
+from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status
 
 # A GPU's load as AntMan books it; opportunistic jobs go to the least-loaded GPUs below the
 # cap. A guaranteed job's load is booked in two steps (most when it takes a GPU, the rest once
@@ -37,7 +37,7 @@ class _Hold:
     last_node: int | None = None
 
 
-def overlap_iteration_time(guest: Job, host: Job) -> float:
+def overlap_iteration_time(guest: JobView, host: JobView) -> float:
     """Iteration time of an opportunistic job squeezed into the gaps of a guaranteed job.
 
     The guest's data stage runs while the host computes and communicates, its compute while
@@ -74,24 +74,25 @@ def overlap_iteration_time(guest: Job, host: Job) -> float:
 class AntMan(Policy):
     name = "antman"
     interleaves = True
+    artifact_groups_ends = True  # the artifact's loop: events folded, close ends together
 
-    def __init__(self, preset):
-        super().__init__(preset)
+    def __init__(self, model):
+        super().__init__(model)
         self.gpus: list[list[_Gpu]] | None = None
         self.holds: dict[int, _Hold] = {}
         self.guest_gpus: dict[int, list[tuple[int, int]]] = {}
         # The carried order by (priority, submit time): keys never change, so it is kept
         # between rounds; and the live jobs by id, and those the last plan ran.
         self._kept = CarriedOrder(lambda j: (j.priority, j.submit_time))
-        self._by_id: dict[int, Job] = {}
-        self._placed: list[Job] = []
+        self._by_id: dict[int, JobView] = {}
+        self._placed: list[JobView] = []
         self._changes = 0  # how many times GPU ownership or load changed
         # job id -> (latest stamp of its GPUs, its solo time, its group): a group is the same
         # while nothing on its GPUs changed
         self._groups: dict[int, tuple[int, float, Group]] = {}
         # jobs stopped outside a plan (the live driver) that still hold their GPUs or guest
         # slots: the walk must reach them even when nothing is free
-        self._stopped: dict[int, Job] = {}
+        self._stopped: dict[int, JobView] = {}
         # #GPUs -> how many opportunistic jobs of that size wait never placed (see plan)
         self._guest_sizes: dict[int, int] = {}
         # the last plan, and _changes when it was made: while no GPU changed and the same
@@ -99,10 +100,10 @@ class AntMan(Policy):
         self._plan: Plan | None = None
         self._plan_changes = -1
 
-    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+    def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         return sorted(pending, key=self._kept.key)  # stable: the order given among ties
 
-    def on_submit(self, job: Job, now: float) -> None:
+    def on_submit(self, job: JobView, now: float) -> None:
         self._kept.add(job)
         self._by_id[job.id] = job
         if job.priority != 0:
@@ -112,7 +113,7 @@ class AntMan(Policy):
         spec = ctx.cluster.spec
         self.gpus = [[_Gpu() for _ in range(spec.gpus_per_node)] for _ in range(spec.num_nodes)]
 
-    def on_finish(self, job: Job, now: float) -> None:
+    def on_finish(self, job: JobView, now: float) -> None:
         if (self._by_id.pop(job.id, None) is not None and job.priority != 0
                 and job.id not in self.guest_gpus):
             self._uncount_guest(job)
@@ -132,7 +133,7 @@ class AntMan(Policy):
             slot.load -= GUEST_LOAD
             slot.stamp = stamp
 
-    def _uncount_guest(self, job: Job) -> None:
+    def _uncount_guest(self, job: JobView) -> None:
         """An opportunistic job no longer waits unplaced (it was placed, or it left)."""
         left = self._guest_sizes[job.num_gpu] - 1
         if left:
@@ -140,11 +141,11 @@ class AntMan(Policy):
         else:
             del self._guest_sizes[job.num_gpu]
 
-    def on_profile(self, job: Job) -> None:
+    def on_profile(self, job: JobView) -> None:
         self._groups.clear()  # its group and its neighbours' are timed by its profile
         self._plan = None
 
-    def on_change(self, job: Job) -> None:
+    def on_change(self, job: JobView) -> None:
         if job.status is Status.PENDING and (job.id in self.holds or job.id in self.guest_gpus):
             self._stopped[job.id] = job
 
@@ -152,7 +153,7 @@ class AntMan(Policy):
     def _free(self, node: int) -> list[int]:
         return [i for i, s in enumerate(self.gpus[node]) if s.owner is None]
 
-    def _grab(self, job: Job, hold: _Hold, node: int, count: int) -> int:
+    def _grab(self, job: JobView, hold: _Hold, node: int, count: int) -> int:
         free = self._free(node)[:count]
         if free:
             self._changes += 1
@@ -165,7 +166,7 @@ class AntMan(Policy):
         hold.missing -= len(free)
         return len(free)
 
-    def _place_guaranteed(self, job: Job) -> bool:
+    def _place_guaranteed(self, job: JobView) -> bool:
         hold = self.holds.setdefault(job.id, _Hold(missing=job.num_gpu))
         per_node = len(self.gpus[0])
         nodes = range(len(self.gpus))
@@ -232,7 +233,7 @@ class AntMan(Policy):
         return True
 
     # -- opportunistic jobs ----------------------------------------------------------------
-    def _place_opportunistic(self, job: Job) -> bool:
+    def _place_opportunistic(self, job: JobView) -> bool:
         open_gpus = [(slot.load, node, gpu)
                      for node, row in enumerate(self.gpus)
                      for gpu, slot in enumerate(row) if slot.load < LOAD_CAP]
@@ -319,7 +320,7 @@ class AntMan(Policy):
                     open_gpus += 1
         return unowned, open_gpus
 
-    def _group(self, job: Job, by_id: dict[int, Job]) -> Group:
+    def _group(self, job: JobView, by_id: dict[int, JobView]) -> Group:
         """The job's group, from the cache while nothing on its GPUs changed."""
         cells = self.holds[job.id].gpus if job.priority == 0 else self.guest_gpus[job.id]
         gpus = self.gpus
@@ -331,7 +332,7 @@ class AntMan(Policy):
         self._groups[job.id] = (stamp, job.solo_time, group)
         return group
 
-    def _make_group(self, job: Job, by_id: dict[int, Job]) -> Group:
+    def _make_group(self, job: JobView, by_id: dict[int, JobView]) -> Group:
         if job.priority == 0:
             cells = self.holds[job.id].gpus
             tt = job.solo_time
@@ -351,7 +352,7 @@ class AntMan(Policy):
         placement = tuple(NodeSlice(n, tuple(g)) for n, g in slices.items())
         return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt=tt, placement=placement)
 
-    def _neighbours(self, job: Job, cells) -> set[int]:
+    def _neighbours(self, job: JobView, cells) -> set[int]:
         found = set()
         for node, gpu in cells:
             slot = self.gpus[node][gpu]

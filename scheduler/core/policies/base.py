@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from operator import is_
 from typing import Iterable, Mapping, Sequence
 
+from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState
 from scheduler.core.policies.order import fits_monotone
-from scheduler.core.presets import Preset
-from scheduler.core.state import Group, Job, NodeSlice, Plan, Status, alone
+from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status, alone
 
 
 @dataclass(slots=True)
@@ -18,26 +17,47 @@ class RoundContext:
     read-only: a policy that sorts works on its own list (see Policy.carried_order)."""
 
     now: float
-    queue: Sequence[Job]
+    queue: Sequence[JobView]
     cluster: ClusterState
-    preset: Preset
+    model: CostModel
     previous: dict[int, tuple[NodeSlice, ...]]  # where running jobs are now (if sticky)
 
-    def where(self, job: Job) -> tuple[NodeSlice, ...] | None:
+    def where(self, job: JobView) -> tuple[NodeSlice, ...] | None:
         return self.previous.get(job.id)
 
 
 class Policy:
-    """Base policy: hooks are no-ops; subclasses implement `plan`."""
+    """Base policy: hooks are no-ops; subclasses implement `plan`. A policy is made with
+    the cost model it plans with (and a built-in with its own settings, see settings.py).
+
+    Jobs are the core's: a policy reads them (`JobView`) and never writes one. What it
+    derives per job (a queue, a ledger, a mark) it keeps itself, by job id, and drops in
+    `on_finish`."""
 
     name = "base"
-    interleaves = False
+    interleaves = False  # its groups may hold several jobs (AntMan's share GPUs instead)
+    max_group = 4  # the most jobs an interleaving policy's group may hold (the core checks)
+    runs_unplaced = False  # its plans may run a job on no GPUs (the core refuses it otherwise)
+    # How the published artifact's simulator loop for this policy took events, which its
+    # figures depend on. Only the simulator's artifact mode reads these (it replays that
+    # loop; scheduler/sim/artifact.py). Its loops differ by policy: Muri's and AntMan's fold
+    # an event within a tolerance of an arrival into it, the others compare times exactly
+    # (`artifact_exact_events`); most take a job's end together with the first end close to
+    # it, FIFO's and Tiresias's only exactly equal ends (`artifact_groups_ends`). A policy the
+    # artifact has no loop for keeps both off (the simulator's own tolerance, equal ends).
+    artifact_exact_events = False
+    artifact_groups_ends = False
+    # Where the core takes a job's first remaining-time estimate (`Job.remaining_estimate`,
+    # until the job runs or its progress is reported) from: its iterations x solo time, or
+    # with this on the trace's `duration` (Muri-S under the paper preset, as the artifact
+    # ranked a new job). The core owns the estimate; a policy only declares which it plans by.
+    estimate_from_duration = False
 
-    def __init__(self, preset: Preset):
-        self.preset = preset
-        self._order: list[Job] = []  # the runnable jobs as this policy last sorted them
+    def __init__(self, model: CostModel):
+        self.model = model
+        self._order: list[JobView] = []  # the runnable jobs as this policy last sorted them
 
-    def carried_order(self, queue: Sequence[Job]) -> list[Job]:
+    def carried_order(self, queue: Sequence[JobView]) -> list[JobView]:
         """The runnable jobs in the order this policy left them last round (jobs new to it
         appended in the core's order), to be sorted in place by the caller.
 
@@ -55,7 +75,7 @@ class Policy:
         self._order = order
         return order
 
-    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+    def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         """`pending` in this policy's order, for people (a job's queue position): as it
         last sorted its runnable jobs, jobs new to it after, in the order given. Read-only."""
         rank: dict[int, int] = {}
@@ -64,38 +84,38 @@ class Policy:
         tail = len(rank)
         return sorted(pending, key=lambda j: rank.get(j.id, tail))
 
-    def on_submit(self, job: Job, now: float) -> None:
-        """A job arrived: set policy bookkeeping (queues, first estimates)."""
+    def on_submit(self, job: JobView, now: float) -> None:
+        """A job arrived: set up the policy's own bookkeeping for it (a queue, a ledger)."""
 
-    def on_advance(self, job: Job, now: float) -> None:
+    def on_advance(self, job: JobView, now: float) -> None:
         """Time moved on and `job` ran or waited: update bookkeeping (e.g. demotion)."""
 
-    def on_profile(self, job: Job) -> None:
+    def on_profile(self, job: JobView) -> None:
         """A job's measured profile replaced the old one: drop what was derived from it."""
 
-    def on_change(self, job: Job) -> None:
+    def on_change(self, job: JobView) -> None:
         """The core changed a job's numbers (it ran, stopped, got a new estimate or profile):
         an order kept between rounds must look at it again (see order.CarriedOrder)."""
 
-    def on_changes(self, jobs: Sequence[Job]) -> None:
+    def on_changes(self, jobs: Sequence[JobView]) -> None:
         """`on_change` for each of `jobs`: the core's one call a round for the running jobs
         after time moved on (a policy may take them in bulk)."""
         for job in jobs:
             self.on_change(job)
 
-    def on_finish(self, job: Job, now: float) -> None:
+    def on_finish(self, job: JobView, now: float) -> None:
         """A job completed; release whatever the policy held for it."""
 
     def plan(self, ctx: RoundContext) -> Plan:
         raise NotImplementedError
 
 
-def solo_group(job: Job, placement: Sequence[NodeSlice]) -> Group:
+def solo_group(job: JobView, placement: Sequence[NodeSlice]) -> Group:
     return Group(jobs=(job.id,), num_gpu=job.num_gpu, tt=job.solo_time,
                  placement=tuple(placement))
 
 
-def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]],
+def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[JobView]]],
                 replay: Replay | None = None) -> list:
     """Place units (#GPUs, member jobs) in the given order on an emptied cluster; returns the
     placement of each (None where it does not fit).
@@ -128,7 +148,7 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[Job]]],
     return result
 
 
-def place_in_order(ctx: RoundContext, order: Sequence[Job],
+def place_in_order(ctx: RoundContext, order: Sequence[JobView],
                    sizes: Mapping[int, int] | None = None,
                    replay: Replay | None = None) -> Sequence[Group]:
     """Greedy consolidated placement on an emptied cluster: each job in turn, if it fits.
@@ -141,7 +161,7 @@ def place_in_order(ctx: RoundContext, order: Sequence[Job],
     that places this way every round passes its `Replay`, which hands back last round's
     placements (and groups) where this round asks the same.
     """
-    chosen, where, _ = greedy(ctx.cluster, order, sizes, fits_monotone(ctx.preset), replay)
+    chosen, where, _ = greedy(ctx.cluster, order, sizes, fits_monotone(ctx.model), replay)
     if not ctx.previous:
         if replay is None:
             return [solo_group(job, slices) for job, slices in zip(chosen, where)]
@@ -163,23 +183,22 @@ class Replay:
     The cluster is left as scratch: every user of it empties it first.
     """
 
-    __slots__ = ("_trail", "_new", "_same", "_key", "_groups", "_made", "free_total")
+    __slots__ = ("_trail", "_new", "_same", "_key", "_groups", "free_total")
 
     def __init__(self) -> None:
         self._trail: list[tuple[int, tuple | None, int]] = []  # (#GPUs, answer, free after)
         self._new: list[tuple[int, tuple | None, int]] = []
         self._same = False  # whether every request of this walk so far repeats the last
         self._key: tuple | None = None
-        # job id -> its group alone where it was last placed: a job placed there again (the
-        # same answer object) gets that group back
+        # job id -> its group alone where it was last placed: a job placed there again gets
+        # that group back
         self._groups: dict[int, Group] = {}
-        self._made: tuple[Group, ...] = ()  # the groups the last walk handed out, in order
         self.free_total = 0  # the cluster's free GPUs as this walk has left them
 
     def start(self, cluster: ClusterState) -> None:
         """A walk begins on `cluster` as if emptied; it is emptied only where this walk
         parts from the last (a walk that repeats the last one never touches it)."""
-        key = (id(cluster), frozenset(cluster.offline))
+        key = (cluster.spec, cluster.demand, frozenset(cluster.offline))
         if key != self._key:  # another cluster, or other nodes offline: start afresh
             self._key, self._trail, self._groups = key, [], {}
         self._new = []
@@ -230,11 +249,9 @@ class Replay:
         """The walk ended: the next one is compared with it."""
         self._trail = self._new
 
-    def groups(self, jobs: Sequence[Job], where: Sequence[tuple]) -> tuple[Group, ...]:
-        """Each job's group alone on its GPUs: the one made before where the job, its GPUs (the
-        same answer) and its solo time are unchanged. When every group, in order, is last
-        walk's, last walk's tuple itself is handed back: the core and the simulator then
-        know the round changed nothing that runs without looking at each group."""
+    def groups(self, jobs: Sequence[JobView], where: Sequence[tuple]) -> tuple[Group, ...]:
+        """Each job's group alone on its GPUs: the one made before where the job's GPUs and
+        solo time are unchanged (groups are values: this only saves making them again)."""
         known = self._groups
         if len(known) > 65536:
             known.clear()
@@ -243,20 +260,15 @@ class Replay:
         for job, slices in zip(jobs, where):
             job_id = job.id
             group = known.get(job_id)
-            if group is None or group.placement is not slices or group.tt != job.solo_time:
+            if group is None or group.placement != slices or group.tt != job.solo_time:
                 group = known[job_id] = alone(job_id, job.num_gpu, job.solo_time,
                                               tuple(slices))  # solo_group
             append(group)
-        out = tuple(out)
-        last = self._made
-        if len(out) == len(last) and all(map(is_, out, last)):
-            return last
-        self._made = out
-        return out
+        return tuple(out)
 
 
-def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int] | None,
-           monotone: bool, replay: Replay | None = None) -> tuple[list[Job], list, list[int]]:
+def greedy(cluster: ClusterState, order: Iterable[JobView], sizes: Mapping[int, int] | None,
+           monotone: bool, replay: Replay | None = None) -> tuple[list[JobView], list, list[int]]:
     """Place each job of `order` in turn where it fits, on `cluster` emptied first; the jobs
     placed, where, and their positions in `order` (which may be a lazy iterable when `sizes`
     is given). With `replay`, the last walk's answers are reused (see Replay).
@@ -280,7 +292,7 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
     left = dict(sizes)  # what Remaining does, inlined
     smallest = min(left, default=math.inf)
     failed = math.inf  # the smallest request that did not fit; room only shrinks
-    chosen: list[Job] = []
+    chosen: list[JobView] = []
     where: list = []
     positions: list[int] = []
     for position, job in enumerate(order):
@@ -322,5 +334,5 @@ def greedy(cluster: ClusterState, order: Iterable[Job], sizes: Mapping[int, int]
     return chosen, where, positions
 
 
-def is_running(job: Job) -> bool:
+def is_running(job: JobView) -> bool:
     return job.status is Status.RUNNING

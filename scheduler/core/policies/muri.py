@@ -14,28 +14,33 @@ from typing import Sequence
 from scheduler.core.policies.base import Policy, RoundContext, place_units
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.policies.muri_pairs import Packing, Pairing, _together
-from scheduler.core.state import Group, Job, Plan
+from scheduler.core.policies.order import fits_monotone
+from scheduler.core.policies.settings import MuriSettings
+from scheduler.core.state import Group, JobView, Plan
 
 
 class Muri(Policy):
     interleaves = True
+    artifact_groups_ends = True  # the artifact's loop: events folded, close ends together
 
-    def __init__(self, preset, name: str, *, know_duration: bool, ordering: str = "best",
-                 matching: bool = True, backend: str = "auto"):
-        super().__init__(preset)
+    def __init__(self, model, name: str, *, know_duration: bool, ordering: str = "best",
+                 matching: bool = True, settings: MuriSettings = MuriSettings()):
+        super().__init__(model)
         if ordering not in ("best", "worst", "none"):
             raise ValueError(f"unknown ordering {ordering!r}")
         self.name = name
         self.know_duration = know_duration
         self.ordering = ordering
         self.matching = matching
-        self.backend = backend
-        self.k = preset.max_group
-        self.pairing = Pairing(preset, k=self.k, ordering=ordering, matching=matching,
-                               backend=backend)
+        self.settings = settings
+        self.backend = settings.matching_backend
+        self.k = self.max_group = settings.max_group
+        # the core takes a new job's estimate from the trace's duration (see Policy)
+        self.estimate_from_duration = know_duration and settings.fresh_estimate_duration
+        self.pairing = Pairing(model, settings, ordering=ordering, matching=matching)
         # the last plan's groups by their members' ids in slot order: a group whose
         # members stay together on the same GPUs, in the same slots at the same speed, is
-        # handed back as that same (immutable) Group, which drivers recognise as unchanged
+        # handed back rather than made again
         self._last: dict[tuple[int, ...], Group] = {}
         # The carried order (Policy.carried_order's rule): sorted afresh each round while the
         # queue is short, kept between rounds (None: not kept) once it is long against what
@@ -47,17 +52,15 @@ class Muri(Policy):
     KEEP_AT, KEEP_MIN = 4, 256
 
     # -- ranking ---------------------------------------------------------------------------
-    def on_submit(self, job: Job, now: float) -> None:
-        if self.know_duration and self.preset.fresh_estimate_duration:
-            job.remaining_estimate = job.record.duration
+    def on_submit(self, job: JobView, now: float) -> None:
         if self._kept is not None:
             self._kept.add(job)
 
-    def on_finish(self, job: Job, now: float) -> None:
+    def on_finish(self, job: JobView, now: float) -> None:
         if self._kept is not None:
             self._kept.remove(job)
 
-    def on_change(self, job: Job) -> None:
+    def on_change(self, job: JobView) -> None:
         if self._kept is not None:
             self._kept.touch(job)
 
@@ -65,10 +68,10 @@ class Muri(Policy):
         if self._kept is not None:
             self._kept.touch_all(jobs)
 
-    def key(self, job: Job) -> float:
+    def key(self, job: JobView) -> float:
         return self._rank(job)
 
-    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+    def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         """As the next round's admission walks them: by priority, ties as carried."""
         return sorted(super().queue_order(pending), key=self._rank)
 
@@ -77,7 +80,7 @@ class Muri(Policy):
         """The rank as a plain function: the hot loops sort by it without a method call."""
         return _by_remaining if self.know_duration else _by_attained
 
-    def on_profile(self, job: Job) -> None:
+    def on_profile(self, job: JobView) -> None:
         self.pairing.forget()
 
     # -- the round -------------------------------------------------------------------------
@@ -101,13 +104,13 @@ class Muri(Policy):
             packings = self._match(admitted, required, total)
         else:
             packings = self._consecutive(admitted, required, total)
-        if self.preset.auto_unpack:
+        if self.settings.auto_unpack:
             packings = self._unpack(ctx, packings)
         groups = self._place(ctx, packings, admitted)
         self._choose_order(queue, read)
         return Plan(tuple(groups))
 
-    def _choose_order(self, queue: list[Job], read: int) -> None:
+    def _choose_order(self, queue: list[JobView], read: int) -> None:
         """End a round: the artifact then sorts its job list by #GPUs (placement order), and
         the next round's ties follow that list. That list is kept or sorted afresh next
         round, as `_keeps` says; switching between the two carries the order over."""
@@ -134,7 +137,7 @@ class Muri(Policy):
             return queued > self.KEEP_AT * read + self.KEEP_MIN
         return 2 * queued >= self.KEEP_AT * read + self.KEEP_MIN
 
-    def _carried(self, queue) -> list[Job]:
+    def _carried(self, queue) -> list[JobView]:
         """The order as kept, for the jobs of `queue` (those new to it after, in its order),
         as the list a round would sort."""
         kept = self._kept
@@ -144,8 +147,8 @@ class Muri(Policy):
         order.extend(j for j in queue if id(j) not in known)
         return order
 
-    def _admit(self, ctx: RoundContext, queue: list[Job],
-               sizes: dict[int, int]) -> tuple[dict[int, list[Job]], int]:
+    def _admit(self, ctx: RoundContext, queue: list[JobView],
+               sizes: dict[int, int]) -> tuple[dict[int, list[JobView]], int]:
         """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
         of its #GPU class, since those may share its GPUs. `queue`: the carried order, read
         only as far as needed; `sizes`: its jobs per #GPUs. Returns the admitted jobs by
@@ -161,7 +164,7 @@ class Muri(Policy):
         # Room only shrinks here, and a request that did not fit means no bigger one fits
         # (more GPUs, no fewer CPUs each): skip those without searching the nodes again,
         # and stop once no job left could fit (the walk then costs what is admitted).
-        monotone = self.preset.cpu_single_gpu <= 2 * self.preset.cpu_per_gpu
+        monotone = fits_monotone(self.model)
         smallest_failed = float("inf")
         k = self.k
         read = 0
@@ -186,7 +189,7 @@ class Muri(Policy):
             chosen[gpus] = min(lo + k, sizes[gpus])
         return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}, read
 
-    def _match(self, admitted: dict[int, list[Job]], required: int,
+    def _match(self, admitted: dict[int, list[JobView]], required: int,
                total: int) -> dict[int, list[Packing]]:
         """Pair groups by maximum-weight matching, round after round, merging pairs (in node
         order) only while the GPUs demanded still exceed the cluster."""
@@ -218,7 +221,7 @@ class Muri(Policy):
                 break
         return packings
 
-    def _consecutive(self, admitted: dict[int, list[Job]], required: int,
+    def _consecutive(self, admitted: dict[int, list[JobView]], required: int,
                      total: int) -> dict[int, list[Packing]]:
         """The no-matching ablation: each admitted block of k consecutive jobs is one group
         while the demand exceeds the cluster."""
@@ -262,7 +265,7 @@ class Muri(Policy):
         return kept
 
     def _place(self, ctx: RoundContext, packings: dict[int, list[Packing]],
-               admitted: dict[int, list[Job]]) -> list[Group]:
+               admitted: dict[int, list[JobView]]) -> list[Group]:
         """Largest #GPUs first (stable in the carried order); a group is placed where its
         first member in that order lands; a group that does not fit waits. The artifact
         sorts its whole job list so (the next round's ties follow it: see muri_order); the
@@ -306,20 +309,19 @@ class Muri(Policy):
     def _as_group(self, members: Packing, slices,
                   last: dict[tuple[int, ...], Group]) -> Group:
         """The plan's group of `members` on `slices`: the last plan's (`last`, by slot ids)
-        where it had these members, in these slots, on the same GPUs (the same tuple) at the
-        same speed."""
+        where it had these members, in these slots, on the same GPUs at the same speed."""
         if len(members) == 1:  # alone: its solo speed, its only order (see group_timing)
             slot_jobs, tt, empty = (members[0].record.job_id,), members[0].solo_time, False
         else:
             tt, order = self.pairing.group_timing(members)
             if self.ordering == "none":
                 members = sorted(members, key=lambda j: j.id)
-            elif self.preset.regroup_hysteresis and _together(members, members):
+            elif self.settings.regroup_hysteresis and _together(members, members):
                 members, tt, order = self.pairing.kept_order(members, tt, order)
             slot_jobs = tuple(members[i].id for i in order if i is not None)
             empty = None in order
         group = last.get(slot_jobs)
-        if group is None or group.placement is not slices or group.tt != tt \
+        if group is None or group.placement != slices or group.tt != tt \
                 or group.empty_slot != empty:
             group = Group(jobs=slot_jobs, num_gpu=members[0].record.num_gpu, tt=tt,
                           placement=tuple(slices), empty_slot=empty)
@@ -327,17 +329,17 @@ class Muri(Policy):
         return group
 
 
-def _by_remaining(job: Job) -> float:
+def _by_remaining(job: JobView) -> float:
     """Muri-S's rank: estimated remaining GPU time."""
     return job.remaining_estimate * job.record.num_gpu
 
 
-def _by_attained(job: Job) -> float:
+def _by_attained(job: JobView) -> float:
     """Muri-L's rank (durations unknown): attained GPU time."""
     return job.attained * job.record.num_gpu
 
 
-def _gpus(job: Job) -> int:
+def _gpus(job: JobView) -> int:
     return job.record.num_gpu
 
 

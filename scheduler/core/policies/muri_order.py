@@ -26,7 +26,7 @@ from itertools import count
 from typing import Callable, Sequence
 
 from scheduler.core.policies.order import CarriedOrder
-from scheduler.core.state import Job
+from scheduler.core.state import JobView
 
 
 class MuriOrder:
@@ -35,10 +35,10 @@ class MuriOrder:
     and jobs whose priority may have changed (`touch`), calls `sync` before a round and
     `settle` after it."""
 
-    def __init__(self, key: Callable[[Job], float]):
+    def __init__(self, key: Callable[[JobView], float]):
         self.key = key
         # id(job) -> (arrival number, job), until the job's first round
-        self._fresh: dict[int, tuple[int, Job]] = {}
+        self._fresh: dict[int, tuple[int, JobView]] = {}
         self._arrivals = count()
         self._kept = CarriedOrder(self._entry_key)
 
@@ -50,31 +50,31 @@ class MuriOrder:
         """#GPUs -> how many jobs of that class are in the order."""
         return self._kept.sizes
 
-    def _entry_key(self, job: Job) -> tuple:
+    def _entry_key(self, job: JobView) -> tuple:
         fresh = self._fresh.get(id(job))
         if fresh is None:
             return (self.key(job), 0, -job.record.num_gpu)
         return (self.key(job), 1, fresh[0])
 
-    def add(self, job: Job) -> None:
+    def add(self, job: JobView) -> None:
         self._fresh[id(job)] = (next(self._arrivals), job)
         self._kept.add(job)
 
-    def remove(self, job: Job) -> None:
+    def remove(self, job: JobView) -> None:
         self._kept.remove(job)
         self._fresh.pop(id(job), None)
 
-    def touch(self, job: Job) -> None:
+    def touch(self, job: JobView) -> None:
         self._kept.touch(job)
 
-    def touch_all(self, jobs: Sequence[Job]) -> None:
+    def touch_all(self, jobs: Sequence[JobView]) -> None:
         self._kept.touch_all(jobs)
 
-    def sync(self) -> list[Job]:
+    def sync(self) -> list[JobView]:
         """Every job in the carried order, for this round (not to be changed)."""
         return self._kept.sync()
 
-    def placing_order(self, jobs: list[Job]) -> list[Job]:
+    def placing_order(self, jobs: list[JobView]) -> list[JobView]:
         """`jobs` (all in the order, after `sync`) as the placement sort leaves them: #GPUs
         descending, the carried order within."""
         entry = self._kept.entry
@@ -90,7 +90,7 @@ class MuriOrder:
         fresh.clear()
         self._kept.touch_all(jobs)
 
-    def rebuild(self, order: Sequence[Job]) -> None:
+    def rebuild(self, order: Sequence[JobView]) -> None:
         """Start again so that the next round sorts `order` stably by priority (for a caller
         whose queue is not what this order was told)."""
         self.__init__(self.key)
@@ -104,12 +104,12 @@ class Classes:
 
     __slots__ = ("_jobs", "_found", "_scanned")
 
-    def __init__(self, jobs: list[Job]):
+    def __init__(self, jobs: list[JobView]):
         self._jobs = jobs
-        self._found: dict[int, list[Job]] = {}  # #GPUs -> its jobs scanned, in order
+        self._found: dict[int, list[JobView]] = {}  # #GPUs -> its jobs scanned, in order
         self._scanned = 0  # how far the scan has gone
 
-    def first(self, gpus: int, n: int) -> list[Job]:
+    def first(self, gpus: int, n: int) -> list[JobView]:
         """The first n jobs of class `gpus` (fewer where it has fewer)."""
         found = self._found
         mine = found.get(gpus)

@@ -15,21 +15,28 @@ import numpy as np
 from scheduler.core import interleave
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
-from scheduler.core.state import Job
+from scheduler.core.model import CostModel
+from scheduler.core.policies.settings import MuriSettings
+from scheduler.core.state import JobView
 
 Packing = list  # the jobs of one prospective group, in matching order
 
 
 class Pairing:
-    """Muri's cost model and matcher for one policy instance (its preset, group size k,
-    slot ordering, matching ablation and backend)."""
+    """Muri's cost model and matcher for one policy instance (the cost model, its settings:
+    group size k, hysteresis, matching backend, gap and window; slot ordering and matching
+    ablation)."""
 
-    def __init__(self, preset, *, k: int, ordering: str, matching: bool, backend: str):
-        self.preset = preset
-        self.k = k
+    def __init__(self, model: CostModel, settings: MuriSettings, *, ordering: str,
+                 matching: bool):
+        self.model = model
+        self.k = settings.max_group
         self.ordering = ordering
         self.matching = matching
-        self.backend = backend
+        self.backend = backend = settings.matching_backend
+        self.hysteresis = settings.regroup_hysteresis
+        self.window = settings.matching_window
+        self.rel_gap = settings.matching_rel_gap
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
         # the same by kind of candidate, for the "blossom" backend (see kind_table): a number
@@ -38,7 +45,7 @@ class Pairing:
         self._rows: dict[int, dict[int, float]] = {}
         # a Job (by identity) -> (its shape, the number of that shape) as a candidate alone:
         # a job's shape is read again each round, and looked up only if it is another object
-        self._alone: dict[Job, tuple[object, int]] = {}
+        self._alone: dict[JobView, tuple[object, int]] = {}
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
@@ -52,7 +59,7 @@ class Pairing:
         self._shapes.clear()
         self._alone.clear()
 
-    def group_timing(self, jobs: list[Job], ordering: str | None = None) -> tuple[float, tuple]:
+    def group_timing(self, jobs: list[JobView], ordering: str | None = None) -> tuple[float, tuple]:
         """(iteration time of every member, slot order as indices into `jobs`)."""
         if len(jobs) == 1:
             return jobs[0].solo_time, (0,)
@@ -71,7 +78,7 @@ class Pairing:
                 tt, order = interleave.fixed_order_indices(profiles)
             else:
                 tt, order = interleave.identity_order_tt(profiles), tuple(range(len(jobs)))
-            slowdown = self.preset.slowdown(len(jobs), ablation_nomatch=not self.matching)
+            slowdown = self.model.slowdown(len(jobs), ablation_nomatch=not self.matching)
             hit = (tt * slowdown, order)
             if len(self._tt_cache) > 100_000:
                 self._tt_cache.clear()
@@ -113,7 +120,7 @@ class Pairing:
         # Keyed by the Job objects themselves (identity, eq=False): one per job, like its
         # id, and map(tuple) builds the key without a Python step per member.
         key = tuple(map(tuple, nodes))
-        hysteresis = self.preset.regroup_hysteresis
+        hysteresis = self.hysteresis
         bonus = [self.keep_bonus(node) for node in nodes] if hysteresis else [0.0] * n
         if hysteresis:
             key += tuple(j.group_key for node in nodes for j in node)
@@ -123,10 +130,10 @@ class Pairing:
             return partner
         if self._dense:
             pairs = []
-            for lo, hi in _windows(n, self.preset.matching_window):
+            for lo, hi in _windows(n, self.window):
                 found = max_weight_pairs_dense(self.weight_matrix(nodes[lo:hi], bonus[lo:hi]),
                                                backend=self.backend,
-                                               rel_gap=self.preset.matching_rel_gap)
+                                               rel_gap=self.rel_gap)
                 pairs.extend((lo + i, lo + j) for i, j in found)
             return self._remember(key, pairs)
         if self.backend == "blossom":
@@ -223,12 +230,12 @@ class Pairing:
         return flat
 
     def keep_bonus(self, node: Packing) -> float:
-        """How much more a running group counts when matching: at least the preset's
+        """How much more a running group counts when matching: at least the settings'
         hysteresis, and at least what a restart would cost its members relative to the work
         they have left (a job near its end is not worth a checkpoint and restart to regroup)."""
-        cost = max((j.restart_overhead / j.remaining_estimate if j.remaining_estimate > 0
+        cost = max((j.restart_cost / j.remaining_estimate if j.remaining_estimate > 0
                     else 1.0) for j in node)
-        return max(self.preset.regroup_hysteresis, min(1.0, cost))
+        return max(self.hysteresis, min(1.0, cost))
 
     def kept_order(self, members: Packing, tt: float, order: tuple) -> tuple:
         """A group that runs now with the same members keeps its slot order while that order
@@ -282,7 +289,7 @@ class Pairing:
                     continue
                 group = np.concatenate([stacked[sa][position[rows]],
                                         stacked[sb][position[cols]]], axis=1)
-                slowdown = self.preset.slowdown(sa + sb, ablation_nomatch=not self.matching)
+                slowdown = self.model.slowdown(sa + sb, ablation_nomatch=not self.matching)
                 tt = interleave.best_tt_batch(group) * slowdown
                 busy = None  # sum over members of each member's stage sum, in member order
                 for member in range(sa + sb):
@@ -295,7 +302,7 @@ class Pairing:
         unknown = np.array([not all(map(_profiled, node)) for node in nodes])
         w[unknown, :] = 0.0
         w[:, unknown] = 0.0
-        hysteresis = self.preset.regroup_hysteresis
+        hysteresis = self.hysteresis
         if hysteresis:
             labels: dict[tuple, int] = {}
             label = np.array([labels.setdefault(node[0].group_key, len(labels))
@@ -316,7 +323,7 @@ def _windows(n: int, size: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _profiled(job: Job) -> bool:
+def _profiled(job: JobView) -> bool:
     """A job with no stage times (all zero) runs alone until its trainer has measured them:
     a guess would group it blind."""
     return any(job.profile)

@@ -20,7 +20,7 @@ import math
 from bisect import bisect_left
 from typing import Any, Callable, Iterable, Sequence
 
-from scheduler.core.state import Job
+from scheduler.core.state import JobView
 
 
 class CarriedOrder:
@@ -32,13 +32,13 @@ class CarriedOrder:
     through the policy hooks, and `rebuild` restores the order from scratch otherwise.
     """
 
-    def __init__(self, key: Callable[[Job], Any]):
+    def __init__(self, key: Callable[[JobView], Any]):
         self.key = key
         self._entries: list[tuple[Any, int]] = []  # (key, tie), ascending; ties are unique
-        self._jobs: list[Job] = []  # the jobs, aligned with _entries
+        self._jobs: list[JobView] = []  # the jobs, aligned with _entries
         self._entry: dict[int, tuple[Any, int]] = {}  # id(job) -> its entry
-        self._new: dict[int, Job] = {}  # id(job) -> job, added since the last sync
-        self._touched: dict[int, Job] = {}
+        self._new: dict[int, JobView] = {}  # id(job) -> job, added since the last sync
+        self._touched: dict[int, JobView] = {}
         self._up = 0  # the next label above all given
         self._down = -1  # the next label below all given
         self.sizes: dict[int, int] = {}  # #GPUs -> how many jobs of that size are in the order
@@ -46,15 +46,15 @@ class CarriedOrder:
     def __len__(self) -> int:
         return len(self._jobs) + len(self._new)
 
-    def add(self, job: Job) -> None:
+    def add(self, job: JobView) -> None:
         self._new[id(job)] = job
         self.sizes[job.num_gpu] = self.sizes.get(job.num_gpu, 0) + 1
 
-    def touch(self, job: Job) -> None:
+    def touch(self, job: JobView) -> None:
         if id(job) in self._entry:
             self._touched[id(job)] = job
 
-    def touch_all(self, jobs: Iterable[Job]) -> None:
+    def touch_all(self, jobs: Iterable[JobView]) -> None:
         """`touch` for each of `jobs`."""
         entry, touched = self._entry, self._touched
         for job in jobs:
@@ -62,7 +62,7 @@ class CarriedOrder:
             if key in entry:
                 touched[key] = job
 
-    def remove(self, job: Job) -> None:
+    def remove(self, job: JobView) -> None:
         if self._new.pop(id(job), None) is None:
             entry = self._entry.pop(id(job), None)
             if entry is None:
@@ -75,21 +75,21 @@ class CarriedOrder:
         else:
             del self.sizes[job.num_gpu]
 
-    def entry(self, job: Job) -> tuple[Any, int]:
+    def entry(self, job: JobView) -> tuple[Any, int]:
         """The job's place in the order as a sortable value (after `sync`)."""
         return self._entry[id(job)]
 
-    def _delete(self, job: Job, entry: tuple[Any, int]) -> None:
+    def _delete(self, job: JobView, entry: tuple[Any, int]) -> None:
         i = bisect_left(self._entries, entry)
         del self._entries[i], self._jobs[i]
 
-    def _insert(self, job: Job, entry: tuple[Any, int]) -> None:
+    def _insert(self, job: JobView, entry: tuple[Any, int]) -> None:
         i = bisect_left(self._entries, entry)
         self._entries.insert(i, entry)
         self._jobs.insert(i, job)
         self._entry[id(job)] = entry
 
-    def _move(self, moved: list[tuple[tuple[Any, int], Any, Job]]) -> None:
+    def _move(self, moved: list[tuple[tuple[Any, int], Any, JobView]]) -> None:
         """Give the jobs whose key changed their new entries: labels below all for those whose
         key grew, above all for those whose key shrank, each kind in the previous order.
 
@@ -122,7 +122,7 @@ class CarriedOrder:
             entry_of[id(job)] = new
         self._up = up
 
-    def sync(self) -> list[Job]:
+    def sync(self) -> list[JobView]:
         """The order for this round (the caller must not change the list)."""
         if self._touched:
             moved = []
@@ -141,7 +141,7 @@ class CarriedOrder:
             self._new.clear()
         return self._jobs
 
-    def rebuild(self, queue: Sequence[Job]) -> list[Job]:
+    def rebuild(self, queue: Sequence[JobView]) -> list[JobView]:
         """Start again from `queue` (its jobs new to the order appended in its order), as
         Policy.carried_order would: for a caller whose queue is not what it was told."""
         self.sync()
@@ -155,10 +155,10 @@ class CarriedOrder:
         return self.sync()
 
 
-def fits_monotone(preset) -> bool:
+def fits_monotone(model) -> bool:
     """Whether a placement request that fails means every bigger one fails too: more GPUs
     never need fewer CPUs (a 1-GPU job's CPUs are at most a 2-GPU job's)."""
-    return preset.cpu_single_gpu <= 2 * preset.cpu_per_gpu
+    return model.cpu_single_gpu <= 2 * model.cpu_per_gpu
 
 
 class Remaining:
@@ -180,6 +180,6 @@ class Remaining:
             if gpus == self.smallest:
                 self.smallest = min(self._left, default=math.inf)
 
-    def visit_all(self, jobs: Iterable[Job]) -> None:
+    def visit_all(self, jobs: Iterable[JobView]) -> None:
         for job in jobs:
             self.visit(job.num_gpu)

@@ -6,29 +6,35 @@ from typing import Callable, Sequence
 
 from scheduler.core.policies.base import Policy, Replay, RoundContext, place_in_order
 from scheduler.core.policies.order import CarriedOrder
-from scheduler.core.state import Job, Plan
+from scheduler.core.state import JobView, Plan
 
 
 class PriorityPolicy(Policy):
-    """Sort the runnable jobs by a key each round, then place greedily (smaller jobs backfill)."""
+    """Sort the runnable jobs by a key each round, then place greedily (smaller jobs backfill).
 
-    def __init__(self, preset, name: str, key: Callable[[Job], float]):
-        super().__init__(preset)
+    `artifact_exact_events` and `artifact_groups_ends` say how the artifact's loop for the
+    built-in that this instance is took events (see Policy); off for any other."""
+
+    def __init__(self, model, name: str, key: Callable[[JobView], float], *,
+                 artifact_exact_events: bool = False, artifact_groups_ends: bool = False):
+        super().__init__(model)
         self.name = name
         self.key = key
+        self.artifact_exact_events = artifact_exact_events
+        self.artifact_groups_ends = artifact_groups_ends
         self._kept = CarriedOrder(key)  # the carried order, kept between rounds
         self._replay = Replay()  # last round's placements, reused where this round repeats them
 
-    def queue_order(self, pending: Sequence[Job]) -> list[Job]:
+    def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         return sorted(pending, key=self._kept.key)  # stable: the order given among ties
 
-    def on_submit(self, job: Job, now: float) -> None:
+    def on_submit(self, job: JobView, now: float) -> None:
         self._kept.add(job)
 
-    def on_finish(self, job: Job, now: float) -> None:
+    def on_finish(self, job: JobView, now: float) -> None:
         self._kept.remove(job)
 
-    def on_change(self, job: Job) -> None:
+    def on_change(self, job: JobView) -> None:
         self._kept.touch(job)
 
     def on_changes(self, jobs) -> None:
@@ -41,14 +47,20 @@ class PriorityPolicy(Policy):
         return Plan(tuple(place_in_order(ctx, order, self._kept.sizes, self._replay)))
 
 
-def fifo(preset) -> PriorityPolicy:
+# The artifact's loops for all three compare event times exactly; its FIFO loop also takes
+# only exactly equal ends, where its SRTF and SRSF loops group ends close to each other.
+
+def fifo(model) -> PriorityPolicy:
     # keys read by attrgetter (no Python frame per job re-keyed); the same values
-    return PriorityPolicy(preset, "fifo", attrgetter("record.submit_time"))
+    return PriorityPolicy(model, "fifo", attrgetter("record.submit_time"),
+                          artifact_exact_events=True)
 
 
-def srtf(preset) -> PriorityPolicy:
-    return PriorityPolicy(preset, "srtf", attrgetter("remaining_estimate"))
+def srtf(model) -> PriorityPolicy:
+    return PriorityPolicy(model, "srtf", attrgetter("remaining_estimate"),
+                          artifact_exact_events=True, artifact_groups_ends=True)
 
 
-def srsf(preset) -> PriorityPolicy:
-    return PriorityPolicy(preset, "srsf", lambda j: j.remaining_estimate * j.num_gpu)
+def srsf(model) -> PriorityPolicy:
+    return PriorityPolicy(model, "srsf", lambda j: j.remaining_estimate * j.num_gpu,
+                          artifact_exact_events=True, artifact_groups_ends=True)

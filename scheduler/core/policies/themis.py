@@ -1,8 +1,8 @@
 """Themis: finish-time fairness. Each round finds the allocation that minimises the worst
 ratio of a job's finish time under sharing to its finish time in an isolated 1/n cluster.
 
-The program often has many optima, and which one a round takes decides the job order: the
-preset's `themis_solver` picks the fast bisection, or ECOS on the artifact's own program
+The program often has many optima, and which one a round takes decides the job order: its
+setting `solver` picks the fast bisection, or ECOS on the artifact's own program
 (themis_ecos), which returns the artifact's optimum."""
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 
 from scheduler.core.policies.base import (Policy, RoundContext, greedy, place_units,
                                           solo_group)
+from scheduler.core.policies.settings import ThemisSettings
 from scheduler.core.policies.themis_ecos import ftf_allocation_artifact
-from scheduler.core.state import Job, Plan
+from scheduler.core.state import JobView, Plan
 
 
 def ftf_allocation(a, b, c, gpus, capacity: float) -> np.ndarray:
@@ -81,14 +82,14 @@ def ftf_artifact(age, remaining, solo_time, isolated, gpus, capacity: float) -> 
     return ftf_allocation_artifact(age, remaining, tput, isolated, gpus, capacity)
 
 
-# Preset `themis_solver` -> solver. Both find an optimum of the same program; where it has
+# ThemisSettings.solver -> solver. Both find an optimum of the same program; where it has
 # many, "ecos" returns the artifact's (its interior point), "bisection" full shares.
 SOLVERS = {"bisection": ftf_bisection, "ecos": ftf_artifact}
 
 
 class _Ledger:
-    """A job's Themis bookkeeping (one object per job: a round touches every queued job, so
-    attribute slots rather than several dict entries)."""
+    """A job's Themis bookkeeping, kept by the policy (one object per job: a round touches
+    every queued job, so attribute slots rather than several dict entries)."""
 
     __slots__ = ("iso_time", "prev_remaining", "prev_iso", "should", "rank", "deficit",
                  "alloc")
@@ -103,14 +104,21 @@ class _Ledger:
 
 class Themis(Policy):
     name = "themis"
+    # the artifact's loop: exact event times, ends close to each other taken together
+    artifact_exact_events = True
+    artifact_groups_ends = True
 
-    def __init__(self, preset, solver=None):
-        super().__init__(preset)
-        self.solver = solver or SOLVERS[preset.themis_solver]
+    def __init__(self, model, settings: ThemisSettings = ThemisSettings(), solver=None):
+        super().__init__(model)
+        self.solver = solver or SOLVERS[settings.solver]
         self.last_round = 0.0
+        self.ledgers: dict[int, _Ledger] = {}  # job id -> its ledger, while it is runnable
 
-    def on_submit(self, job: Job, now: float) -> None:
-        job.policy_data["themis"] = _Ledger()
+    def on_submit(self, job: JobView, now: float) -> None:
+        self.ledgers[job.id] = _Ledger()
+
+    def on_finish(self, job: JobView, now: float) -> None:
+        self.ledgers.pop(job.id, None)
 
     def plan(self, ctx: RoundContext) -> Plan:
         queue, now = self.carried_order(ctx.queue), ctx.now
@@ -119,7 +127,8 @@ class Themis(Policy):
             return Plan(())
         capacity = ctx.cluster.spec.total_gpus
         share = math.ceil(capacity / len(queue))
-        ledgers = [job.policy_data["themis"] for job in queue]
+        ledger_of = self.ledgers
+        ledgers = [ledger_of[job.id] for job in queue]
         a, c, remaining, solo, gpus = [], [], [], [], []
         for job, led in zip(queue, ledgers):
             left, num_gpu = job.remaining, job.record.num_gpu
@@ -141,8 +150,10 @@ class Themis(Policy):
             led.alloc = xi
             led.should += xi * elapsed
         self.last_round = now
-        queue.sort(key=lambda j: (j.policy_data["themis"].rank, j.policy_data["themis"].deficit,
-                                  j.policy_data["themis"].alloc), reverse=True)
+        # the carried order sorted by (rank, deficit, alloc), descending (a stable sort)
+        keys = [(led.rank, led.deficit, led.alloc) for led in ledgers]
+        queue[:] = [queue[i] for i in sorted(range(len(queue)), key=keys.__getitem__,
+                                             reverse=True)]
         cluster = ctx.cluster
         cluster.reset()
         chosen = {id(j) for j in greedy(cluster, queue, None, monotone=False)[0]}

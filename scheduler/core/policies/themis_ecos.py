@@ -5,7 +5,7 @@ method). The program often has many optima, and ECOS returns one particular opti
 replay the artifact the same optimum is needed, hence the same ECOS call on the same data.
 cvxpy re-canonicalises an n-term expression tree at every scheduling event, which costs far
 more than the solve, so this module writes the matrices cvxpy would produce (same rows,
-columns, sparse structure and float arithmetic; tests/test_themis_ecos.py checks them and the
+columns, sparse structure and float arithmetic; tests/core/test_themis_ecos.py checks them and the
 solution bit for bit against cvxpy) and calls ECOS itself.
 
 The program, per job i (the artifact's own terms): minimise t subject to

@@ -1,0 +1,110 @@
+"""The core's check of every plan a policy makes, before anything acts on it.
+
+A policy is code the core does not trust: a plug-in, or a built-in with a bug. A plan that
+names an unknown or finished job, puts a job in two groups, groups jobs of different sizes
+or more jobs than the policy may group (plan_changes.diff finds those), or places a group
+on GPUs that do not exist, are offline or are taken by another group (unless the plan
+declares shared GPUs) is refused with a `PlanError` that names the policy; nothing changes.
+
+A plan that changes nothing that runs is not checked again.
+"""
+from __future__ import annotations
+
+from functools import reduce
+from operator import attrgetter, eq, or_
+
+from scheduler.core.state import Group, NodeSlice, Plan
+from specs.spec import ClusterSpec
+
+
+class PlanError(ValueError):
+    """A policy's plan that the core refuses."""
+
+
+class PlanCheck:
+    """Checks each plan's placements as sets of GPUs, one bit per GPU of the cluster (bit
+    node x gpus_per_node + i: GPU i of that node): a plan is a few operations on whole sets,
+    not a step per GPU, so every group of every changed plan is checked."""
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        # placement -> its set of GPUs (-1: not GPUs of this cluster); a plan names few
+        # distinct placements, and the same ones round after round
+        self._bits: dict[tuple[NodeSlice, ...], int] = {}
+
+    def bits(self, placement: tuple[NodeSlice, ...]) -> int:
+        """The set of GPUs of `placement`; -1 when it names a node or GPU that does not
+        exist, or a GPU twice."""
+        found = self._bits.get(placement)
+        if found is None:
+            per_node, nodes = self.spec.gpus_per_node, self.spec.num_nodes
+            found = 0
+            for piece in placement:
+                node = piece.node
+                for gpu in piece.gpus:
+                    if not (isinstance(node, int) and isinstance(gpu, int)
+                            and 0 <= node < nodes and 0 <= gpu < per_node) \
+                            or found >> (node * per_node + gpu) & 1:
+                        found = -1
+                        break
+                    found |= 1 << (node * per_node + gpu)
+                if found < 0:
+                    break
+            if len(self._bits) > 65536:
+                self._bits.clear()
+            self._bits[placement] = found
+        return found
+
+    def check(self, policy: str, plan: Plan, offline: set[int], unplaced_ok: bool) -> None:
+        """Refuse `plan` (PlanError) where its placements break a rule, the whole plan at
+        once (plan_changes.diff has checked its groups' members)."""
+        groups = plan.groups
+        wanted = list(map(self._bits.get, map(_placement, groups)))
+        if None in wanted:
+            wanted = [self.bits(g.placement) for g in groups]
+        taken = reduce(or_, wanted, 0)  # -1 where one is not GPUs of this cluster
+        sizes = list(map(_gpus, groups))
+        if 0 in wanted and unplaced_ok:  # groups on no GPU (the artifact's quirk) need none
+            sizes = [n if bits else 0 for bits, n in zip(wanted, sizes)]
+        if taken < 0 or not all(map(eq, map(int.bit_count, wanted), sizes)):
+            raise _refuse(policy, self._misplaced(groups, unplaced_ok))
+        if offline and taken & self._offline_bits(offline):
+            raise _refuse(policy, self._misplaced(groups, unplaced_ok, offline))
+        # each group has as many GPUs as it needs: fewer in all means two share one
+        if not plan.shared_gpus and taken.bit_count() != sum(sizes):
+            raise _refuse(policy, "two of its groups are given the same GPU")
+
+    def _offline_bits(self, offline: set[int]) -> int:
+        per_node = self.spec.gpus_per_node
+        whole = (1 << per_node) - 1
+        return reduce(or_, (whole << node * per_node for node in offline), 0)
+
+    def _misplaced(self, groups: tuple[Group, ...], unplaced_ok: bool,
+                   offline: set[int] = frozenset()) -> str:
+        """Why a group's placement is refused (the slow path: only when one is)."""
+        spec = self.spec
+        for group in groups:
+            members = list(group.jobs)
+            if not group.placement:
+                if not unplaced_ok:
+                    return f"group {members} is placed on no GPU"
+                continue
+            for piece in group.placement:
+                if piece.node in offline:
+                    return f"group {members} is placed on node {piece.node}, which is offline"
+            if self.bits(group.placement) < 0:
+                return (f"group {members} is placed on {[tuple(p) for p in group.placement]}:"
+                        f" there are nodes 0..{spec.num_nodes - 1} of GPUs "
+                        f"0..{spec.gpus_per_node - 1}, each named once")
+            count = self.bits(group.placement).bit_count()
+            if count != group.num_gpu:
+                return f"group {members} needs {group.num_gpu} GPUs and is placed on {count}"
+        return "a placement is wrong"  # pragma: no cover (the fast checks found one)
+
+
+_placement = attrgetter("placement")
+_gpus = attrgetter("num_gpu")
+
+
+def _refuse(policy: str, why: str) -> PlanError:
+    return PlanError(f"policy {policy!r} made a plan the core refuses: {why}")
