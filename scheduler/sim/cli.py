@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scheduler.core.metrics import dumps, summary_dict, write_jobs_csv
 from scheduler.plugins import PolicyError, describe_plugins, make_policy, policy_names
-from scheduler.core.presets import PRESETS, get_preset
+from scheduler.presets import PRESETS, get_preset
 from scheduler.sim.simulator import SimResult, simulate
 from specs import SpecError, available_specs, load_spec, spec_path
 from traces import TraceError, available_traces, default_trace_path, read_trace
