@@ -43,13 +43,6 @@ class Agent:
         self.table = JobTable(cfg, log)
         self._stoppers: dict[int, threading.Thread] = {}  # job -> the thread stopping it
 
-    # the table's parts, by the names the loop uses
-    outbox = property(lambda self: self.table.outbox)
-    collect = property(lambda self: self.table.collect)
-    snapshot = property(lambda self: self.table.snapshot)
-    running = property(lambda self: self.table.running)
-    iterations = property(lambda self: self.table.iterations)
-
     # -- requests from the scheduler (service thread) ---------------------------------------
     def handle(self, msg: Any) -> dict[str, Any]:
         """Answer one request; raises Refusal for anything it will not do."""
@@ -60,7 +53,7 @@ class Agent:
         if msg.type == "job.regroup":
             return self._regroup(msg)
         if msg.type == "status.query":
-            return {"node": self.cfg.node, "gpus": list(self.cfg.gpus), "running": self.running()}
+            return {"node": self.cfg.node, "gpus": list(self.cfg.gpus), "running": self.table.running()}
         raise Refusal("unsupported", f"agent {self.cfg.node} does not handle {msg.type!r}")
 
     def _launch(self, msg: Any) -> dict[str, Any]:
@@ -124,7 +117,7 @@ class Agent:
             pace.write(job.pace_file, tt)
             job.group, job.slot = group, int(msg["slot"])
             start = job.start
-        its = self.iterations(job_id, start)
+        its = self.table.iterations(job_id, start)
         self.log.info("job_regrouped", job=job_id, group=group, iteration_time=tt,
                       iterations=its)
         return {"regrouped": True, "iterations": its}
@@ -150,7 +143,7 @@ class Agent:
             return {"iterations": ckpt.iterations if ckpt is not None else 0.0,
                     "was_running": False, "finished": bool(ckpt is not None and ckpt.done),
                     "exit_code": None}
-        its = self.iterations(job_id, job.start)
+        its = self.table.iterations(job_id, job.start)
         if not again:
             self.log.info("job_stopping", job=job_id, pids=[p.pid for p in job.procs],
                           iterations=its)
@@ -166,7 +159,7 @@ class Agent:
             rc = self._terminate(job)
         except Exception:  # never leave the job stuck in `stopping`
             self.log.exception("stop_failed", job=job.job_id)
-        its = self.iterations(job.job_id, job.start)
+        its = self.table.iterations(job.job_id, job.start)
         finished = self.ended_finished(job.job_id, rc)  # it completed as the stop arrived
         report = {"job_id": job.job_id, "node": self.cfg.node, "iterations": its,
                   "requested": True, "finished": finished}
@@ -192,7 +185,7 @@ class Agent:
     def shutdown_report(self, job: Job, rc: int | None) -> tuple[str, dict[str, Any]]:
         """The report of a job stopped because the agent is shutting down."""
         fields = {"job_id": job.job_id, "node": self.cfg.node,
-                  "iterations": self.iterations(job.job_id, job.start)}
+                  "iterations": self.table.iterations(job.job_id, job.start)}
         if self.ended_finished(job.job_id, rc):
             return "job.finished", dict(fields, ok=True)
         return "job.stopped", fields
@@ -274,7 +267,7 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
              pid=os.getpid(), time_scale=cfg.time_scale)
     try:
         while not stop.is_set():
-            agent.collect()
+            agent.table.collect()
             try:
                 link.step()
             except Exception:  # a bug in one exchange must not take the node's trainers down
@@ -288,8 +281,8 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
         svc_stop.set()  # no launches from here on
         svc.join(timeout=5.0)
         for job, rc in agent.stop_all():
-            agent.outbox.append(agent.shutdown_report(job, rc))
-        agent.collect()
+            agent.table.outbox.append(agent.shutdown_report(job, rc))
+        agent.table.collect()
         link.deliver(once=True)
         link.req.close()
         if metrics_server is not None:
@@ -299,6 +292,6 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
 
 
 if __name__ == "__main__":
-    from node_agent.cli import main
+    from node_agent.cli import start
 
-    sys.exit(main())
+    sys.exit(run(*start()))

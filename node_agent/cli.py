@@ -1,6 +1,7 @@
-"""The node agent's command line: `python -m node_agent.agent --node NAME --gpus 0,1 ...`
-(node_agent/agent.py runs `main` when started so): parse and check the options, set up
-logging, and run the agent until SIGTERM or Ctrl-C."""
+"""The node agent's command line: `python -m node_agent.agent --node NAME --gpus 0,1 ...`.
+Parses and checks the options, sets up logging and the stop on SIGTERM or Ctrl-C; the agent's
+module then runs its loop with what `start` returns. This module does not import the agent,
+so the program (node_agent/agent.py run as __main__) and its command line import no circle."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,8 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from node_agent.agent import run
 from node_agent.config import AgentConfig
 
 
@@ -64,7 +64,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     return cfg, a.log_level
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def start(argv: Sequence[str] | None = None) -> tuple[AgentConfig, threading.Event, Any]:
+    """The agent's config, the event SIGTERM and Ctrl-C set, and its logger (logging set up)."""
     cfg, level = parse_args(argv)
     import structlog
 
@@ -76,4 +77,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    return run(cfg, stop, log)
+    return cfg, stop, log

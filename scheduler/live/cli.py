@@ -19,7 +19,7 @@ from scheduler.live.journal import Journal
 from scheduler.live.options import Options
 from scheduler.live.service import SchedulerService
 from scheduler.plugins import PolicyError, make_policy, policy_names
-from scheduler.core.presets import get_preset
+from scheduler.presets import get_preset
 from specs import spec_path
 from specs.spec import ClusterSpec, SpecError, load_spec
 

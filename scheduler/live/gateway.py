@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from scheduler.live.agents import declare_dead
 from scheduler.live.ledger import node_name
 from scheduler.live.state import LiveState
 from scheduler.core.state import NodeSlice
@@ -89,7 +90,7 @@ class AgentGateway:
             state.log.warning("agent_request_refused", node=name, type=type_,
                               job_id=fields.get("job_id"), code=err.code, reason=err.reason)
             if err.code == "no_service":  # the broker no longer knows the agent
-                state.declare_dead(name, f"{type_}: {err.reason}")
+                declare_dead(state, name, f"{type_}: {err.reason}")
             return None, False
         return dict(reply.get("body") or {}), False
 

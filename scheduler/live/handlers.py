@@ -11,11 +11,11 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from broker.refusal import Refusal, all_ints, running_list
-from scheduler.live import status
 from scheduler.live.gateway import AgentSeen
 from scheduler.live.ledger import node_name
+from scheduler.live.lifecycle import STOPPING
 from scheduler.live.state import LiveState
-from scheduler.core.state import Status
+from scheduler.live import status
 from traces.record import JobRecord, record_from_map
 from traces.validate import validate
 
@@ -62,15 +62,8 @@ class Handlers:
     def on_submit(self, msg: Any) -> dict[str, Any]:
         state = self.state
         record = self.parse_job(msg["job"])
-        now = state.now()
-        if not state.journal.submit(record, now):  # durable before the reply
+        if not state.jobs.submit(record, state.now()):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
-        state.core.submit(record, now)
-        state.log.info("job_submitted", job_id=record.job_id, num_gpu=record.num_gpu,
-                       iterations=record.iterations, model=record.model_name, submit=now,
-                       trace_submit=record.submit_time)
-        state.emit_job(record.job_id, "submitted", {"submit": now})
-        state.wake_reasons.add("arrival")
         return {"accepted": True, "job_id": record.job_id}
 
     def on_register(self, msg: Any) -> dict[str, Any]:
@@ -85,7 +78,7 @@ class Handlers:
             state.log.warning("agent_short_of_gpus", node=name, gpus=list(gpus),
                               spec_gpus=state.opt.spec.gpus_per_node)
         was = name in state.agents
-        state.awaiting.discard(name)
+        state.rounds.awaiting.discard(name)
         state.agents[name] = AgentSeen(tuple(gpus), msg["cpus"], msg["mem"], state.clock(),
                                        msg.get("incarnation"))
         state.core.set_node_online(index, True)
@@ -96,20 +89,21 @@ class Handlers:
             where = ledger.where(job_id)
             if where is not None and index in where.nodes:
                 kept.append(job_id)
-                state.note_progress(job_id, done)
+                state.jobs.note_progress(job_id, done)
             else:
                 strays.append(job_id)
                 ledger.strays.append((job_id, name))
         for job_id in list(ledger.on(index)):
             if job_id not in reported:
                 lost.append(job_id)  # the agent restarted and no longer runs it
-                state.requeue(job_id, now, f"not running on re-registered {name}", skip=name)
+                state.jobs.requeue(job_id, now, f"not running on re-registered {name}",
+                                   skip=name)
         state.log.info("agent_registered", node=name, gpus=list(gpus), cpus=msg["cpus"],
                        mem=msg["mem"], again=was, kept=kept, strays=strays, lost=lost)
         state.outbox.append(("event.agent", {"node": name, "state": "registered"}))
         state.journal.log_event("agent_registered", now, node=name,
                                 detail={"gpus": list(gpus), "strays": strays, "lost": lost})
-        state.wake_reasons.add("agent")
+        state.rounds.wake("agent")
         return {"registered": True, "node": name, "strays": strays}
 
     def on_heartbeat(self, msg: Any) -> dict[str, Any]:
@@ -132,7 +126,7 @@ class Handlers:
         here = state.ledger.on(index)
         for job_id, done in running:
             if job_id in here:
-                state.note_progress(job_id, done)
+                state.jobs.note_progress(job_id, done)
         if incarnation is not None and isinstance(launches, int):
             self._requeue_vanished(name, index, incarnation, launches, {j for j, _ in running})
         return {}
@@ -144,105 +138,90 @@ class Handlers:
         lost in a race). Left alone they would hold their GPUs forever; requeue them."""
         state = self.state
         for job_id, by in list(state.ledger.on(index).items()):
-            if job_id in reported or job_id in state.ledger.stopping:
+            if job_id in reported or state.jobs.phase(job_id) is STOPPING:
                 continue
             if by is None or (by[0] == incarnation and by[1] > launches):
                 continue  # launched after the snapshot (or by a scheduler before this one)
             state.log.warning("job_vanished", job_id=job_id, node=name, launch=by,
                               launches=launches)
-            state.requeue(job_id, state.now(), f"no longer running on {name}", skip=name)
+            state.jobs.requeue(job_id, state.now(), f"no longer running on {name}", skip=name)
 
     def on_finished(self, msg: Any) -> dict[str, Any]:
-        state = self.state
+        state, jobs = self.state, self.state.jobs
         job_id, name, its = msg["job_id"], msg["node"], float(msg["iterations"])
         index = self.node_index(name)
-        job = state.core.jobs.get(job_id)
-        if job_id in state.finished_before or (job is not None and job.status is Status.DONE):
+        if jobs.ended(job_id):
             return {"finished": True, "already": True}
-        if job is None:
+        if jobs.phase(job_id) is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
         now = state.now()
         if msg["ok"]:
-            state.finish(job_id, now, its, name)
+            jobs.finish(job_id, now, its, name)
             return {"finished": True, "already": False}
         where = state.ledger.where(job_id)
         if where is None or index not in where.nodes:
             state.log.info("stale_report", job_id=job_id, node=name, ok=False)
             return {"finished": False, "ignored": True}
         reason = f"trainer failed on {name}: {msg.get('detail', '')}".rstrip(": ")
-        state.requeue(job_id, now, reason, skip=name, iterations=its)
+        jobs.requeue(job_id, now, reason, skip=name, iterations=its)
         return {"finished": False, "requeued": True}
 
     def on_stopped(self, msg: Any) -> dict[str, Any]:
         """A trainer stopped. The end of a stop a round waits for wakes that round (which
         settles the job); one nobody waits for any more (`requested`, e.g. from before a
         scheduler restart) settles it here; any other (its agent shut down) requeues it."""
-        state = self.state
+        state, jobs = self.state, self.state.jobs
         job_id, name = msg["job_id"], msg["node"]
         index = self.node_index(name)
-        job = state.core.jobs.get(job_id)
-        if job_id in state.finished_before:
+        if job_id in jobs.past:
             return {"ignored": True}
-        if job is None:
+        if jobs.phase(job_id) is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
         if state.stop_waits.report(job_id, name, msg.fields):
             return {"awaited": True}
         if msg.get("requested"):
-            return self._settle_unawaited_stop(job, name, msg)
+            return self._settle_unawaited_stop(job_id, name, msg)
         where = state.ledger.where(job_id)
-        if job.status is Status.DONE or where is None or index not in where.nodes:
+        if jobs.ended(job_id) or where is None or index not in where.nodes:
             return {"ignored": True}
-        state.requeue(job_id, state.now(), f"stopped by {name}", skip=name,
-                      iterations=float(msg["iterations"]))
+        jobs.requeue(job_id, state.now(), f"stopped by {name}", skip=name,
+                     iterations=float(msg["iterations"]))
         return {"requeued": True}
 
-    def _settle_unawaited_stop(self, job: Any, name: str, msg: Any) -> dict[str, Any]:
+    def _settle_unawaited_stop(self, job_id: int, name: str, msg: Any) -> dict[str, Any]:
         """The end of a stop that no round waits for: a job that completed is finished; one
         that runs again (placed or launching) is left alone, never run twice; a waiting one
         resumes from the stop's checkpoint when that is ahead of what is known."""
-        state = self.state
-        job_id, its = job.id, float(msg["iterations"])
-        if job.status is Status.DONE:
+        state, jobs = self.state, self.state.jobs
+        its = float(msg["iterations"])
+        if jobs.ended(job_id):
             return {"ignored": True}
         if msg.get("finished"):
-            state.finish(job_id, state.now(), its, name)
+            jobs.finish(job_id, state.now(), its, name)
             return {"finished": True}
         if state.ledger.where(job_id) is not None:
             state.log.info("stale_stop_report", job_id=job_id, node=name, iterations=its)
             return {"ignored": True}
-        if its > state.resume_point(job_id):
-            now = state.now()
-            state.journal.mark_stopped(job_id, its, now, node=name, preempted=False,
-                                       detail={"reason": "stop reported after its round"})
-            state.core.set_remaining(job_id, job.record.iterations - its)
+        if its > jobs.resume_point(job_id):
+            jobs.checkpointed(job_id, its, name, "stop reported after its round")
         state.log.info("late_stop_settled", job_id=job_id, node=name, iterations=its)
         return {"settled": True}
 
     def on_cancel(self, msg: Any) -> dict[str, Any]:
-        """A user cancels a job: journaled as ended (with a `cancelled` event) first; a
-        pending job leaves the queue, a running one's trainers become strays that the main
-        thread stops through their agents (their late reports find the job done)."""
-        state, job_id = self.state, msg["job_id"]
-        job = state.core.jobs.get(job_id)
-        if job is None and job_id not in state.finished_before:
+        """A user cancels a job: journaled as cancelled first; a pending job leaves the queue,
+        a running one's trainers become strays that the main thread stops through their
+        agents (their late reports find the job ended)."""
+        state, jobs, job_id = self.state, self.state.jobs, msg["job_id"]
+        phase = jobs.phase(job_id)
+        if phase is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
-        if job_id in state.cancelled:
-            return {"cancelled": False, "job_id": job_id, "reason": "already cancelled"}
-        if job is None or job.status is Status.DONE:
-            return {"cancelled": False, "job_id": job_id, "reason": "already finished"}
-        was = status.job_state(state, job_id)
-        now = state.now()
-        done = max(state.resume_point(job_id), state.progress.get(job_id, 0.0))
-        state.journal.mark_cancelled(job_id, now, done)
-        where = state.ledger.release(job_id, keep=None)
-        state.core.finish(job_id, now)
-        state.cancelled.add(job_id)
-        state.progress.pop(job_id, None)
-        state.profiles.forget(job_id)
-        state.log.info("job_cancelled", job_id=job_id, was=was, iterations=done, now=now,
-                       nodes=[node_name(n) for n in (where.nodes if where else ())])
-        state.emit_job(job_id, "cancelled", {"was": was, "iterations": done})
-        state.wake_reasons.add("cancel")
+        if jobs.ended(job_id):
+            reason = "already cancelled" if jobs.status_of(job_id) == "cancelled" \
+                else "already finished"
+            return {"cancelled": False, "job_id": job_id, "reason": reason}
+        was = jobs.cancel(job_id, state.now())
+        if was is None:  # refused (logged and counted)
+            return {"cancelled": False, "job_id": job_id, "reason": "refused"}
         return {"cancelled": True, "job_id": job_id, "was": was}
 
     def on_status(self, msg: Any) -> dict[str, Any]:

@@ -1,12 +1,19 @@
-"""The live scheduler's journal: every accepted job and what happened to it, in SQLite.
+"""The live scheduler's journal: every accepted job and each transition of its life, in SQLite.
 
 The bus is lossy and the scheduler may die at any instant, so the journal is the one place
-from which a restarted scheduler rebuilds its queue. WAL mode with `synchronous=FULL` makes
+from which a restarted scheduler rebuilds its state. WAL mode with `synchronous=FULL` makes
 each commit durable when it returns; a job is committed before its submit is acknowledged,
 so a feeder never sees an "accepted" that a crash can take back.
 
-Times are trace seconds as the service's clock counts them (`*_trace`), plus the wall clock
-of arrival (`submit_wall`, epoch seconds) for operators.
+Two tables: `events`, append-only, holds every transition of a job's lifecycle (the phase it
+entered, scheduler/live/lifecycle.py) and the agents' comings and goings; `jobs` holds each
+job's record and what its transitions add up to (phase, iterations done, first start, finish,
+preemptions), updated in the same transaction, so a query needs no replay. A version-1
+journal (no phases) is migrated in place when opened: its events name what happened, and
+each names the phase it entered.
+
+Times are trace seconds as the service's clock counts them (`*_trace`, `ts`), plus the wall
+clock of arrival (`submit_wall`, epoch seconds) for operators.
 """
 from __future__ import annotations
 
@@ -15,13 +22,16 @@ import os
 import sqlite3
 import threading
 import time
+from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from traces.record import JobRecord, record_from_map, record_to_map  # noqa: F401  (re-exported)
+from scheduler.live.lifecycle import ENDED, LAUNCHING, QUEUED, Phase, Transition, allowed
+from traces.record import JobRecord, record_from_map, record_to_map
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-_SCHEMA = """
+_PHASES = ", ".join(f"'{p.value}'" for p in Phase)
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS jobs (
     job_id INTEGER PRIMARY KEY,
     record TEXT NOT NULL,
@@ -31,7 +41,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     submit_trace REAL NOT NULL,
     first_start_trace REAL,
     finish_trace REAL,
-    preemptions INTEGER NOT NULL DEFAULT 0
+    preemptions INTEGER NOT NULL DEFAULT 0,
+    phase TEXT NOT NULL DEFAULT 'queued' CHECK (phase IN ({_PHASES}))
 );
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -39,12 +50,33 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,
     job_id INTEGER,
     node TEXT,
-    detail TEXT
+    detail TEXT,
+    phase TEXT CHECK (phase IN ({_PHASES}))
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+# A version-1 journal, made version 2: each job event names the phase it entered (version 1
+# knew no launched or stopping, so a started job is launching), and each job its phase.
+_FROM_V1 = f"""
+ALTER TABLE jobs ADD COLUMN phase TEXT NOT NULL DEFAULT 'queued' CHECK (phase IN ({_PHASES}));
+ALTER TABLE events ADD COLUMN phase TEXT CHECK (phase IN ({_PHASES}));
+UPDATE events SET phase = CASE kind WHEN 'submitted' THEN 'queued'
+    WHEN 'started' THEN 'launching' WHEN 'stopped' THEN 'queued'
+    WHEN 'finished' THEN 'finished' WHEN 'cancelled' THEN 'cancelled' END
+    WHERE job_id IS NOT NULL;
+UPDATE jobs SET phase = CASE state WHEN 'submitted' THEN 'queued' WHEN 'running' THEN 'launching'
+    ELSE CASE WHEN EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id
+                           AND e.kind = 'cancelled') THEN 'cancelled' ELSE 'finished' END END;
+"""
+
 STATES = ("submitted", "running", "finished")
+# what the `state` column says of each phase (version 1's coarser word, kept for readers)
+_STATE_OF = {QUEUED: "submitted", LAUNCHING: "running", Phase.RUNNING: "running",
+             Phase.STOPPING: "running", Phase.FINISHED: "finished",
+             Phase.CANCELLED: "finished"}
+# transitions `events()` leaves out: the history as version 1 told it has none of them
+FINE_KINDS = ("launched", "stopping", "regrouped")
 
 
 class JournalError(Exception):
@@ -62,6 +94,7 @@ class Entry(NamedTuple):
     finish_trace: float | None
     preemptions: int
     submit_wall: float
+    phase: str
 
 
 class Journal:
@@ -70,36 +103,58 @@ class Journal:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         self.on_write: Callable[[float], None] | None = None  # seconds per commit (metrics)
+        self.migrated_from: int | None = None  # the version this open migrated, if any
         self._lock = threading.Lock()
+        self._durable = True  # the connection's synchronous setting: FULL (True) or NORMAL
         # autocommit mode; every change runs in an explicit BEGIN IMMEDIATE ... COMMIT
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         with self._tx() as db:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                db.execute(statement)
-            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise JournalError(f"{self.path}: schema version {row[0]}, "
-                                   f"this scheduler reads {SCHEMA_VERSION}")
+            has_meta = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' "
+                                  "AND name='meta'").fetchone()
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
+                if has_meta else None
+            version = int(row[0]) if row is not None else None
+            if version not in (None, 1, SCHEMA_VERSION):
+                raise JournalError(f"{self.path}: schema version {version}, this scheduler "
+                                   f"reads {SCHEMA_VERSION} (and migrates 1)")
+            if version == 1:
+                self._script(db, _FROM_V1)
+                self.migrated_from = 1
+                latest = db.execute("SELECT MAX(ts) FROM events").fetchone()[0]
+                self._event(db, latest or 0.0, "journal_migrated", None, None,
+                            {"from": 1, "to": SCHEMA_VERSION})
+            else:
+                self._script(db, _SCHEMA)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                       (str(SCHEMA_VERSION),))
+
+    @staticmethod
+    def _script(db: sqlite3.Connection, script: str) -> None:
+        for statement in filter(str.strip, script.split(";")):
+            db.execute(statement)
 
     # -- transactions ----------------------------------------------------------------------
     class _Tx:
-        def __init__(self, journal: "Journal"):
-            self.journal = journal
+        def __init__(self, journal: "Journal", durable: bool):
+            self.journal, self.durable = journal, durable
 
         def __enter__(self) -> sqlite3.Connection:
-            self.journal._lock.acquire()
+            journal = self.journal
+            journal._lock.acquire()
             try:
-                self.journal._db.execute("BEGIN IMMEDIATE")
+                if journal._durable != self.durable:  # may not change inside a transaction
+                    level = "FULL" if self.durable else "NORMAL"
+                    journal._db.execute(f"PRAGMA synchronous={level}")
+                    journal._durable = self.durable
+                journal._db.execute("BEGIN IMMEDIATE")
             except BaseException:
-                self.journal._lock.release()
+                journal._lock.release()
                 raise
             self.began = time.perf_counter()
-            return self.journal._db
+            return journal._db
 
         def __exit__(self, kind, value, tb) -> None:
             try:
@@ -109,18 +164,21 @@ class Journal:
             if kind is None and self.journal.on_write is not None:
                 self.journal.on_write(time.perf_counter() - self.began)
 
-    def _tx(self) -> "Journal._Tx":
-        return Journal._Tx(self)
+    def _tx(self, durable: bool = True) -> "Journal._Tx":
+        return Journal._Tx(self, durable)
 
     def _event(self, db: sqlite3.Connection, ts: float, kind: str, job_id: int | None,
-               node: str | None, detail: Mapping[str, Any] | None) -> None:
-        db.execute("INSERT INTO events (ts, kind, job_id, node, detail) VALUES (?, ?, ?, ?, ?)",
+               node: str | None, detail: Mapping[str, Any] | None,
+               phase: Phase | None = None) -> None:
+        db.execute("INSERT INTO events (ts, kind, job_id, node, detail, phase) "
+                   "VALUES (?, ?, ?, ?, ?, ?)",
                    (float(ts), kind, job_id, node,
-                    None if detail is None else json.dumps(detail, sort_keys=True)))
+                    None if detail is None else json.dumps(detail, sort_keys=True),
+                    None if phase is None else phase.value))
 
     # -- changes ---------------------------------------------------------------------------
     def submit(self, record: JobRecord, now_trace: float) -> bool:
-        """Journal a new job; False (and no change) when its id is already journaled.
+        """Journal a new job (queued); False (and no change) when its id is already journaled.
 
         Returns only after the commit is durable, so the caller may acknowledge at once.
         """
@@ -131,65 +189,77 @@ class Journal:
                 (record.job_id, json.dumps(record_to_map(record)), time.time(), float(now_trace)))
             if cur.rowcount != 1:
                 return False
-            self._event(db, now_trace, "submitted", record.job_id, None, None)
+            self._event(db, now_trace, "submitted", record.job_id, None, None, QUEUED)
             return True
 
+    def record(self, move: Transition) -> Entry | None:
+        """Journal one transition of a job's lifecycle: its event and the job's row, in one
+        transaction. None, and nothing written, when the job's journaled phase may not enter
+        `move.phase` (lifecycle.ALLOWED: e.g. a finished job stays finished)."""
+        with self._tx(move.durable) as db:
+            return self._record(db, move)
+
+    def record_many(self, moves: list[Transition]) -> list[Entry | None]:
+        """`record` for each, in one transaction (durable when any of them must be)."""
+        if not moves:
+            return []
+        with self._tx(any(m.durable for m in moves)) as db:
+            return [self._record(db, m) for m in moves]
+
+    def _record(self, db: sqlite3.Connection, move: Transition) -> Entry | None:
+        job_id, after, ts = move.job_id, move.phase, float(move.ts)
+        row = db.execute("SELECT phase, state FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        if row is None:
+            raise JournalError(f"job {job_id} is not in the journal")
+        if not allowed(Phase(row[0]), after):
+            return None
+        sets, args = ["phase=?", "state=?"], [after.value, _STATE_OF[after]]
+        if after is LAUNCHING:  # the first start is kept for JCT
+            sets.append("first_start_trace=COALESCE(first_start_trace, ?)")
+            args.append(ts)
+        elif after is QUEUED and move.preempted and row[1] == "running":
+            # a stop to regroup or move a job the plan keeps running is no preemption, as in
+            # the core's count, so live and simulated runs report the same thing
+            sets.append("preemptions=preemptions + 1")
+        elif after in ENDED:
+            sets.append("finish_trace=?")
+            args.append(ts)
+        if move.iterations is not None:
+            sets.append("iterations_done=?")
+            args.append(float(move.iterations))
+        db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE job_id=?", (*args, job_id))
+        self._event(db, ts, move.kind, job_id, move.node, move.detail, after)
+        return self._entry(db.execute(f"SELECT {self._COLUMNS} FROM jobs WHERE job_id=?",
+                                      (job_id,)).fetchone())
+
+    # The transitions by their version-1 names (tools and tests write journals with them).
     def mark_started(self, job_id: int, iterations: float, now: float,
-                     node: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
-        """The job was launched from `iterations` done; the first start is kept for JCT."""
-        with self._tx() as db:
-            self._require(db, job_id)
-            db.execute("UPDATE jobs SET state='running', iterations_done=?, "
-                       "first_start_trace=COALESCE(first_start_trace, ?) "
-                       "WHERE job_id=? AND state != 'finished'",
-                       (float(iterations), float(now), job_id))
-            self._event(db, now, "started", job_id, node, detail)
+                     node: str | None = None, detail: Mapping[str, Any] | None = None) -> bool:
+        """The job was launched from `iterations` done (queued -> launching)."""
+        return self.record(Transition(job_id, LAUNCHING, "started", now, iterations, node,
+                                      detail)) is not None
 
     def mark_stopped(self, job_id: int, iterations: float, now: float,
                      node: str | None = None, detail: Mapping[str, Any] | None = None,
-                     preempted: bool = True) -> None:
-        """The job stopped (preempted, moved, node lost) with `iterations` done; it waits.
-        A stop to regroup or move a job the plan keeps running is no preemption, as in the
-        core's count, so live and simulated runs report the same thing."""
-        with self._tx() as db:
-            self._require(db, job_id)
-            db.execute("UPDATE jobs SET state='submitted', iterations_done=?, "
-                       "preemptions=preemptions + (state='running' AND ?) "
-                       "WHERE job_id=? AND state != 'finished'",
-                       (float(iterations), int(preempted), job_id))
-            self._event(db, now, "stopped", job_id, node, detail)
+                     preempted: bool = True) -> bool:
+        """The job stopped with `iterations` done; it waits (-> queued)."""
+        return self.record(Transition(job_id, QUEUED, "stopped", now, iterations, node, detail,
+                                      preempted)) is not None
 
     def mark_finished(self, job_id: int, now: float, iterations: float | None = None,
                       node: str | None = None) -> bool:
-        """The job is done; False when it already was (a repeated report changes nothing)."""
-        with self._tx() as db:
-            self._require(db, job_id)
-            cur = db.execute(
-                "UPDATE jobs SET state='finished', finish_trace=?, "
-                "iterations_done=COALESCE(?, iterations_done) "
-                "WHERE job_id=? AND state != 'finished'",
-                (float(now), None if iterations is None else float(iterations), job_id))
-            if cur.rowcount != 1:
-                return False
-            self._event(db, now, "finished", job_id, node, None)
-            return True
+        """The job is done; False when it had ended (a repeated report changes nothing)."""
+        return self.record(Transition(job_id, Phase.FINISHED, "finished", now, iterations,
+                                      node)) is not None
 
     def mark_cancelled(self, job_id: int, now: float, iterations: float) -> bool:
-        """A user cancelled the job: it ends as finished (so a restart never runs it again)
-        with a `cancelled` event beside it, in one transaction; False when it had ended."""
-        with self._tx() as db:
-            self._require(db, job_id)
-            cur = db.execute(
-                "UPDATE jobs SET state='finished', finish_trace=?, iterations_done=? "
-                "WHERE job_id=? AND state != 'finished'", (float(now), float(iterations), job_id))
-            if cur.rowcount != 1:
-                return False
-            self._event(db, now, "cancelled", job_id, None, None)
-            return True
+        """A user cancelled the job; False when it had ended."""
+        return self.record(Transition(job_id, Phase.CANCELLED, "cancelled", now,
+                                      iterations)) is not None
 
     def log_event(self, kind: str, now: float, job_id: int | None = None,
                   node: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
-        """Append an event that changes no job (an agent lost, a restart)."""
+        """Append an event that changes no job's phase (an agent lost, a restart)."""
         with self._tx() as db:
             self._event(db, now, kind, job_id, node, detail)
 
@@ -198,18 +268,13 @@ class Journal:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (repr(float(now_trace)),))
 
-    @staticmethod
-    def _require(db: sqlite3.Connection, job_id: int) -> None:
-        if db.execute("SELECT 1 FROM jobs WHERE job_id=?", (job_id,)).fetchone() is None:
-            raise JournalError(f"job {job_id} is not in the journal")
-
     # -- queries ---------------------------------------------------------------------------
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
         with self._lock:
             return self._db.execute(sql, tuple(args)).fetchall()
 
     _COLUMNS = ("record, iterations_done, state, submit_trace, first_start_trace, finish_trace, "
-                "preemptions, submit_wall")
+                "preemptions, submit_wall, phase")
 
     @staticmethod
     def _entry(row: tuple) -> Entry:
@@ -219,29 +284,19 @@ class Journal:
         rows = self._query(f"SELECT {self._COLUMNS} FROM jobs WHERE job_id=?", (job_id,))
         return self._entry(rows[0]) if rows else None
 
+    def entries(self) -> list[Entry]:
+        """Every job, in arrival order (the order a restarted core queues them in)."""
+        rows = self._query(f"SELECT {self._COLUMNS} FROM jobs ORDER BY submit_trace, job_id")
+        return [self._entry(r) for r in rows]
+
     def unfinished(self) -> list[Entry]:
-        """Jobs still to run, in arrival order (the order a restarted core queues them in)."""
+        """Jobs still to run, in arrival order."""
         rows = self._query(f"SELECT {self._COLUMNS} FROM jobs WHERE state != 'finished' "
                            "ORDER BY submit_trace, job_id")
         return [self._entry(r) for r in rows]
 
-    def running_nodes(self) -> set[str]:
-        """The nodes of the last start of every job the journal shows running: where trainers
-        may still run after the scheduler died."""
-        rows = self._query(
-            "SELECT e.node, e.detail FROM events e JOIN jobs j ON j.job_id = e.job_id "
-            "WHERE j.state = 'running' AND e.kind = 'started' AND e.seq = "
-            "(SELECT MAX(seq) FROM events WHERE job_id = e.job_id AND kind = 'started')")
-        nodes: set[str] = set()
-        for node, detail in rows:
-            if node:
-                nodes.add(node)
-            extra = json.loads(detail).get("nodes") if detail else None
-            if isinstance(extra, list):
-                nodes.update(n for n in extra if isinstance(n, str))
-        return nodes
-
     def finished(self) -> list[Entry]:
+        """Jobs that ended (finished or cancelled), in the order they did."""
         rows = self._query(f"SELECT {self._COLUMNS} FROM jobs WHERE state = 'finished' "
                            "ORDER BY finish_trace, job_id")
         return [self._entry(r) for r in rows]
@@ -255,11 +310,29 @@ class Journal:
         out.update(self._query("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
         return out
 
+    def phase_counts(self) -> dict[Phase, int]:
+        """Jobs per lifecycle phase (every phase present, zero when none)."""
+        out = dict.fromkeys(Phase, 0)
+        out.update(Counter({Phase(p): n for p, n in
+                            self._query("SELECT phase, COUNT(*) FROM jobs GROUP BY phase")}))
+        return out
+
+    def transitions(self) -> list[tuple[int, str, str | None, Any]]:
+        """(job id, phase entered, node, detail) of every job transition, in journal order:
+        what lifecycle.replay folds."""
+        rows = self._query("SELECT job_id, phase, node, detail FROM events "
+                           "WHERE phase IS NOT NULL ORDER BY seq")
+        return [(j, phase, node, None if d is None else json.loads(d))
+                for j, phase, node, d in rows]
+
     def events(self, job_id: int | None = None) -> list[tuple]:
-        """(ts, kind, job_id, node, detail) in append order; for reports and tests."""
-        sql = "SELECT ts, kind, job_id, node, detail FROM events"
-        rows = self._query(sql + " WHERE job_id=? ORDER BY seq", (job_id,)) if job_id is not None \
-            else self._query(sql + " ORDER BY seq")
+        """(ts, kind, job_id, node, detail) in append order, for reports and tests: arrivals,
+        starts, stops and ends, and the agents' events; the finer transitions (FINE_KINDS)
+        are in `transitions`."""
+        fine = ", ".join(f"'{k}'" for k in FINE_KINDS)
+        sql = f"SELECT ts, kind, job_id, node, detail FROM events WHERE kind NOT IN ({fine})"
+        rows = self._query(sql + " AND job_id=? ORDER BY seq", (job_id,)) \
+            if job_id is not None else self._query(sql + " ORDER BY seq")
         return [(ts, kind, j, node, None if d is None else json.loads(d))
                 for ts, kind, j, node, d in rows]
 

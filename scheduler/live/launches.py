@@ -1,9 +1,11 @@
 """Launching one planned job on its agents, and undoing a launch that did not take.
 
-A launch is journaled as started when it goes out (a job may finish before the reply is
-back) and recorded in the ledger as `launching` until every slice answered. Where a slice
-fails, an agent is lost meanwhile, or the job was finished or requeued while launching, the
-ranks that did start become strays and the job goes back to the queue.
+A launch takes the job from queued to launching when it goes out (journaled as started: a
+job may finish before the reply is back) and to running once every slice answered. Where a
+slice fails or an agent is lost meanwhile, the ranks that did start become strays and the job
+goes back to the queue (a `LaunchFailed` outcome, which the loop gives the core); where the
+job was finished, requeued or cancelled meanwhile (its phase left launching), those ranks
+become strays and nothing else changes.
 """
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from typing import Any, Sequence
 
 from scheduler.live.gateway import AgentGateway
 from scheduler.live.ledger import Launch, Placed, node_name
+from scheduler.live.lifecycle import LAUNCHING
 from scheduler.live.state import LiveState
-from scheduler.live.status import job_state
 from scheduler.core.state import Status
+from scheduler.loop import LaunchFailed, Outcome
 
 
 def stage_list(stages: Sequence[float]) -> list[float]:
@@ -45,29 +48,26 @@ class Launcher:
         return {"kind": "emulated", "iterations": job.record.iterations,
                 "iteration_time": want.tt, "stages": stage_list(job.profile)}
 
-    def launch(self, requester: Any, job_id: int, want: Placed) -> None:
+    def launch(self, requester: Any, job_id: int, want: Placed,
+               outcomes: list[Outcome]) -> None:
         state = self.state
         with state.lock:
             job = state.core.jobs[job_id]
-            plan_now = state.core.plan_now.running().get(job_id)
+            planned = state.core.placed.get(job_id)
             offline = [n for n in want.nodes if node_name(n) not in state.agents]
-            if job.status is not Status.RUNNING or plan_now is None \
-                    or (plan_now.jobs, plan_now.placement) != want.key or offline:
+            if job.status is not Status.RUNNING or planned is None \
+                    or (planned.jobs, planned.placement) != want.key or offline:
                 if offline and job.status is Status.RUNNING:
-                    state.core.stop(job_id, state.now())
-                    state.wake_reasons.add("launch_skipped")
+                    outcomes.append(LaunchFailed(job_id, "its node is offline"))
+                    state.rounds.wake("launch_skipped")
                 return
             start = float(job.record.iterations - job.remaining)
             workload = self.workload(job, want)
             gpus_of = {p.node: self.gateway.gpu_ids(p) for p in want.slices}
-            state.ledger.begin_launch(job_id, want)
-            # journaled as started when the launch goes out: a job may even finish before
-            # the launch reply is back, and its first start must be known for its JCT report
-            state.journal.mark_started(job_id, start, state.now(),
-                                       node=node_name(want.nodes[0]),
-                                       detail={"nodes": [node_name(n) for n in want.nodes]})
+            if not state.jobs.launch(job_id, want, start):  # refused: logged and counted
+                return
         launched, seqs, failed = self._send(requester, job_id, want, workload, gpus_of, start)
-        self._settle(job_id, want, start, gpus_of, launched, seqs, failed)
+        self._settle(job_id, want, start, gpus_of, launched, seqs, failed, outcomes)
 
     def _send(self, requester: Any, job_id: int, want: Placed, workload: dict[str, Any],
               gpus_of: dict[int, list[int]], start: float
@@ -97,36 +97,22 @@ class Launcher:
         return launched, seqs, None
 
     def _settle(self, job_id: int, want: Placed, start: float, gpus_of: dict[int, list[int]],
-                launched: list[int], seqs: dict[int, Launch], failed: str | None) -> None:
+                launched: list[int], seqs: dict[int, Launch], failed: str | None,
+                outcomes: list[Outcome]) -> None:
         state = self.state
         with state.lock:
-            aborted = state.ledger.end_launch(job_id)
-            job = state.core.jobs[job_id]
-            lost = [n for n in want.nodes if node_name(n) not in state.agents]
-            if failed is None and not aborted and not lost and job.status is Status.RUNNING:
-                state.ledger.place(job_id, want, seqs)
-                now = state.now()
-                entry = state.journal.get(job_id)
-                state.log.info("job_started", job_id=job_id,
-                               node=node_name(want.nodes[0]),
-                               nodes=[node_name(n) for n in want.nodes],
-                               gpus={node_name(n): g for n, g in gpus_of.items()},
-                               group=list(want.group), slot=want.group.index(job_id),
-                               tt=want.tt, start_iteration=start, now=now,
-                               submit=entry.submit_trace, first_start=entry.first_start_trace)
-                state.emit_running(job_id, want)
+            launching = state.jobs.phase(job_id) is LAUNCHING
+            lost = [node_name(n) for n in want.nodes if node_name(n) not in state.agents]
+            if failed is None and launching and not lost \
+                    and state.core.jobs[job_id].status is Status.RUNNING:
+                state.jobs.launched(job_id, want, seqs, gpus_of, start)
                 return
             # undo: ranks that did start must not run on
             for node in launched:
                 state.ledger.strays.append((job_id, node_name(node)))
-            if aborted or job.status is not Status.RUNNING:  # finished or requeued meanwhile
-                state.log.info("launch_aborted", job_id=job_id, state=job_state(state, job_id))
+            if not launching:  # finished, requeued or cancelled meanwhile
+                state.log.info("launch_aborted", job_id=job_id,
+                               state=state.jobs.status_of(job_id))
                 return
-            now = state.now()
-            state.core.stop(job_id, now)
-            state.journal.mark_stopped(job_id, start, now, node=failed,
-                                       detail={"reason": "launch failed"})
-            # no immediate round: an agent that refuses would be asked again at once, forever;
-            # the next tick retries
-            state.log.warning("launch_failed", job_id=job_id, node=failed,
-                              lost=[node_name(n) for n in lost])
+            if state.jobs.launch_failed(job_id, start, failed, lost):
+                outcomes.append(LaunchFailed(job_id, f"launch failed on {failed}"))

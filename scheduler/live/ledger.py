@@ -1,10 +1,13 @@
-"""The placement ledger: what the scheduler believes each agent runs, and what is in flight.
+"""The placement ledger: where the scheduler believes each agent runs a job's trainers, and
+which launches are out; and trainers found running outside any plan (strays).
 
 Pure bookkeeping (no clock, no sockets, no lock of its own: its owner holds one), so every
-rule about where a job runs can be unit-tested on its own. A job is in at most one of
-`placed` (launched and acknowledged) and `launching` (a launch is out); `on_node` indexes
-`placed` by node, with the (agent incarnation, launch number) that put it there, so a
-heartbeat can tell a job the agent lost from one launched after its snapshot.
+rule about where a job runs can be unit-tested on its own. It says where, not what a job's
+fate is: that is its lifecycle phase (lifecycle.py, the one writer of this ledger's jobs). A
+job is in at most one of `placed` (its phase running or stopping) and `launching` (its phase
+launching); `on_node` indexes `placed` by node, with the (agent incarnation, launch number)
+that put it there, so a heartbeat can tell a job the agent lost from one launched after its
+snapshot.
 """
 from __future__ import annotations
 
@@ -42,8 +45,6 @@ class Ledger:
     # the same by node: node index -> {job: launch that placed it there, None if not told}
     on_node: dict[int, dict[int, Launch | None]] = field(default_factory=dict)
     launching: dict[int, Placed] = field(default_factory=dict)  # launch requests in flight
-    aborted: set[int] = field(default_factory=set)  # crashed or finished while launching
-    stopping: set[int] = field(default_factory=set)  # jobs a round is stopping right now
     strays: list[tuple[int, str]] = field(default_factory=list)  # (job, node) to stop
 
     def where(self, job_id: int) -> Placed | None:
@@ -63,6 +64,10 @@ class Ledger:
         for node in where.nodes:
             self.on_node.setdefault(node, {})[job_id] = launches.get(node)
 
+    def regroup(self, job_id: int, want: Placed) -> None:
+        """The job's group and pace changed in place: same slices, so the index stays."""
+        self.placed[job_id] = want
+
     def unplace(self, job_id: int) -> Placed | None:
         where = self.placed.pop(job_id, None)
         for node in (where.nodes if where else ()):
@@ -70,12 +75,11 @@ class Ledger:
         return where
 
     def release(self, job_id: int, keep: str | None) -> Placed | None:
-        """The job ended outside a plan (finished, failed, lost): it is no longer placed, a
-        launch in flight is marked aborted, and its trainers on other nodes than `keep` (the
-        one that reported) become strays to stop. Returns where it was."""
-        where = self.unplace(job_id) or self.launching.get(job_id)
-        if job_id in self.launching:
-            self.aborted.add(job_id)
+        """The job ended outside a plan (finished, failed, lost): it is no longer placed nor
+        launching (a launch still out learns so from the job's phase), and its trainers on
+        other nodes than `keep` (the one that reported) become strays to stop. Returns where
+        it was."""
+        where = self.unplace(job_id) or self.launching.pop(job_id, None)
         for other in (where.nodes if where else ()):
             if node_name(other) != keep:
                 self.strays.append((job_id, node_name(other)))
@@ -92,11 +96,7 @@ class Ledger:
 
     def begin_launch(self, job_id: int, want: Placed) -> None:
         self.launching[job_id] = want
-        self.aborted.discard(job_id)
 
-    def end_launch(self, job_id: int) -> bool:
-        """The launch is answered; True when the job was aborted meanwhile."""
+    def end_launch(self, job_id: int) -> None:
+        """The launch is answered (or was released meanwhile)."""
         self.launching.pop(job_id, None)
-        aborted = job_id in self.aborted
-        self.aborted.discard(job_id)
-        return aborted

@@ -129,9 +129,8 @@ class StateCollector(Collector):
         state = self.state
         with state.lock:
             core, placed = state.core, state.ledger.placed
-            running = sum(1 for j in placed if core.jobs[j].status is not Status.DONE)
-            finished = len(core.jobs) - len(core.queue) + len(state.finished_before)
-            pending = len(core.queue) - running
+            counts = state.jobs.status_counts()  # ended before a restart too
+            refused_moves = dict(state.jobs.refused)
             groups = {p.group: p for j, p in placed.items() if core.jobs[j].status
                       is not Status.DONE}
             launched = [(where, tuple(core.jobs[j].profile for j in where.group
@@ -139,7 +138,7 @@ class StateCollector(Collector):
             total_gpus = core.spec.total_gpus
             agents = len(state.agents)
             offline = len(core.cluster.offline)
-            rounds, failures = state.rounds, state.round_failures
+            rounds, failures = state.rounds.count, state.rounds.failures
         refused = state.refusals.counts()  # the refusal log has a lock of its own
         by_size: Counter[int] = Counter()
         eff_sum: Counter[int] = Counter()
@@ -162,13 +161,12 @@ class StateCollector(Collector):
 
         jobs = GaugeMetricFamily("interlace_jobs", "Jobs by state, as status.query counts them",
                                  labels=["state"])
-        for name, value in (("pending", pending), ("running", running),
-                            ("finished", finished)):
+        for name, value in counts.items():
             jobs.add_metric([name], value)
         yield jobs
         yield GaugeMetricFamily("interlace_queue_length",
                                 "Jobs waiting for GPUs (submitted, not running, not finished)",
-                                value=pending)
+                                value=counts["pending"])
         sizes = GaugeMetricFamily("interlace_groups", "Running groups by number of members",
                                   labels=["size"])
         for size in sorted(by_size):
@@ -201,3 +199,9 @@ class StateCollector(Collector):
         yield CounterMetricFamily("interlace_rounds", "Rounds run", value=rounds)
         yield CounterMetricFamily("interlace_round_failures", "Rounds that raised",
                                   value=failures)
+        moves = CounterMetricFamily("interlace_transitions_refused", "Job lifecycle "
+                                    "transitions refused as not allowed (a bug: each is "
+                                    "logged as transition_refused)", labels=["transition"])
+        for name, count in refused_moves.items():
+            moves.add_metric([name], count)
+        yield moves

@@ -1,55 +1,77 @@
-"""Starting again from the journal: the queue, the trace clock and the jobs' progress.
+"""Starting again from the journal: each job's phase by replaying its transitions, then the
+queue, the trace clock and the jobs' progress.
 
-A restarted scheduler knows only what the journal and the checkpoints say. Its nodes stay
-offline until their agents speak, and no round runs until every node that ran a journaled job
-has re-registered (or an agent timeout has passed), so a trainer still running from before
-the restart is found as a stray and stopped before its job could start a second time.
+A restarted scheduler knows only what the journal and the checkpoints say. Replaying the
+journal's transitions (lifecycle.replay) gives each job the phase it had when the last
+scheduler stopped: an ended job stays ended (status replies and metrics count it), a queued
+one is queued again from its resume point, and one whose trainers may still run (launching,
+running, stopping) is requeued ("scheduler restart"). The nodes stay offline until their
+agents speak, and no round runs until every node of such a job's last launch has
+re-registered (or an agent timeout has passed), so a trainer still running from before the
+restart is found as a stray and stopped before its job could start a second time.
 """
 from __future__ import annotations
 
 from scheduler.core.engine import SchedulingError
+from scheduler.live.lifecycle import ENDED, FINISHED, OUT, Phase, replay
 from scheduler.live.state import LiveState
 
 
 def recover(state: LiveState) -> None:
-    """Queue the journal's unfinished jobs; nodes stay offline until their agents speak."""
+    """Rebuild the jobs' phases from the journal; nodes stay offline until their agents speak."""
     for node in range(state.opt.spec.num_nodes):
         state.core.set_node_online(node, False)
     now = state.now()
-    # jobs finished before this start: only status replies still mention them
-    state.finished_before = {e.record.job_id: e for e in state.journal.finished()}
-    # Trainers may still run where the journal last started its running jobs; until those
-    # nodes' agents re-register (and their trainers are found as strays and stopped), a
-    # round could start a second copy of such a job elsewhere. See `pending`.
-    state.awaiting = state.journal.running_nodes()
-    entries = state.journal.unfinished()
-    for entry in entries:
+    history = replay(state.journal.transitions())
+    if history.refused:  # a hand-edited or version-1 journal: the table skips those rows
+        state.log.warning("journal_replay_refused", count=len(history.refused),
+                          first=[(j, b and b.value, a.value) for j, b, a in history.refused[:10]])
+    live, ended, out = 0, 0, []
+    for entry in state.journal.entries():  # arrival order: the order the core queues them in
         record = entry.record
+        job_id = record.job_id
+        phase = history.phases.get(job_id, Phase(entry.phase))
+        if phase.value != entry.phase:  # the jobs table is what the transitions add up to
+            state.log.warning("journal_disagrees", job_id=job_id, replayed=phase.value,
+                              table=entry.phase)
+        if phase in ENDED:
+            state.jobs.restore(job_id, phase, entry)
+            if phase is FINISHED and entry.finish_trace is not None:
+                start = entry.first_start_trace
+                state.metrics.job_finished(entry.finish_trace - entry.submit_trace,
+                                           None if start is None else start - entry.submit_trace)
+            ended += 1
+            continue
+        if phase in OUT:  # its trainers may still run where it was last launched
+            state.rounds.awaiting |= history.launched_on.get(job_id, frozenset())
         try:
             state.core.submit(record, min(entry.submit_trace, now))
         except SchedulingError as err:  # e.g. the spec shrank since it was accepted
-            state.log.error("job_unschedulable", job_id=record.job_id, reason=str(err))
+            state.log.error("job_unschedulable", job_id=job_id, reason=str(err))
             continue
-        done = max(entry.iterations_done, state.checkpoint_of(record.job_id) or 0.0)
-        state.core.set_remaining(record.job_id, record.iterations - done)
-        if entry.state == "running":  # it was running when the scheduler died
-            state.journal.mark_stopped(record.job_id, done, now,
-                                       detail={"reason": "scheduler restart"})
-    if entries or state.offset:
-        state.log.info("recovered", jobs=len(entries), clock=now,
-                       awaiting=sorted(state.awaiting),
-                       finished=len(state.journal.finished_ids()))
-    state.wake_reasons.add("start")
+        state.jobs.restore(job_id, phase)
+        done = max(entry.iterations_done, state.jobs.checkpoint_of(job_id) or 0.0)
+        state.core.set_remaining(job_id, record.iterations - done)
+        live += 1
+        if phase in OUT:
+            out.append(job_id)
+    for job_id in out:  # it was out when the scheduler died
+        state.jobs.requeue(job_id, now, "scheduler restart")
+    if live or ended or state.trace.offset:
+        state.log.info("recovered", jobs=live, clock=now, awaiting=sorted(state.rounds.awaiting),
+                       finished=ended, requeued=out, migrated_from=state.journal.migrated_from)
+    state.rounds.wake("start")
 
 
 def pending(state: LiveState, wall: float) -> bool:
     """After a restart, no round until every node that ran a journaled job has
     re-registered, or an agent timeout has passed (an agent that stays silent that long
     is dead, and its jobs are free to run elsewhere). Called with the lock held."""
-    if not state.awaiting:
+    awaiting = state.rounds.awaiting
+    if not awaiting:
         return False
-    if wall - state.wall0 <= state.opt.agent_timeout:
+    if wall - state.trace.started <= state.opt.agent_timeout:
         return True
-    state.log.warning("recovery_gave_up_waiting", nodes=sorted(state.awaiting))
-    state.awaiting.clear()
+    state.log.warning("recovery_gave_up_waiting", nodes=sorted(awaiting))
+    awaiting.clear()
     return False

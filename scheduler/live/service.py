@@ -7,7 +7,9 @@ parts (docs/architecture.md has the map):
 * state.py     what the scheduler knows, its lock, and the transitions both threads make;
 * handlers.py  requests, on the service thread (`job.submit`, `agent.*`, `job.finished`,
                `job.stopped`, `status.query`); never talks to an agent;
-* executor.py  rounds on the main thread: plan, compare, stop, regroup, launch;
+* cluster.py   the driver loop's backend (scheduler/loop.py runs it on the main thread):
+               telemetry, liveness and strays between rounds; executor.py acts on each
+               plan: stop, regroup, launch;
 * gateway.py   requests to agents and their liveness; telemetry.py progress in, events out;
 * recovery.py  a restart from the journal (journal.py) and the checkpoints.
 
@@ -22,7 +24,6 @@ the trace clock running from where the journal left it.
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -31,13 +32,14 @@ from typing import Any, Callable
 import structlog
 
 from broker.refusal import as_handler
-from scheduler.live import recovery, status, telemetry
-from scheduler.live.executor import RoundExecutor
+from scheduler.live import recovery, status
+from scheduler.live.agents import declare_dead as declare_agent_dead
+from scheduler.live.cluster import AgentCluster
 from scheduler.live.gateway import SERVICE, AgentGateway
 from scheduler.live.handlers import Handlers
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
-from scheduler.core.state import Status
+from scheduler.loop import Loop
 
 
 class SchedulerService:
@@ -52,26 +54,13 @@ class SchedulerService:
         self.state = LiveState(options, self.log, clock)
         self.handlers = Handlers(self.state)
         self.gateway = AgentGateway(self.state, endpoints)
-        self.executor = RoundExecutor(self.state, self.gateway)
-        self._refusals_said = (0, -math.inf)  # (total, wall) when the counts were last logged
+        self.cluster = AgentCluster(self.state, self.gateway)
+        self.loop = Loop(self.state.core, self.cluster)
         if options.metrics is not None:  # observed from now on, served while `run` runs
             from scheduler.live.metrics import SchedulerMetrics
             self.state.metrics = SchedulerMetrics(self.state)
             self.state.journal.on_write = self.state.metrics.journal_write
         recovery.recover(self.state)
-
-    # the state's parts, by the names callers (and tests) know them
-    core = property(lambda self: self.state.core)
-    journal = property(lambda self: self.state.journal)
-    agents = property(lambda self: self.state.agents)
-    placed = property(lambda self: self.state.ledger.placed)
-    strays = property(lambda self: self.state.ledger.strays)
-    progress = property(lambda self: self.state.progress)
-    profiles = property(lambda self: self.state.profiles)
-    refusals = property(lambda self: self.state.refusals)
-    rounds = property(lambda self: self.state.rounds)
-    round_failures = property(lambda self: self.state.round_failures)
-    _lock = property(lambda self: self.state.lock)
 
     def now(self) -> float:
         return self.state.now()
@@ -81,7 +70,7 @@ class SchedulerService:
         return self.handlers.handle(msg)
 
     def declare_dead(self, name: str, reason: str) -> None:
-        self.state.declare_dead(name, reason)
+        declare_agent_dead(self.state, name, reason)
 
     def job_state(self, job_id: int) -> str:
         return status.job_state(self.state, job_id)
@@ -90,7 +79,9 @@ class SchedulerService:
         return status.status(self.state, jobs)
 
     def round(self, requester: Any) -> None:
-        self.executor.round(requester)
+        """A round now, whether due or not (a test's, or an operator's)."""
+        self.cluster.requester = requester
+        self.loop.turn(self.cluster.due())
 
     # -- the main loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, ready: threading.Event | None = None) -> int:
@@ -106,23 +97,25 @@ class SchedulerService:
                               retries=self.opt.agent_request_retries)
         publisher = Publisher(self.endpoints, SERVICE)
         subscriber = Subscriber(self.endpoints, ["event.progress", "event.timing"],
-                                refusals=self.refusals)
+                                refusals=self.state.refusals)
         self.log.info("scheduler_start", policy=self.opt.policy, preset=self.opt.preset,
                       nodes=self.opt.spec.num_nodes, gpus=self.opt.spec.total_gpus,
                       time_scale=self.opt.time_scale, round_s=self.opt.round_s,
                       agent_timeout=self.opt.agent_timeout, pid=os.getpid(), clock=self.now())
         svc_ready.wait(10.0)
         metrics_server = self._serve_metrics()
+        cluster = self.cluster
+        cluster.requester, cluster.publisher, cluster.subscriber = requester, publisher, subscriber
+        # the loop ends when `stop` is set, or when the service thread died: a scheduler
+        # that cannot answer requests must not go on planning
+        cluster.stop, cluster.alive = stop, thread.is_alive
         if ready is not None:
             ready.set()
         try:
-            while not stop.is_set():
-                if not thread.is_alive():
-                    self.log.error("service_thread_died", error=repr(svc_error[:1]))
-                    return 1
-                telemetry.pump(self.state, subscriber, wait=0.05)
-                self.step(requester)
-                telemetry.publish(self.state, publisher)
+            self.loop.run()
+            if not thread.is_alive():
+                self.log.error("service_thread_died", error=repr(svc_error[:1]))
+                return 1
             return 0
         finally:
             svc_stop.set()
@@ -134,9 +127,10 @@ class SchedulerService:
                     sock.close()
                 except Exception:  # closing is best effort on the way out
                     pass
-            self.journal.set_clock(self.now())
-            self.log.info("scheduler_exit", rounds=self.rounds, clock=self.now(),
-                          round_failures=self.round_failures, refused=self.refusals.counts())
+            self.state.journal.set_clock(self.now())
+            self.log.info("scheduler_exit", rounds=self.state.rounds.count, clock=self.now(),
+                          round_failures=self.state.rounds.failures,
+                          refused=self.state.refusals.counts())
 
     def _serve_metrics(self) -> Any:
         """The /metrics HTTP server when --metrics asked for one (None otherwise)."""
@@ -159,7 +153,7 @@ class SchedulerService:
 
         try:  # refusals are counted and logged (once per sender) by the Service
             service = Service(self.endpoints, SERVICE, as_handler(self.handle, self.log),
-                              heartbeat=0.5, refusals=self.refusals)
+                              heartbeat=0.5, refusals=self.state.refusals)
         except BaseException as err:
             error.append(err)
             raise
@@ -174,43 +168,10 @@ class SchedulerService:
 
     def step(self, requester: Any) -> None:
         """One pass of the main loop: liveness, strays, and a round when one is due."""
-        state = self.state
-        wall = self.clock()
-        for name in self.gateway.overdue(wall):
-            state.declare_dead(name, f"no heartbeat for {self.opt.agent_timeout:g}s")
-        self.executor.stop_strays(requester)
-        with state.lock:
-            due = bool(state.wake_reasons) or wall - state.last_round >= self.opt.round_s \
-                or (state.next_wakeup is not None and state.now() >= state.next_wakeup)
-            due = due and not recovery.pending(state, wall)
-        if due:
-            try:
-                self.executor.round(requester)
-            except Exception as err:  # a round's bug must not end the scheduler
-                self._round_failed(err)
-        self._say_refusals(wall)
-
-    def _round_failed(self, err: Exception) -> None:
-        """Log the failed round with the jobs it touched; the next one is due a full round_s
-        later (or at the next event), never at once, so a round that always fails is no hot
-        loop. The running jobs stay where they are meanwhile."""
-        state = self.state
-        with state.lock:
-            state.round_failures += 1
-            state.last_round = self.clock()
-            state.next_wakeup = None  # a stale wake-up in the past would be due at once
-            running = [j.id for j in state.core.running_jobs()]
-            queued = [j.id for j in state.core.queue if j.status is Status.PENDING]
-            self.log.error("round_failed", error=f"{type(err).__name__}: {err}",
-                           running=running, queued=queued, failures=state.round_failures,
-                           exc_info=err)
-
-    def _say_refusals(self, wall: float, every: float = 30.0) -> None:
-        """The refusal counts in the log, when they changed, at most every `every` s."""
-        total, said = self.refusals.total(), self._refusals_said
-        if total != said[0] and wall - said[1] >= every:
-            self._refusals_said = (total, wall)
-            self.log.info("refusals", total=total, refused=self.refusals.counts())
+        self.cluster.requester = requester
+        tick = self.cluster.poll()
+        if tick is not None:
+            self.loop.turn(tick)
 
     def close(self) -> None:
-        self.journal.close()
+        self.state.journal.close()

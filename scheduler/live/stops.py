@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from scheduler.live.agents import declare_dead
 from scheduler.live.gateway import AgentGateway
 from scheduler.live.state import LiveState
 from scheduler.live.stopwaits import StopWait
@@ -54,7 +55,7 @@ class Stopper:
             left = agent.last_seen + state.opt.agent_timeout - state.clock()
             if left >= 0:
                 return left
-        state.declare_dead(name, f"no heartbeat for {state.opt.agent_timeout:g}s")
+        declare_dead(state, name, f"no heartbeat for {state.opt.agent_timeout:g}s")
         return None
 
     def _ask(self, requester: Any, job_id: int, name: str, wait: StopWait,

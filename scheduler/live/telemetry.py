@@ -19,7 +19,7 @@ def pump(state: LiveState, subscriber: Any, wait: float) -> None:
             if msg.type == "event.progress":
                 with state.lock:
                     if msg["job_id"] in state.ledger.placed:
-                        state.note_progress(msg["job_id"], float(msg["iterations"]))
+                        state.jobs.note_progress(msg["job_id"], float(msg["iterations"]))
             elif msg.type == "event.timing":
                 with state.lock:
                     note_timing(state, msg)
@@ -43,16 +43,16 @@ def note_timing(state: LiveState, msg: Any) -> None:
     try:
         if overhead is not None and overhead != job.restart_overhead:
             state.core.set_restart_overhead(job.id, overhead)  # weighs future regroups
-        profile = state.profiles.fold(job.id, job.profile, msg["stages"])
+        profile = state.jobs.profiles.fold(job.id, job.profile, msg["stages"])
         if profile is None:
             return
         state.core.update_profile(job.id, profile, solo_time=sum(profile))
     except SchedulingError as err:  # the core is the last line: refused, nothing changed
-        state.profiles.forget(job.id)  # the estimate it refused must not seed the next
+        state.jobs.profiles.forget(job.id)  # the estimate it refused must not seed the next
         state.refusals.refuse("event.timing:refused_by_core", msg.sender, str(err),
                               job_id=job.id)
         return
-    state.wake_reasons.add("profile")
+    state.rounds.wake("profile")
     state.log.info("profile_updated", job_id=job.id, profile=[round(t, 6) for t in profile],
                    measured=dict(msg["stages"]))
 

@@ -219,9 +219,10 @@ def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str
                    "submit": job.submit_time, "first_start": job.first_start,
                    "nodes": [node_name(n) for n in where.nodes] if where else [],
                    "group": list(where.group) if where else []}
-        elif job_id in state.finished_before:
-            entry = state.finished_before[job_id]
-            doc = {"job_id": job_id, "state": "finished", "model": entry.record.model_name,
+        elif job_id in state.jobs.past:
+            entry = state.jobs.past[job_id]
+            doc = {"job_id": job_id, "state": state.jobs.status_of(job_id),
+                   "model": entry.record.model_name,
                    "num_gpu": entry.record.num_gpu, "iterations": entry.record.iterations,
                    "iterations_done": entry.iterations_done, "preemptions": entry.preemptions,
                    "nodes": [], "group": []}

@@ -1,0 +1,439 @@
+"""One job's life in the live scheduler: its phases, the transitions allowed between them, and
+one function per transition.
+
+    (submit) -> queued -> launching -> running -> stopping -> queued -> ...
+                any phase but finished and cancelled -> finished | cancelled
+
+Why one module: a job's fate is kept in three stores that must agree: the journal (what
+survives a crash), the core (what is planned) and the ledger (where trainers run). Each
+transition writes them in that order, journal first, so the durable record never lags a
+change another store already acted on; then it logs and queues its event. Nothing else
+changes a job's phase, and no transition is written out anywhere else. A transition the
+table does not allow is refused: logged (`transition_refused`), counted, never applied.
+
+The journal keeps every transition (the phase entered), so the phases are what replaying it
+gives (`replay`, used by recovery.py), and status replies and metrics read them from here.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, NamedTuple
+
+from scheduler.core.profiles import ProfileEstimator
+from scheduler.live.ledger import Launch, Placed, node_name
+from trainer import checkpoint
+
+
+class Phase(str, Enum):
+    QUEUED = "queued"  # waiting for a round (planned but not launched yet counts here too)
+    LAUNCHING = "launching"  # job.launch requests are out
+    RUNNING = "running"  # every slice's agent answered: its trainers run
+    STOPPING = "stopping"  # a round stopped it and awaits its agents' reports
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+QUEUED, LAUNCHING, RUNNING = Phase.QUEUED, Phase.LAUNCHING, Phase.RUNNING
+STOPPING, FINISHED, CANCELLED = Phase.STOPPING, Phase.FINISHED, Phase.CANCELLED
+
+LIVE = frozenset({QUEUED, LAUNCHING, RUNNING, STOPPING})
+OUT = frozenset({LAUNCHING, RUNNING, STOPPING})  # its trainers may run somewhere
+ENDED = frozenset({FINISHED, CANCELLED})
+
+
+class Move(NamedTuple):
+    """One transition: the phases it leaves, the one it enters, the journal event that
+    records it, and whether that commit waits for the disk. Not durable: a transition that
+    recovery treats like the phase before it (trainers may run either way), so a power loss
+    that takes it back changes nothing; the next durable commit makes it durable too."""
+
+    sources: frozenset[Phase | None]
+    target: Phase
+    kind: str
+    durable: bool = True
+
+
+#: The transitions, by the name of the Lifecycle method that makes each.
+MOVES: Mapping[str, Move] = MappingProxyType({
+    "submit": Move(frozenset({None}), QUEUED, "submitted"),
+    "launch": Move(frozenset({QUEUED}), LAUNCHING, "started"),
+    "launched": Move(frozenset({LAUNCHING}), RUNNING, "launched", durable=False),
+    "launch_failed": Move(frozenset({LAUNCHING}), QUEUED, "stopped"),
+    "stopping": Move(frozenset({RUNNING}), STOPPING, "stopping", durable=False),
+    "stopped": Move(frozenset({STOPPING}), QUEUED, "stopped"),
+    "regrouped": Move(frozenset({RUNNING}), RUNNING, "regrouped", durable=False),
+    "requeue": Move(OUT, QUEUED, "stopped"),
+    "checkpointed": Move(frozenset({QUEUED}), QUEUED, "stopped"),
+    "finish": Move(LIVE, FINISHED, "finished"),
+    "cancel": Move(LIVE, CANCELLED, "cancelled"),
+})
+#: phase -> the phases it may enter (None: not submitted yet), all transitions together: what
+#: a replay of the journal, and the journal itself, check
+ALLOWED: Mapping[Phase | None, frozenset[Phase]] = MappingProxyType({
+    before: frozenset(m.target for m in MOVES.values() if before in m.sources)
+    for before in (None, *Phase)})
+#: what a status reply calls each phase (a launch not yet answered is still pending there)
+STATUS: Mapping[Phase, str] = MappingProxyType({
+    QUEUED: "pending", LAUNCHING: "pending", RUNNING: "running", STOPPING: "running",
+    FINISHED: "finished", CANCELLED: "cancelled"})
+
+
+def allowed(before: Phase | None, after: Phase) -> bool:
+    return after in ALLOWED[before]
+
+
+class Transition(NamedTuple):
+    """One change of a job's phase as the journal keeps it (`durable`: see Move)."""
+
+    job_id: int
+    phase: Phase  # the phase entered
+    kind: str  # the journal event: submitted, started, launched, stopping, stopped, ...
+    ts: float  # trace seconds
+    iterations: float | None = None  # iterations done, where the transition knows them
+    node: str | None = None
+    detail: Mapping[str, Any] | None = None
+    preempted: bool = False  # a stop that counts as a preemption
+    durable: bool = True
+
+
+class History(NamedTuple):
+    """What replaying a journal gives: each job's phase, the nodes of its last launch, and
+    the transitions the table refused (a journal written by hand or by a version-1 scheduler
+    may hold some; they are skipped)."""
+
+    phases: dict[int, Phase]
+    launched_on: dict[int, frozenset[str]]
+    refused: list[tuple[int, Phase | None, Phase]]
+
+
+def replay(rows: Iterable[tuple[int, str, str | None, Mapping[str, Any] | None]]) -> History:
+    """Fold (job id, phase entered, node, detail) rows, in journal order, into each job's
+    phase. Pure: the live machine and this fold share `ALLOWED`, so a journal the live
+    scheduler wrote replays to the phases it had."""
+    phases: dict[int, Phase] = {}
+    nodes: dict[int, frozenset[str]] = {}
+    refused: list[tuple[int, Phase | None, Phase]] = []
+    for job_id, entered, node, detail in rows:
+        after, before = Phase(entered), phases.get(job_id)
+        if not allowed(before, after):
+            refused.append((job_id, before, after))
+            continue
+        phases[job_id] = after
+        if after is LAUNCHING:
+            nodes[job_id] = launch_nodes(node, detail)
+    return History(phases, nodes, refused)
+
+
+def launch_nodes(node: str | None, detail: Mapping[str, Any] | None) -> frozenset[str]:
+    """The nodes a `started` transition names (its node and its detail's list)."""
+    named = detail.get("nodes") if isinstance(detail, Mapping) else None
+    names = [n for n in (named if isinstance(named, list) else []) if isinstance(n, str)]
+    return frozenset(names + ([node] if node else []))
+
+
+class Lifecycle:
+    """Each job's phase and the transitions that change it. Called with the state's lock
+    held. It writes the state's journal, core and ledger, and queues events in its outbox;
+    `past` holds the journal entries of jobs that ended before this start (status lists
+    them), `progress` and `profiles` what telemetry says of live jobs."""
+
+    def __init__(self, state: Any, profile_threshold: float):
+        self.state = state  # the LiveState that holds this (journal, core, ledger, outputs)
+        self._phases: dict[int, Phase] = {}
+        self.counts: Counter[Phase] = Counter()
+        self.refused: Counter[str] = Counter()  # "name from phase" -> times refused
+        self.past: dict[int, Any] = {}
+        self.progress: dict[int, float] = {}  # iterations done, per telemetry
+        self.profiles = ProfileEstimator(threshold=profile_threshold)
+
+    # -- what the phases say -----------------------------------------------------------------
+    def phase(self, job_id: int) -> Phase | None:
+        return self._phases.get(job_id)
+
+    def status_of(self, job_id: int) -> str:
+        """The status reply's word for the job (KeyError for a job never submitted)."""
+        return STATUS[self._phases[job_id]]
+
+    def status_counts(self) -> dict[str, int]:
+        """Jobs per status word, a cancelled one counting as finished: what status replies
+        and metrics count, the jobs that ended before a restart included. O(phases)."""
+        out = {"pending": 0, "running": 0, "finished": 0}
+        for phase, n in self.counts.items():
+            word = STATUS[phase]
+            out["finished" if word == "cancelled" else word] += n
+        return out
+
+    def ended(self, job_id: int) -> bool:
+        return self._phases.get(job_id) in ENDED
+
+    def note_progress(self, job_id: int, done: float) -> None:
+        if done > self.progress.get(job_id, -1.0):
+            self.progress[job_id] = done
+
+    def checkpoint_of(self, job_id: int) -> float | None:
+        ckpt = checkpoint.read(self.state.opt.checkpoints, job_id)
+        return ckpt.iterations if ckpt is not None else None
+
+    def resume_point(self, job_id: int) -> float:
+        """Iterations a waiting job will resume from: its checkpoint, or the last safe stop."""
+        entry = self.state.journal.get(job_id)
+        known = entry.iterations_done if entry is not None else 0.0
+        return max(known, self.checkpoint_of(job_id) or 0.0)
+
+    def restore(self, job_id: int, phase: Phase, entry: Any = None) -> None:
+        """A job as the journal left it (recovery.py): its replayed phase, no transition; an
+        ended job keeps its journal entry for status replies."""
+        self._set(job_id, phase)
+        if phase in ENDED:
+            self.past[job_id] = entry
+
+    # -- transitions ---------------------------------------------------------------------------
+    def submit(self, record: Any, now: float) -> bool:
+        """(none) -> queued. Durable before the caller acknowledges; False, and no change, for
+        an id the journal holds already (a feeder's retry, not a refusal: the journal is
+        what knows every id, the ones that ended before this start too)."""
+        s = self.state
+        if not s.journal.submit(record, now):
+            return False
+        s.core.submit(record, now)
+        self._set(record.job_id, QUEUED)
+        s.log.info("job_submitted", job_id=record.job_id, num_gpu=record.num_gpu,
+                   iterations=record.iterations, model=record.model_name, submit=now,
+                   trace_submit=record.submit_time)
+        self._emit(record.job_id, "submitted", {"submit": now})
+        s.rounds.wake("arrival")
+        return True
+
+    def launch(self, job_id: int, want: Placed, start: float) -> bool:
+        """queued -> launching: its job.launch requests go out. Journaled as started now: a
+        job may finish before the launch is answered, and its JCT needs its first start."""
+        names = [node_name(n) for n in want.nodes]
+        if self._enter("launch", job_id, iterations=start, node=names[0],
+                       detail={"nodes": names}) is None:
+            return False
+        self.state.ledger.begin_launch(job_id, want)
+        return True
+
+    def launched(self, job_id: int, want: Placed, seqs: Mapping[int, Launch],
+                 gpus_of: Mapping[int, list[int]], start: float) -> bool:
+        """launching -> running: every slice's agent answered."""
+        s = self.state
+        entry = self._enter("launched", job_id)
+        if entry is None:
+            return False
+        s.ledger.end_launch(job_id)
+        s.ledger.place(job_id, want, seqs)
+        s.log.info("job_started", job_id=job_id, node=node_name(want.nodes[0]),
+                   nodes=[node_name(n) for n in want.nodes],
+                   gpus={node_name(n): g for n, g in gpus_of.items()},
+                   group=list(want.group), slot=want.group.index(job_id), tt=want.tt,
+                   start_iteration=start, now=s.now(), submit=entry.submit_trace,
+                   first_start=entry.first_start_trace)
+        self._emit_running(job_id, want)
+        return True
+
+    def launch_failed(self, job_id: int, start: float, node: str | None,
+                      lost: list[str]) -> bool:
+        """launching -> queued: a slice's launch failed, or an agent was lost meanwhile. The
+        core hears of it through the loop (a LaunchFailed outcome); no round at once, or an
+        agent that refuses would be asked again at once, forever: the next tick retries."""
+        s = self.state
+        if self._enter("launch_failed", job_id, iterations=start, node=node,
+                       detail={"reason": "launch failed"}, preempted=True) is None:
+            return False
+        s.ledger.end_launch(job_id)
+        s.log.warning("launch_failed", job_id=job_id, node=node, lost=lost)
+        return True
+
+    def stopping(self, job_ids: Iterable[int]) -> None:
+        """running -> stopping: a round stops these jobs (one journal transaction for all);
+        one already stopping (a round that failed midway) stays so."""
+        now = self.state.now()
+        moving = [j for j in job_ids if self._phases.get(j) is not STOPPING]
+        self._enter_many("stopping", moving, now)
+
+    def stopped(self, job_id: int, was: Placed, iterations: float, finished: bool,
+                reason: str, preempted: bool) -> bool:
+        """stopping -> queued: the round's stop ended on every node, its checkpoint the truth.
+        A trainer that ended on its own just before the stop reached it finished: done is
+        done, whatever the reply's flag says (a relaunch at its total would run it twice)."""
+        s = self.state
+        if not self._may("stopped", job_id):
+            return False
+        total = s.core.jobs[job_id].record.iterations
+        node = node_name(was.slices[0].node)
+        now = s.now()
+        if finished or iterations >= total:
+            return self.finish(job_id, now, iterations, node, strays=False)
+        if self._enter("stopped", job_id, ts=now, iterations=iterations, node=node,
+                       detail={"reason": reason}, preempted=preempted) is None:
+            return False
+        s.core.set_remaining(job_id, total - iterations)
+        s.ledger.unplace(job_id)
+        self.progress.pop(job_id, None)
+        s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=iterations,
+                   now=now, nodes=[node_name(n) for n in was.nodes])
+        self._emit(job_id, "stopped", {"reason": reason, "iterations": iterations})
+        return True
+
+    def regrouped(self, job_id: int, want: Placed) -> bool:
+        """running -> running: its agents took the new group and pace in place."""
+        s = self.state
+        slot = want.group.index(job_id)
+        if self._enter("regrouped", job_id,
+                       detail={"group": list(want.group), "tt": want.tt}) is None:
+            return False
+        s.ledger.regroup(job_id, want)
+        s.log.info("job_regrouped", job_id=job_id, group=list(want.group), slot=slot,
+                   tt=want.tt, now=s.now(), nodes=[node_name(n) for n in want.nodes])
+        self._emit_running(job_id, want)
+        return True
+
+    def requeue(self, job_id: int, now: float, reason: str, skip: str | None = None,
+                iterations: float | None = None) -> bool:
+        """launching, running or stopping -> queued, outside a plan (an agent lost, a trainer
+        failed or vanished, a scheduler restart), resuming from its checkpoint. A job whose
+        checkpoint already holds every iteration finished unheard (its agent died before
+        passing the trainer's end on): it is finished here, not launched once more. `skip`:
+        the node that reported it, where no trainer is left to stop."""
+        s = self.state
+        if not self._may("requeue", job_id):
+            return False
+        done = self.resume_point(job_id)
+        if iterations is not None:
+            done = max(done, iterations)
+        total = s.core.jobs[job_id].record.iterations
+        if done >= total:
+            s.log.info("job_finished_unheard", job_id=job_id, reason=reason, iterations=done,
+                       node=skip)
+            return self.finish(job_id, now, done, skip)
+        if self._enter("requeue", job_id, ts=now, iterations=done, node=skip,
+                       detail={"reason": reason}, preempted=True) is None:
+            return False
+        s.core.stop(job_id, now)
+        s.core.set_remaining(job_id, total - done)
+        where = s.ledger.release(job_id, keep=skip)
+        self.progress.pop(job_id, None)
+        s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=done, now=now,
+                   nodes=[node_name(n) for n in (where.nodes if where else ())])
+        self._emit(job_id, "stopped", {"reason": reason, "iterations": done})
+        s.rounds.wake("requeue")
+        return True
+
+    def checkpointed(self, job_id: int, iterations: float, node: str, reason: str) -> bool:
+        """queued -> queued: a trainer of a waiting job stopped (a stop reported after its
+        round, a stray) with a checkpoint the job now resumes from."""
+        s = self.state
+        if self._enter("checkpointed", job_id, iterations=iterations, node=node,
+                       detail={"reason": reason}) is None:
+            return False
+        s.core.set_remaining(job_id, s.core.jobs[job_id].record.iterations - iterations)
+        return True
+
+    def finish(self, job_id: int, now: float, iterations: float, node: str | None,
+               strays: bool = True) -> bool:
+        """Any live phase -> finished. Its trainers on other nodes than `node` (the one that
+        reported) become strays, unless `strays` is False (a stop ended on every node)."""
+        s = self.state
+        entry = self._enter("finish", job_id, ts=now, iterations=iterations, node=node)
+        if entry is None:
+            return False
+        s.core.finish(job_id, now)
+        if strays:
+            s.ledger.release(job_id, keep=node)
+        else:
+            s.ledger.unplace(job_id)
+        self.progress.pop(job_id, None)
+        self.profiles.forget(job_id)  # a requeue keeps it: the job runs again, same model
+        submit, start = entry.submit_trace, entry.first_start_trace
+        queue_delay = None if start is None else start - submit
+        s.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
+                   submit=submit, start=start, end=now, jct=now - submit,
+                   queue_delay=queue_delay, preemptions=entry.preemptions,
+                   model=entry.record.model_name, num_gpu=entry.record.num_gpu,
+                   trace_submit=entry.record.submit_time)
+        self._emit(job_id, "finished", {"submit": submit, "start": start, "end": now})
+        s.metrics.job_finished(now - submit, queue_delay)
+        s.rounds.wake("completion")
+        return True
+
+    def cancel(self, job_id: int, now: float) -> str | None:
+        """Any live phase -> cancelled, by a user: a queued job leaves the queue, a running
+        one's trainers become strays the main thread stops (their late reports find it
+        ended). Returns what it was (the status reply's word), None when refused."""
+        s = self.state
+        if not self._may("cancel", job_id):
+            return None
+        was = self.status_of(job_id)
+        done = max(self.resume_point(job_id), self.progress.get(job_id, 0.0))
+        if self._enter("cancel", job_id, ts=now, iterations=done) is None:
+            return None
+        s.core.finish(job_id, now)
+        where = s.ledger.release(job_id, keep=None)
+        self.progress.pop(job_id, None)
+        self.profiles.forget(job_id)
+        s.log.info("job_cancelled", job_id=job_id, was=was, iterations=done, now=now,
+                   nodes=[node_name(n) for n in (where.nodes if where else ())])
+        self._emit(job_id, "cancelled", {"was": was, "iterations": done})
+        s.rounds.wake("cancel")
+        return was
+
+    # -- the one place phases change -----------------------------------------------------------
+    def _enter(self, name: str, job_id: int, ts: float | None = None, **fields: Any) -> Any:
+        """Transition `name` of MOVES for the job: journaled, then its phase recorded. The
+        journal's entry of the job after it, or None when refused."""
+        move = MOVES[name]
+        if not self._may(name, job_id):
+            return None
+        before = self._phases.get(job_id)
+        entry = self.state.journal.record(Transition(
+            job_id, move.target, move.kind, self.state.now() if ts is None else ts,
+            durable=move.durable, **fields))
+        if entry is None:  # the journal's phase is not ours: the stores disagree
+            self._refuse(name, job_id, before, "the journal refused it")
+            return None
+        self._set(job_id, move.target)
+        return entry
+
+    def _enter_many(self, name: str, job_ids: Iterable[int], ts: float) -> None:
+        """`_enter` for each job, in one journal transaction."""
+        move = MOVES[name]
+        legal = [Transition(job_id, move.target, move.kind, ts, durable=move.durable)
+                 for job_id in job_ids if self._may(name, job_id)]
+        for change, entry in zip(legal, self.state.journal.record_many(legal)):
+            if entry is None:
+                self._refuse(name, change.job_id, self._phases.get(change.job_id),
+                             "the journal refused it")
+            else:
+                self._set(change.job_id, move.target)
+
+    def _may(self, name: str, job_id: int) -> bool:
+        """Whether transition `name` may leave the job's phase; if not, it is refused."""
+        before = self._phases.get(job_id)
+        if before in MOVES[name].sources:
+            return True
+        self._refuse(name, job_id, before, "not allowed from its phase")
+        return False
+
+    def _set(self, job_id: int, phase: Phase) -> None:
+        before = self._phases.get(job_id)
+        if before is not None:
+            self.counts[before] -= 1
+        self._phases[job_id] = phase
+        self.counts[phase] += 1
+
+    def _refuse(self, name: str, job_id: int, before: Phase | None, why: str) -> None:
+        key = f"{name} from {before.value if before else 'none'}"
+        self.refused[key] += 1
+        self.state.log.warning("transition_refused", job_id=job_id, transition=key, why=why,
+                               refused=self.refused[key])
+
+    def _emit(self, job_id: int, state: str, detail: dict[str, Any]) -> None:
+        self.state.outbox.append(("event.job", {"job_id": job_id, "state": state,
+                                                "detail": detail}))
+
+    def _emit_running(self, job_id: int, where: Placed) -> None:
+        self._emit(job_id, "running", {"nodes": [node_name(n) for n in where.nodes],
+                                       "group": list(where.group), "tt": where.tt})

@@ -1,0 +1,35 @@
+"""When the live scheduler's next round is due, and what its rounds so far came to.
+
+Why a part of its own: both threads ask for rounds (a request handler wakes one for an
+arrival or a completion, the main thread runs them), and after a restart no round may run
+until the nodes that ran journaled jobs are heard from (recovery.py). Called with the
+state's lock held.
+"""
+from __future__ import annotations
+
+import math
+
+
+class Rounds:
+    def __init__(self) -> None:
+        self.reasons: set[str] = set()  # why the next round is wanted (events since the last)
+        self.count = 0
+        self.failures = 0  # rounds that raised (logged `round_failed`; the loop goes on)
+        self.last = -math.inf  # wall time of the last round's start (or failure)
+        self.wakeup: float | None = None  # trace time the policy asked to be woken at
+        self.awaiting: set[str] = set()  # after a restart: nodes to hear from before a round
+
+    def wake(self, reason: str) -> None:
+        self.reasons.add(reason)
+
+    def due(self, wall: float, now: float, round_s: float) -> bool:
+        """An event asked for a round, `round_s` wall seconds passed, or the policy's wake-up
+        came (`now`: trace seconds)."""
+        return bool(self.reasons) or wall - self.last >= round_s \
+            or (self.wakeup is not None and now >= self.wakeup)
+
+    def take_reasons(self) -> list[str]:
+        """Why this round runs ("tick": only time passed), clearing them."""
+        reasons = sorted(self.reasons) or ["tick"]
+        self.reasons.clear()
+        return reasons
