@@ -1,7 +1,9 @@
-"""The client API for a user's own training loop run as an Interlace job.
+"""The client API for a training loop run as an Interlace job: the one trainer contract.
 
-Why: the packaged trainers take turns at their group's stage gate, report stage times to the
-planner, checkpoint, and stop when asked; a user's script gets the same with a few lines:
+Why: every trainer takes turns at its group's stage gate, reports stage times to the planner,
+checkpoints, and stops when asked, and the agent, the scheduler and the ledger verdict rely on
+the order of those acts. They are written here once; the packaged trainers (trainer/run.py,
+emulated and torch, through trainer/loop.py) are clients of this API as a user's script is:
 
     from trainer import api
     job = api.job()                              # reads the INTERLACE_* environment
@@ -20,70 +22,169 @@ checkpoints under ./checkpoints. A script that never uses this API still runs (i
 unprofiled and takes no turns; the gate drops it from the rotation after its stall timeout)
 and is stopped by SIGTERM, resuming from scratch or its own checkpoints.
 
-Stage names are trainer.stages.STAGES (io, cpu, gpu, net). Only rank 0 reports and writes the
-progress record; every rank should call `should_stop()` and agree (e.g. in the all-reduce).
+The contract, in order: `resume()` picks the resume point (the newest saved state; for a job
+that keeps no state, its progress record or the scheduler's count, whichever is ahead) and
+writes the ledger's start record. Stages are gated and timed; `step()` ends an iteration, and
+reports (and, with `autosave`, checkpoints) fall due there, never while a stop is pending or
+once the end is reached. `save()` appends the ledger's checkpoint record, then makes the state
+durable, then the progress record (so the record never names a state that is not on disk).
+`stop()` and `finish()` save, report, close, and return the exit status (trainer/exits.py);
+the ledger's end record follows, at the end of a `with job:` block when there is one (where
+an exception ends it as crashed), else at once.
+
+Stage names are trainer.stages.STAGES (io, cpu, gpu, net). Only rank 0 reports, saves and
+writes the progress record; every rank should call `should_stop()` and agree (e.g. in the
+all-reduce).
 """
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-import pickle
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from trainer import checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
-from trainer.stages import STAGES, TimingWindow
+from trainer.gate_client import connect
+from trainer.ledger import Ledger
+from trainer.reporting import FIRST_REPORT_AFTER, Profile, Reporter  # noqa: F401  (public)
+from trainer.stages import STAGES
 from trainer.stopflag import StopFlag
+from trainer.stores import KEEP as KEEP_CHECKPOINTS  # noqa: F401  (public)
+from trainer.stores import FileStore, Store
 
 REPORT_EVERY_S = 1.0  # wall seconds between stage-time reports to the planner
-FIRST_REPORT_AFTER = 20  # iterations after which a launch reports at once (short launches count)
-KEEP_CHECKPOINTS = 2  # the newest user checkpoints kept; older ones are removed
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Who a job's process is and where its contract's outputs go.
+
+    `checkpoint_dir` is where a user's states go; `progress_dir` the directory of the
+    progress record the agent and scheduler read (None: none is written); `ledger` the
+    node's ledger file (None: no ledger); `launch` what all ranks of one launch share.
+    """
+
+    job_id: int = 0
+    managed: bool = False
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    iterations: float = 0
+    start_iteration: float = 0.0
+    node: str = ""
+    time_scale: float = 1.0
+    checkpoint_dir: Path = Path("checkpoints")
+    progress_dir: Path | None = None
+    gate: str | None = None
+    endpoints: str | None = None
+    client_key: str | None = None
+    ledger: Path | None = None
+    launch: str = ""
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> "Setup":
+        """The INTERLACE_* variables (node_agent/user_command.py), and INTERLACE_LEDGER, the
+        node's ledger file (optional; unset, the job writes no ledger records)."""
+        managed = "INTERLACE_JOB_ID" in env
+        world = int(env.get("INTERLACE_WORLD_SIZE", "1"))
+        ckdir = Path(env.get("INTERLACE_CHECKPOINT_DIR") or "checkpoints")
+        launch = (f"{env.get('INTERLACE_MASTER_ADDR', '')}:{env.get('INTERLACE_MASTER_PORT', '')}"
+                  if world > 1 else "")
+        return cls(job_id=int(env.get("INTERLACE_JOB_ID", "0")), managed=managed,
+                   rank=int(env.get("INTERLACE_RANK", "0")), world_size=world,
+                   local_rank=int(env.get("INTERLACE_LOCAL_RANK", "0")),
+                   iterations=int(float(env.get("INTERLACE_ITERATIONS", "0"))),
+                   start_iteration=float(env.get("INTERLACE_START_ITERATION", "0")),
+                   node=env.get("INTERLACE_NODE", ""),
+                   time_scale=float(env.get("INTERLACE_TIME_SCALE", "1")),
+                   checkpoint_dir=ckdir, progress_dir=ckdir.parent if managed else None,
+                   gate=env.get("INTERLACE_GATE") or None,
+                   endpoints=(env.get("INTERLACE_ENDPOINTS") or None) if managed else None,
+                   client_key=env.get("INTERLACE_CLIENT_KEY") or None,
+                   ledger=Path(env["INTERLACE_LEDGER"]) if env.get("INTERLACE_LEDGER") else None,
+                   launch=launch)
+
+
+class Autosave:
+    """When periodic checkpoints fall due: every `every` iterations, or every `seconds` wall
+    seconds (the first at once); `state()` gives what to save."""
+
+    def __init__(self, state: Callable[[], Any], every: int = 0, seconds: float = 0.0):
+        if (every > 0) == (seconds > 0):
+            raise ValueError("autosave needs one of every (iterations) or seconds, > 0")
+        self.state, self.every, self.seconds = state, int(every), float(seconds)
+        self._next, self._last = -math.inf, None
+
+    def due(self, iteration: float, now: float) -> bool:
+        if self.seconds:
+            return now >= self._next
+        return (float(iteration).is_integer() and int(iteration) % self.every == 0
+                and iteration != self._last)
+
+    def saved(self, iteration: float, now: float) -> None:
+        self._last, self._next = iteration, now + self.seconds
 
 
 class Job:
-    """One process of an Interlace job, as its environment describes it."""
+    """One process of an Interlace job: the contract's acts, in their order (module docstring).
+
+    Built from the environment by default. A packaged trainer passes `setup` (its command
+    line), `store` (where its state goes; None: it keeps none), `stop` (a StopFlag its own
+    early signal handlers set, with handle_sigterm=False), `parent` (the pid whose loss
+    means orphaned), `started` (its process's start, time.monotonic: the first iteration's
+    end minus it is the launch's restart overhead, reported with the stage times) and `log`.
+    """
 
     def __init__(self, environ: Mapping[str, str] | None = None,
-                 report_every: float = REPORT_EVERY_S, handle_sigterm: bool = True):
-        env = os.environ if environ is None else environ
-        self.managed = "INTERLACE_JOB_ID" in env
-        self.id = int(env.get("INTERLACE_JOB_ID", "0"))
-        self.rank = int(env.get("INTERLACE_RANK", "0"))
-        self.world_size = int(env.get("INTERLACE_WORLD_SIZE", "1"))
-        self.local_rank = int(env.get("INTERLACE_LOCAL_RANK", "0"))
-        self.iterations = int(float(env.get("INTERLACE_ITERATIONS", "0")))
-        self.start_iteration = float(env.get("INTERLACE_START_ITERATION", "0"))
-        self.checkpoint_dir = Path(env.get("INTERLACE_CHECKPOINT_DIR") or "checkpoints")
-        self.node = env.get("INTERLACE_NODE", "")
-        self.time_scale = float(env.get("INTERLACE_TIME_SCALE", "1"))
+                 report_every: float = REPORT_EVERY_S, handle_sigterm: bool = True, *,
+                 setup: Setup | None = None, store: Store | None = None,
+                 stop: StopFlag | None = None, parent: int | None = None,
+                 started: float | None = None, log: Any = None):
+        if setup is None:
+            setup = Setup.from_environ(os.environ if environ is None else environ)
+            store = FileStore(setup.checkpoint_dir) if store is None else store
+        self.setup, self.store = setup, store
+        self.managed, self.id, self.node = setup.managed, setup.job_id, setup.node
+        self.rank, self.world_size, self.local_rank = setup.rank, setup.world_size, setup.local_rank
+        self.iterations, self.start_iteration = setup.iterations, setup.start_iteration
+        self.checkpoint_dir, self.time_scale = setup.checkpoint_dir, setup.time_scale
         self.report_every = float(report_every)
-        self._stop = StopFlag()  # set by SIGTERM: no lock in a handler (trainer/stopflag.py)
-        self._parent = os.getppid()
+        self.clock: Callable[[], float] = time.monotonic  # a CUDA trainer's waits for its device
+        self.position = float(setup.start_iteration)  # where the job stands (reports say it)
+        self._ledger = Ledger(setup.ledger, setup.job_id, setup.node, rank=setup.rank,
+                              world_size=setup.world_size, launch=setup.launch)  # first: its
+        # start time precedes all of the job's work (no file: it records nothing)
+        self._stop = stop if stop is not None else StopFlag()  # no lock in a handler
+        self._parent = os.getppid() if parent is None else parent
+        self._started = started
         self._times: dict[str, float] = {}
-        self._window = TimingWindow()
-        self._iteration_began = time.monotonic()
-        self._next_report = time.monotonic() + self.report_every
-        self._done = 0
+        self._iteration_began = self.clock()
+        self._boundary = self.position  # where the last step() or resume() left the job
         self._counted_first = False
-        self._reported = False
-        writer = self.rank == 0
-        from trainer.torch_run import make_gate  # one gate factory for every trainer
-
-        self.gate = make_gate(env.get("INTERLACE_GATE") or None, self.id)
-        self._telemetry = None
-        if self.managed and writer and env.get("INTERLACE_ENDPOINTS"):
-            import structlog
-
-            from trainer.telemetry import Telemetry
-            self._telemetry = Telemetry(env["INTERLACE_ENDPOINTS"], self.id,
-                                        structlog.get_logger("trainer.api").bind(job=self.id),
-                                        client_key=env.get("INTERLACE_CLIENT_KEY") or None)
+        self._autosave: Autosave | None = None
+        self._outcome: str | None = None  # "stopped" or "finished", once decided
+        self._within = False  # inside `with job:`: the ledger's end waits for its end
+        self.gate = connect(setup.gate, setup.job_id)
+        self._reporter = Reporter(self._telemetry(log), setup.time_scale, self.report_every,
+                                  self.clock())
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+
+    def _telemetry(self, log: Any) -> Any:
+        if not (self.managed and self.rank == 0 and self.setup.endpoints):
+            return None
+        from trainer.telemetry import Telemetry
+
+        if log is None:
+            import structlog
+            log = structlog.get_logger("trainer.api").bind(job=self.id)
+        return Telemetry(self.setup.endpoints, self.id, log, client_key=self.setup.client_key)
 
     # -- the loop's side ---------------------------------------------------------------------
     @contextlib.contextmanager
@@ -92,11 +193,13 @@ class Job:
         if name not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {name!r}")
         with self.gate.turn(name):
-            began = time.monotonic()
+            began = self.clock()
             try:
                 yield
             finally:
-                self._times[name] = self._times.get(name, 0.0) + time.monotonic() - began
+                self._times[name] = self._times.get(name, 0.0) + self.clock() - began
+
+    turn = stage  # the Gate interface (trainer.stages): a StageLoop takes its turns here
 
     def loader(self, batches: Iterable[Any]) -> Iterator[Any]:
         """`batches` with each fetch as the io stage (wrap a DataLoader with it)."""
@@ -109,102 +212,179 @@ class Job:
                     return
             yield item
 
-    def step(self) -> None:
-        """One iteration ended: its stage times join the window, reported now and then (the
-        first one after a start is start-up, not the pace, and is left out; the first report
-        comes after FIRST_REPORT_AFTER iterations, so that a short launch is measured too)."""
-        now = time.monotonic()
-        self._done += 1
+    def step(self, iteration: float | None = None) -> None:
+        """One iteration ended; `iteration`: where the job now stands (default: one past
+        where it stood). Its stage times join the window (the first after a start is
+        start-up, not the pace, and is left out; its end measures the restart overhead when
+        `started` was given); reports and autosaves that are due happen now."""
+        now = self.clock()
         if self._counted_first:
-            self._window.add(self._times, now - self._iteration_began)
+            self._reporter.window.add(self._times, now - self._iteration_began)
+        elif self._started is not None:
+            self._reporter.restart_overhead = now - self._started
         self._counted_first = True
         self._times, self._iteration_began = {}, now
-        if now >= self._next_report or (
-                not self._reported and self._window.iterations >= FIRST_REPORT_AFTER):
-            self._report()
-            self._next_report = now + self.report_every
+        self._boundary = self._boundary + 1 if iteration is None else float(iteration)
+        self.position = self._boundary
+        self._duties(now)
+
+    def at(self, iteration: float) -> None:
+        """The job stands at `iteration` inside a long iteration (a workload whose progress is
+        a function of time says so while it waits): due reports and autosaves happen now."""
+        self.position = float(iteration)
+        self._duties(self.clock())
 
     def should_stop(self) -> bool:
         """True once the scheduler asked this job to stop (SIGTERM) or the agent is gone."""
-        return self._stop.is_set() or (self.managed and os.getppid() != self._parent)
+        return self._stop.is_set() or self.orphaned
+
+    @property
+    def orphaned(self) -> bool:
+        """The process that launched this one is gone (a managed job then stops)."""
+        return self.managed and os.getppid() != self._parent
+
+    @property
+    def restart_overhead(self) -> float | None:
+        """Wall seconds from the process's start to its first iteration's end (None before,
+        or when `started` was not given)."""
+        return self._reporter.restart_overhead
+
+    @property
+    def profile(self) -> Profile | None:
+        """Stage times to report instead of measured ones (an emulated workload's are its
+        profile by construction), or None: measure them."""
+        return self._reporter.profile
+
+    @profile.setter
+    def profile(self, value: Profile | None) -> None:
+        self._reporter.profile = value
+
+    def timing(self) -> dict[str, Any]:
+        """Mean stage and iteration times (wall seconds) measured since the last report."""
+        return self._reporter.window.summary()
+
+    def autosave(self, state: Callable[[], Any], every: int = 0, seconds: float = 0.0) -> None:
+        """Checkpoint `state()` every `every` iterations or every `seconds` wall seconds (the
+        first at once), from step() and at(); stop() and finish() save the last one."""
+        self._autosave = Autosave(state, every, seconds)
+
+    def _duties(self, now: float) -> None:
+        """The due autosave, then the due report; none while stopping or past the end."""
+        if self.should_stop() or (self.iterations and self.position >= self.iterations):
+            return
+        auto = self._autosave
+        if auto is not None and self.rank == 0 and auto.due(self.position, now):
+            self.save(self.position, auto.state())
+            auto.saved(self.position, now)
+        if self._reporter.due(now):
+            self._reporter.publish(self.position)
+            self._reporter.schedule(now)
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def save(self, iteration: int, state: Any = None) -> None:
-        """Rank 0: write `state` (torch objects welcome) as the checkpoint of `iteration`,
-        then the progress record the scheduler resumes from (in that order, so the record
-        never names a state that is not on disk)."""
-        if self.rank != 0:
-            return
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        if state is not None:
-            final = self.checkpoint_dir / f"ckpt-{int(iteration)}.pt"
-            tmp = final.with_suffix(f".{os.getpid()}.tmp")
-            with open(tmp, "wb") as fh:
-                _dump(state, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-            checkpoint.fsync_dir(self.checkpoint_dir)
-            for old in self._saved()[:-KEEP_CHECKPOINTS]:
-                old[1].unlink(missing_ok=True)
-        self._progress(iteration, done=False)
+    def resume(self, agree: Callable[[int], int] | None = None) -> tuple[float, Any]:
+        """(iteration, state) to go on from, or (0, None); the ledger's start record.
 
-    def resume(self) -> tuple[int, Any]:
-        """(iteration, state) of the newest checkpoint, or (0, None)."""
-        saved = self._saved()
-        if not saved:
-            return 0, None
-        iteration, path = saved[-1]
-        self.start_iteration = float(iteration)  # progress reports count from here
-        with open(path, "rb") as fh:
-            return iteration, _load(fh)
+        With a store: its newest state. `agree`, in a multi-rank job, gives every rank rank
+        0's choice (e.g. a broadcast; only rank 0 looks), and every rank loads that state.
+        Without a store: the progress record or the scheduler's count, whichever is ahead.
+        """
+        state = None
+        if self.store is None:
+            record = self._record()
+            start = max(record.iterations if record else 0.0, self.start_iteration)
+        else:
+            found = self.store.latest() if agree is None or self.rank == 0 else None
+            start = found if found is not None else 0
+            if agree is not None:
+                start = agree(start)
+            state = self.store.load(start) if start > 0 else None
+        self._begin(start)
+        return start, state
 
-    def stop(self, iteration: int, state: Any = None) -> int:
+    def finished(self) -> bool:
+        """Whether the progress record says this job is done: a relaunch has nothing to do."""
+        record = self._record()
+        return record is not None and record.done and record.iterations >= self.iterations
+
+    def exit_finished(self) -> int:
+        """End a job that `finished()`: the ledger's start and end at its recorded iterations,
+        nothing saved or reported; returns EXIT_FINISHED."""
+        record = self._record()
+        self._begin(record.iterations if record else self.iterations)
+        self._outcome = "finished"
+        return self._end_now(EXIT_FINISHED)
+
+    def save(self, iteration: float | None = None, state: Any = None) -> None:
+        """Rank 0: the ledger's checkpoint record, then `state` (torch objects welcome) made
+        durable as the checkpoint of `iteration` (default: where the job stands), then the
+        progress record the scheduler resumes from."""
+        self._save(self.position if iteration is None else iteration, state, done=False)
+
+    def stop(self, iteration: float | None = None, state: Any = None) -> int:
         """Preempted: checkpoint and report; returns the exit status for sys.exit."""
-        self.save(iteration, state)
-        self._report()
-        self.close()
-        return EXIT_STOPPED
+        self._save(self._stand(iteration), state, done=False)
+        self._reporter.publish(self.position)
+        self._outcome = "stopped"
+        return self._end_now(EXIT_STOPPED)
 
-    def finish(self, iteration: int, state: Any = None) -> int:
+    def finish(self, iteration: float | None = None, state: Any = None) -> int:
         """All done: the final checkpoint and report; returns the exit status for sys.exit."""
-        self.save(iteration, state)
-        self._progress(iteration, done=True)
-        self._report()
-        self.close()
-        return EXIT_FINISHED
+        self._save(self._stand(iteration), state, done=True)
+        self._reporter.publish(self.position)
+        self._outcome = "finished"
+        return self._end_now(EXIT_FINISHED)
 
     def close(self) -> None:
         self.gate.close()
-        if self._telemetry is not None:
-            self._telemetry.close()
-            self._telemetry = None
+        self._reporter.close()
+
+    def __enter__(self) -> "Job":
+        self._within = True
+        return self
+
+    def __exit__(self, kind: Any, err: BaseException | None, tb: Any) -> None:
+        self._within = False
+        self.close()
+        if err is not None and not (isinstance(err, SystemExit) and self._outcome):
+            self._end("crashed", error=repr(err)[:200])
+        else:
+            self._end(self._outcome or "crashed")
 
     # -- inside ------------------------------------------------------------------------------
-    def _saved(self) -> list[tuple[int, Path]]:
-        found = []
-        for path in self.checkpoint_dir.glob("ckpt-*.pt"):
-            step = path.stem.split("-", 1)[1]
-            if step.isdigit():
-                found.append((int(step), path))
-        return sorted(found)
+    def _begin(self, start: float) -> None:
+        self.start_iteration = self.position = self._boundary = float(start)
+        self._ledger.start(start, self.iterations)
+        self._reporter.schedule(self.clock())
 
-    def _progress(self, iteration: int, done: bool) -> None:
-        if self.managed and self.rank == 0:  # the record the agent and scheduler read
-            checkpoint.write(self.checkpoint_dir.parent, checkpoint.Checkpoint(
+    def _stand(self, iteration: float | None) -> float:
+        if iteration is not None:
+            self.position = float(iteration)
+        return self.position
+
+    def _save(self, iteration: float, state: Any, done: bool) -> None:
+        if self.rank != 0:
+            return
+        self._ledger.checkpoint(iteration)  # before it is durable (trainer/ledger.py)
+        if state is not None and self.store is not None:
+            self.store.save(int(iteration), state)
+        if self.setup.progress_dir is not None:  # the record the agent and scheduler read
+            checkpoint.write(self.setup.progress_dir, checkpoint.Checkpoint(
                 job_id=self.id, iterations=float(iteration), total=float(self.iterations),
                 node=self.node, done=done))
 
-    def _report(self) -> None:
-        """Progress and mean stage times in trace seconds (the planner's unit)."""
-        if self._telemetry is None or self._window.iterations == 0:
-            return
-        summary, scale = self._window.summary(), self.time_scale
-        done = self.start_iteration + self._done
-        self._telemetry.publish(done, {k: v * scale for k, v in summary["stages"].items()},
-                                summary["iteration_time"] * scale)
-        self._window.reset()
-        self._reported = True
+    def _record(self) -> checkpoint.Checkpoint | None:
+        if self.setup.progress_dir is None:
+            return None
+        return checkpoint.read(self.setup.progress_dir, self.id)
+
+    def _end_now(self, status: int) -> int:
+        self.close()
+        if not self._within:
+            self._end(self._outcome or "crashed")
+        return status
+
+    def _end(self, how: str, **extra: Any) -> None:
+        self._ledger.end(how, **extra)
 
 
 def job(**kwargs: Any) -> Job:
@@ -212,18 +392,16 @@ def job(**kwargs: Any) -> Job:
     return Job(**kwargs)
 
 
-def _dump(state: Any, fh: Any) -> None:
+def process_started() -> float:
+    """The time.monotonic() value at which this process started (Linux /proc; else now):
+    pass it as `Job(started=...)` to have the launch's restart overhead measured."""
     try:
-        import torch
-    except ImportError:
-        pickle.dump(state, fh)
-        return
-    torch.save(state, fh)
-
-
-def _load(fh: Any) -> Any:
-    try:
-        import torch
-    except ImportError:
-        return pickle.load(fh)
-    return torch.load(fh, weights_only=False)
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            after_name = fh.read().rsplit(")", 1)[1].split()
+        start_ticks = int(after_name[19])  # field 22 of stat; fields after ")" start at 3
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.monotonic() - max(0.0, age)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()

@@ -150,6 +150,11 @@ class GateClient:
                 f"{self.job_id}) within {wait}s: the gate is gone or not serving")
 
 
+def connect(endpoint: Optional[str], job_id: Hashable) -> "GateClient | NullGate":
+    """A job's gate: its group's (GateClient) at `endpoint`, or a NullGate without one."""
+    return GateClient(endpoint, job_id) if endpoint else NullGate()
+
+
 class NullGate:
     """The gate of a job running alone: every turn is granted at once, nothing is sent."""
 

@@ -79,17 +79,6 @@ class Ledger:
         self.last: float | None = None
         self.ended = False
 
-    @classmethod
-    def for_trainer(cls, args: Any) -> "Ledger":
-        """The ledger of `python -m trainer.run ARGS`: RUN_DIR/ledger/<node>.jsonl, none
-        without --run-dir. Ranks of one launch share its rendezvous (address:port)."""
-        run_dir = getattr(args, "run_dir", None)
-        world = int(getattr(args, "world_size", 1) or 1)
-        launch = f"{args.master_addr}:{args.master_port}" if world > 1 else ""
-        return cls(ledger_path(run_dir, args.node) if run_dir else None, args.job_id,
-                   args.node, rank=getattr(args, "rank", 0) or 0, world_size=world,
-                   launch=launch)
-
     def _append(self, kind: str, **fields: Any) -> None:
         if self.path is not None:
             append_record(self.path, {"kind": kind, **self.base, **fields, "t": time.time()})

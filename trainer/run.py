@@ -1,37 +1,39 @@
 """Run one job: `python -m trainer.run --job-id N --node NAME ...` (launched by the node agent).
 
-The trainer owns one job's progress. It resumes from its checkpoint, advances the workload,
-publishes progress and stage timings as telemetry, checkpoints every report interval and on
-SIGTERM/SIGINT, and says how it ended through its exit status, which is the contract with the
-agent:
+The trainer owns one job's progress. It is a client of the public trainer API
+(trainer/api.py's `Job`, built here from the command line instead of INTERLACE_* variables)
+and runs the one packaged loop (trainer/loop.py): it resumes, runs the workload's stages,
+publishes progress and stage timings, checkpoints periodically and on SIGTERM/SIGINT, and
+says how it ended through its exit status, which is the contract with the agent:
 
 * 0 (EXIT_FINISHED): all iterations done, final checkpoint written (done=true);
 * 3 (EXIT_STOPPED): stopped on request (or orphaned), checkpoint written, work remains;
 * anything else: a crash; the last periodic checkpoint is the best the agent can report.
 
-`--workload emulated` (the default) holds each stage for its profiled time and never imports
-torch, so that startup stays fast; any other workload name (workloads/registry.py) trains a
-real model through trainer/torch_run.py, imported only then.
+`--workload emulated` (the default) runs a workload whose stages sleep for their profiled
+times (workloads/emulated.py) and never imports torch, so that startup stays fast; any other
+workload name (workloads/registry.py) trains a real model through trainer/torch_run.py,
+imported only then.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
-from trainer import checkpoint
-from trainer.exits import EXIT_FINISHED, EXIT_STOPPED, EXIT_USAGE  # noqa: F401  (the contract)
-from trainer.ledger import Ledger, how_from_exit
+from trainer.api import Job, Setup, process_started
+from trainer.ledger import ledger_path
+from trainer.loop import train
 from trainer.pace import PaceReader
 from trainer.stopflag import StopFlag, stop_on_signals
-from trainer.telemetry import Telemetry, logger
+from trainer.stores import TorchStore
+from trainer.telemetry import logger
 from workloads import registry
-from workloads.emulated import EmulatedRun, EmulatedSpec
+from workloads.emulated import EmulatedSpec, EmulatedWorkload
 
-CHUNK_WALL_S = 0.02  # how often the loop looks at signals and its parent
 # Test knob, never set in production: wall seconds an emulated trainer takes to write its
 # checkpoint after a stop signal, standing in for a model slow to checkpoint.
 TEST_SLOW_STOP_ENV = "INTERLACE_TEST_SLOW_STOP_S"
@@ -107,73 +109,65 @@ def run(args: argparse.Namespace, stop: StopFlag, parent: int) -> int:
     """The trainer's main loop; returns the exit status (see the module docstring).
 
     `stop` is set by SIGTERM/SIGINT; `parent` is the pid whose disappearance means orphaned.
-    Both workloads keep this process's ledger (trainer/ledger.py); its end record is written
-    here, for either, once the exit status (or the exception) is known.
+    The job's ledger end record is written when the `with job:` block ends: with the exit
+    status's outcome, or as crashed when an exception ends it.
     """
-    book = Ledger.for_trainer(args)
-    try:
+    log = logger(args)
+    if args.workload != "emulated":
+        log = log.bind(workload=args.workload, rank=args.rank)
+    with job_for(args, stop, parent, log) as job:
+        if job.finished():  # a relaunch of a finished job trains nothing
+            rc = job.exit_finished()
+            log.info("trainer_finished", iterations=job.position, already=True)
+            return rc
         if args.workload != "emulated":
             from trainer import torch_run  # torch only for real workloads
 
-            rc = torch_run.run(args, stop, parent, book)
-        else:
-            rc = _run_emulated(args, stop, parent, book)
-    except BaseException as err:
-        book.end("crashed", error=repr(err)[:200])
-        raise
-    book.end(how_from_exit(rc))
-    return rc
+            return torch_run.run(args, job, log)
+        return _run_emulated(args, job, log)
 
 
-def _run_emulated(args: argparse.Namespace, stop: StopFlag, parent: int,
-                  book: Ledger) -> int:
-    log = logger(args)
+def job_for(args: argparse.Namespace, stop: StopFlag, parent: int, log: Any) -> Job:
+    """The Job of `python -m trainer.run ARGS`: its progress record in --checkpoint-dir, its
+    ledger RUN_DIR/ledger/<node>.jsonl (none without --run-dir), the ranks of one launch
+    sharing its rendezvous (address:port); a torch job keeps its training state and
+    measures its restart overhead, an emulated one keeps no state beyond its progress."""
+    torch = args.workload != "emulated"
+    setup = Setup(
+        job_id=args.job_id, managed=True, rank=args.rank, world_size=args.world_size,
+        iterations=float(args.iterations), start_iteration=args.start_iteration,
+        node=args.node, time_scale=args.time_scale, checkpoint_dir=Path(args.checkpoint_dir),
+        progress_dir=Path(args.checkpoint_dir), gate=args.gate, endpoints=args.endpoints,
+        client_key=args.client_key,
+        ledger=ledger_path(args.run_dir, args.node) if args.run_dir else None,
+        launch=f"{args.master_addr}:{args.master_port}" if args.world_size > 1 else "")
+    return Job(setup=setup, store=TorchStore(args.checkpoint_dir, args.job_id) if torch else None,
+               stop=stop, parent=parent, report_every=args.report_every, handle_sigterm=False,
+               started=process_started() if torch else None, log=log)
 
+
+def _run_emulated(args: argparse.Namespace, job: Job, log: Any) -> int:
     spec = EmulatedSpec(total=args.iterations, iteration_time=args.iteration_time,
                         stages=args.stages, time_scale=args.time_scale)
-    pace = PaceReader(args.pace_file)  # looked at every chunk, the first before any progress
-    saved = checkpoint.read(args.checkpoint_dir, args.job_id)
-    start = max(saved.iterations if saved else 0.0, args.start_iteration)
-    emu = EmulatedRun(spec, start=start, t0=time.monotonic())
-    book.start(start, spec.total)
-    telemetry = Telemetry(args.endpoints, args.job_id, log, client_key=args.client_key)
-    log.info("trainer_start", start=emu.start, total=spec.total, from_checkpoint=bool(saved),
+    pace = PaceReader(args.pace_file)  # looked at between sleeps, the first before any progress
+    start, _ = job.resume()  # its progress record, or the scheduler's count when ahead
+    job.profile = spec  # its stage times are its profile: reported, not measured
+
+    def between(position: float) -> bool:
+        latest = pace.changed()
+        if latest is not None and latest != workload.spec.iteration_time:
+            workload.repace(latest)  # regrouped in place: from where it is, at the new pace
+            job.profile = workload.spec
+            log.info("trainer_repaced", iterations=workload.run.start, iteration_time=latest)
+        job.at(position)
+        return job.should_stop()
+
+    workload = EmulatedWorkload(spec, start, between)
+    job.autosave(lambda: None, seconds=args.report_every)  # its progress is all it keeps
+    log.info("trainer_start", start=start, total=spec.total, from_checkpoint=start > 0,
              wall_per_iteration=spec.wall_per_iteration, pid=os.getpid())
-
-    def save(done: bool) -> float:
-        its = emu.spec.total if done else emu.iterations(time.monotonic())
-        book.checkpoint(its)  # before the checkpoint is durable (trainer/ledger.py)
-        checkpoint.write(args.checkpoint_dir, checkpoint.Checkpoint(
-            job_id=args.job_id, iterations=its, total=emu.spec.total, node=args.node, done=done))
-        telemetry.report(its, emu.spec)
-        return its
-
-    try:
-        save(done=False)
-        next_report = time.monotonic() + args.report_every
-        while True:
-            now = time.monotonic()
-            latest = pace.changed()
-            if latest is not None and latest != emu.spec.iteration_time:
-                # regrouped in place: from where it is, at the new group's pace
-                emu = EmulatedRun(dataclasses.replace(emu.spec, iteration_time=latest),
-                                  start=emu.iterations(now), t0=now)
-                log.info("trainer_repaced", iterations=emu.start, iteration_time=latest)
-            if emu.finished(now):
-                its = save(done=True)
-                log.info("trainer_finished", iterations=its)
-                return EXIT_FINISHED
-            if stop.is_set() or os.getppid() != parent:
-                _slow_stop_for_tests()
-                its = save(done=False)
-                log.info("trainer_stopped", iterations=its, orphaned=not stop.is_set())
-                return EXIT_STOPPED
-            if now >= next_report:
-                save(done=False)
-                next_report = max(next_report + args.report_every, now)
-            stop.wait(max(0.0, min(CHUNK_WALL_S, emu.wall_left(now), next_report - now)))
-    finally:
-        telemetry.close()
+    return train(job, workload, spec.total, log, position=workload.position,
+                 before_stop=_slow_stop_for_tests)
 
 
 def _slow_stop_for_tests() -> None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Protocol
 
-from trainer.gate_client import NullGate  # noqa: F401  (the gate of a job running alone)
+from trainer.gate_client import NullGate
 
 STAGES = ("io", "cpu", "gpu", "net")
 

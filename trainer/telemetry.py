@@ -1,7 +1,7 @@
 """A trainer's telemetry and log: progress and stage-timing events on the bus, JSON log lines.
 
-Its own module so that both trainers (trainer/run.py, emulated; trainer/torch_run.py, torch)
-share it without importing each other; zmq and structlog are imported only when used.
+Its own module so that the one trainer contract (trainer/api.py, trainer/reporting.py) and
+both packaged trainers share it; zmq and structlog are imported only when used.
 """
 from __future__ import annotations
 
@@ -20,14 +20,11 @@ class Telemetry:
         self._log = log
         self._job_id = job_id
         if endpoints_file:
-            from broker.client import Endpoints, Publisher  # imported lazily: zmq only when used
+            from broker.client import Publisher  # imported lazily: zmq only when used
+            from broker.endpoints import Endpoints
             from broker.curve import attach_client_key
             endpoints = attach_client_key(Endpoints.load(endpoints_file), client_key)
             self._pub = Publisher(endpoints, f"trainer.{job_id}", join_wait=JOIN_WAIT_S)
-
-    def report(self, iterations: float, spec: Any) -> None:
-        """Progress and timing of an emulated run (`spec`: its EmulatedSpec)."""
-        self.publish(iterations, spec.stage_map(), spec.iteration_time)
 
     def publish(self, iterations: float, stages: dict[str, float],
                 iteration_time: float, restart_overhead: float | None = None) -> None:

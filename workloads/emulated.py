@@ -2,11 +2,13 @@
 
 It lets the live system replay a trace at a chosen time scale without GPUs or torch: progress
 is a pure function of elapsed wall time, so a trainer that is delayed (loaded machine) catches
-up instead of drifting, and the measured rate equals the configured one. Kept free of I/O and
-clocks (the caller passes `now`) so it can be tested exactly.
+up instead of drifting, and the measured rate equals the configured one. The model
+(`EmulatedSpec`, `EmulatedRun`) is free of I/O and clocks (the caller passes `now`) so it can
+be tested exactly; `EmulatedWorkload` runs it as the stages of the trainer's stage loop.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -14,6 +16,11 @@ from typing import Any, Callable, Mapping
 STAGE_NAMES = ("data", "gpu", "net")
 #: Below this much time left, hold() spins instead of sleeping (sleep overshoots ~0.1 ms).
 SPIN_S = 0.0005
+#: The longest an emulated stage sleeps between two looks at its trainer (stop, pace, reports).
+CHUNK_WALL_S = 0.02
+#: The shortest wall time of one emulated iteration of the stage loop: shorter trace
+#: iterations are emulated several at a time, so a fast time scale costs no more CPU.
+MIN_ITERATION_WALL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,86 @@ class EmulatedRun:
     def wall_left(self, now: float) -> float:
         """Wall seconds until the last iteration completes (0 when done)."""
         return max(0.0, self.t_end - now)
+
+    def time_at(self, iterations: float) -> float:
+        """The wall time at which `iterations` are done (the end's exactly at the total)."""
+        if iterations >= self.spec.total:
+            return self.t_end
+        return self.t0 + max(0.0, iterations - self.start) * self.spec.wall_per_iteration
+
+
+class EmulatedWorkload:
+    """An emulated job as a workload of the trainer's stage loop: stages that sleep.
+
+    One iteration of the loop covers `span()` trace iterations from where the last one ended
+    (one, or as many as last MIN_ITERATION_WALL_S), the last cut at the total. Its io stage
+    (load) holds until the data stages' share of it is done, cpu (prepare) takes no time,
+    gpu (compute) holds until the gpu stages' share, and net (apply) until its end: the net
+    stages and the rest of the group's iteration time (the other members' turns). Each hold
+    ends at a point of the run's progress, itself a function of wall time, so a late trainer
+    catches up. Between sleeps of at most CHUNK_WALL_S a hold calls `between(position)`,
+    which returns True to abandon the iteration (a stop: the position says how far it got).
+    """
+
+    device = None  # no device to wait for: the stage loop times it with time.monotonic
+
+    def __init__(self, spec: EmulatedSpec, start: float,
+                 between: Callable[[float], bool] = lambda position: False,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.run = EmulatedRun(spec, start=start, t0=clock())
+        self.between, self.clock, self.sleep = between, clock, sleep
+        self._began = self.run.start  # where the current iteration of the loop began
+
+    @property
+    def spec(self) -> EmulatedSpec:
+        return self.run.spec
+
+    def position(self) -> float:
+        """Iterations done now (fractional)."""
+        return self.run.iterations(self.clock())
+
+    def repace(self, iteration_time: float) -> None:
+        """Go on from where the job is at a new iteration time (regrouped in place)."""
+        now = self.clock()
+        self.run = EmulatedRun(dataclasses.replace(self.spec, iteration_time=iteration_time),
+                               start=self.run.iterations(now), t0=now)
+
+    def span(self) -> float:
+        return max(1.0, MIN_ITERATION_WALL_S / self.spec.wall_per_iteration)
+
+    # -- the stages ------------------------------------------------------------------------
+    def load(self, step: int) -> int:
+        self._hold(self._share(1))
+        return step
+
+    def prepare(self, raw: Any) -> Any:
+        return raw
+
+    def compute(self, batch: Any) -> float:
+        self._hold(self._share(2))
+        return 0.0
+
+    def apply(self) -> None:
+        end = min(self._began + self.span(), self.spec.total)
+        self._hold(1.0)
+        self._began = end
+
+    def _share(self, stages: int) -> float:
+        """The part of an iteration by the end of its first `stages` stages (at most all)."""
+        return min(1.0, sum(self.spec.stages[:stages]) / self.spec.iteration_time)
+
+    def _hold(self, share: float) -> None:
+        target = min(self._began + share * self.span(), self.spec.total)
+        while True:
+            now = self.clock()
+            if now >= self.run.time_at(target):
+                return
+            if self.between(self.run.iterations(now)):
+                return
+            left = self.run.time_at(target) - self.clock()  # between() may have re-paced
+            if left > 0:
+                self.sleep(min(CHUNK_WALL_S, left))
 
 
 # -- the gated stage loop ---------------------------------------------------------------------

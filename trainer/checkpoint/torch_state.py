@@ -53,18 +53,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(directory: str | os.PathLike, job_id: int, iteration: int, workload: Any,
-         meta: dict[str, Any] | None = None, keep: int = 2) -> Path:
-    """Write the job's state after `iteration` iterations; returns the file's path."""
+def snapshot(workload: Any, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a resumed trainer needs of `workload` (and of the process RNGs), as safe values."""
+    return {"model": workload.model.state_dict(), "optimizer": workload.optimizer.state_dict(),
+            "rng": rng_state(), "workload": workload.extra_state(), "meta": dict(meta or {})}
+
+
+def write(directory: str | os.PathLike, job_id: int, iteration: int, state: dict[str, Any],
+          keep: int = 2) -> Path:
+    """Write `state` (a `snapshot`) as the job's state after `iteration` iterations; returns
+    the file's path. Files beyond the newest `keep` are removed."""
     folder = job_dir(directory, job_id)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {"iteration": int(iteration), "model": workload.model.state_dict(),
-             "optimizer": workload.optimizer.state_dict(), "rng": rng_state(),
-             "workload": workload.extra_state(), "meta": dict(meta or {})}
     final = folder / f"it-{int(iteration):012d}.pt"
     tmp = folder / f".{final.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
-        torch.save(state, fh)
+        torch.save({"iteration": int(iteration), **state}, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
@@ -72,6 +76,12 @@ def save(directory: str | os.PathLike, job_id: int, iteration: int, workload: An
     for old in _listed(folder)[keep:]:
         old.unlink(missing_ok=True)
     return final
+
+
+def save(directory: str | os.PathLike, job_id: int, iteration: int, workload: Any,
+         meta: dict[str, Any] | None = None, keep: int = 2) -> Path:
+    """Write the job's state after `iteration` iterations; returns the file's path."""
+    return write(directory, job_id, iteration, snapshot(workload, meta), keep)
 
 
 def _listed(folder: Path) -> list[Path]:
@@ -98,12 +108,17 @@ def read(path: str | os.PathLike) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def restore(path: str | os.PathLike, workload: Any, rng: bool = True) -> dict[str, Any]:
-    """Load a checkpoint into `workload` (and the process RNGs); returns its contents."""
-    state = read(path)
+def apply(state: dict[str, Any], workload: Any, rng: bool = True) -> None:
+    """Put a read checkpoint into `workload` (and the process RNGs)."""
     workload.model.load_state_dict(state["model"])
     workload.optimizer.load_state_dict(state["optimizer"])
     workload.load_extra_state(state["workload"])
     if rng:
         set_rng_state(state["rng"])
+
+
+def restore(path: str | os.PathLike, workload: Any, rng: bool = True) -> dict[str, Any]:
+    """Load a checkpoint into `workload` (and the process RNGs); returns its contents."""
+    state = read(path)
+    apply(state, workload, rng)
     return state
