@@ -14,7 +14,7 @@ prints it and writes it to RUN_DIR/chaos.json, and the same seed replays the sam
 What a kill hits (which trainer is running at that instant) also depends on timing, so the
 executed kills are recorded next to the plan.
 
-Used by tests/test_chaos.py (small, CI) and bench/chaos.py (long runs).
+Used by tests/e2e/test_chaos.py (small, CI) and bench/chaos.py (long runs).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from scheduler.tools.report import read_records
-from tests.live import ROOT, LiveCluster, log_records
+from tests.live_system import ROOT, LiveCluster, log_records
 from traces import write_trace
 from traces.generate import generate
 from trainer.ledger import judge_run_dir

@@ -35,3 +35,14 @@ def _in_process_logs_to_pytest():
         cache_logger_on_first_use=False,
     )
     yield
+
+
+SLOW_LAYERS = frozenset({"e2e"})  # whole systems of real processes: every test there is slow
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config, items):
+    """Tests in the folders of whole-system runs are `slow` (see setup.cfg's markers)."""
+    for item in items:
+        if item.path.parent.name in SLOW_LAYERS:
+            item.add_marker(pytest.mark.slow)

@@ -6,7 +6,7 @@ refuse the hostile ones before they leave) and sends it on raw sockets: events o
 bus, requests on a DEALER to `scheduler`, each request awaiting its answer. It predicts which
 messages the schema refuses by decoding them itself, so a run can be checked against the
 scheduler's own refusal counts (`status.query` -> `refused`). Seeded: the same seed sends the
-same messages. Used by tests/test_service_fuzz.py (in CI, ~1,500 messages against the test
+same messages. Used by tests/live/test_service_fuzz.py (in CI, ~1,500 messages against the test
 harness) and bench/fuzz_service.py (10,000 against real processes).
 """
 from __future__ import annotations

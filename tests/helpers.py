@@ -36,3 +36,31 @@ def graphs(draw, max_nodes=10, edge_weight=EDGE_WEIGHTS):
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
     weights = draw(st.lists(edge_weight, min_size=len(pairs), max_size=len(pairs)))
     return n, dict(zip(pairs, weights))
+
+
+@st.composite
+def traces(draw):
+    """Small random traces: up to 25 jobs of 1-8 GPUs, bursts and spread arrivals, a few
+    stage mixes (so that interleaving policies find pairs)."""
+    out = []
+    for i in range(draw(st.integers(1, 25))):
+        out.append(job(
+            i, num_gpu=draw(st.sampled_from([1, 1, 2, 4, 8])),
+            submit=draw(st.sampled_from([0.0, 0.0, 5.0, 60.0, 600.0])) + i * draw(
+                st.sampled_from([0.0, 1.0])),
+            iterations=draw(st.sampled_from([10, 100, 500, 2000])),
+            stages=draw(st.sampled_from([(0.1, 0.2, 0.1, 0.1), (0.3, 0.1, 0.2, 0.05),
+                                         (0.05, 0.4, 0.05, 0.3)]))))
+    return out
+
+
+def run_outcomes(sim) -> tuple | str:
+    """A simulation's every job (id, start, end, preemptions, starts), its rounds and its
+    utilisation, for comparing two runs; or the error of one that cannot run (a job no node
+    can hold: both runs must say so)."""
+    try:
+        result = sim.run()
+    except RuntimeError as error:
+        return str(error)
+    return ([(o.job_id, o.start, o.end, o.preemptions, o.starts) for o in result.outcomes],
+            result.rounds, result.utilisation)

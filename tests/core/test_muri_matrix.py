@@ -1,0 +1,183 @@
+"""Muri's whole-matrix weights and pruned matching against its pair-by-pair path."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.engine import Core
+from scheduler.plugins import make_policy
+from scheduler.presets import get_preset
+from scheduler.core.state import Job
+from tests.helpers import job, spec
+
+
+def jobs_with(profiles, group_keys):
+    out = []
+    for i, (p, key) in enumerate(zip(profiles, group_keys)):
+        rec = job(i, stages=p)
+        out.append(Job(record=rec, solo_time=sum(p), profile=tuple(p), remaining=100.0,
+                       remaining_estimate=100.0 * sum(p), group_key=key))
+    return out
+
+
+stage = st.floats(min_value=0.0, max_value=2.0, allow_nan=False).map(lambda x: round(x, 4))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([3, 4]).flatmap(lambda length: st.lists(
+    st.tuples(*[stage] * length), min_size=2, max_size=12)), st.randoms(use_true_random=False),
+    st.sampled_from([0.0, 0.1]))
+def test_matrix_equals_pairwise_weights(profiles, rnd, hysteresis):
+    preset = get_preset("default", muri_regroup_hysteresis=hysteresis)
+    policy = make_policy("muri-s", preset)
+    n = len(profiles)
+    keys = [()] * n
+    ids = list(range(n))
+    rnd.shuffle(ids)
+    for start in range(0, n - 1, 3):  # some members run together now
+        members = tuple(ids[start:start + rnd.randint(1, 4)])
+        for i in members:
+            keys[i] = members if len(members) > 1 else ()
+    jobs = jobs_with(profiles, keys)
+    # packings of one to three jobs, as later matching rounds see them
+    nodes, rest = [], list(jobs)
+    while rest:
+        size = min(len(rest), rnd.choice([1, 1, 2, 3]))
+        nodes.append(rest[:size])
+        rest = rest[size:]
+    if len(nodes) < 2:
+        return
+    w = policy.pairing.weight_matrix(nodes, [policy.pairing.keep_bonus(node) for node in nodes])
+    assert np.array_equal(w, w.T)
+    for i in range(len(nodes)):
+        for j in range(i + 1, len(nodes)):
+            if len(nodes[i]) + len(nodes[j]) > policy.k:
+                expected = 0.0
+            else:
+                expected = policy.pairing.efficiency(nodes[i], nodes[j], ("x", i, j))
+                if hysteresis and policy_together(nodes[i], nodes[j]):
+                    expected *= 1.0 + max(policy.pairing.keep_bonus(nodes[i]),
+                                          policy.pairing.keep_bonus(nodes[j]))
+            profile_len = len(nodes[i][0].profile)
+            if len(nodes[i]) + len(nodes[j]) < interleave_slots(nodes[i][0]) or profile_len == 3:
+                assert w[i, j] == expected
+            else:  # a full group: its rotations agree to the last bit of rounding
+                assert w[i, j] == pytest.approx(expected, rel=1e-12, abs=1e-300)
+
+
+def interleave_slots(job_):
+    from scheduler.core.interleave import slots
+    return slots(len(job_.profile))
+
+
+def policy_together(a, b):
+    from scheduler.core.policies.muri_pairs import _together
+    return _together(a, b)
+
+
+def test_a_job_without_profile_runs_alone_until_measured():
+    preset = get_preset("default")
+    core = Core(spec(nodes=1, gpus=1), make_policy("muri-s", preset), preset.model)
+    core.submit(job(1, stages=(0.0, 0.0, 0.0), iteration_time=1.0, iterations=1000), 0.0)
+    core.submit(job(2, stages=(0.05, 0.9, 0.05), iterations=1000), 0.0)
+    plan = core.round(0.0)
+    assert [g.jobs for g in plan.groups] == [(2,)] or [g.jobs for g in plan.groups] == [(1,)]
+    core.advance(1.0)
+    core.update_profile(1, (0.9, 0.05, 0.05), solo_time=1.0)  # what its trainer measured
+    plan = core.round(1.0)
+    assert sorted(plan.groups[0].jobs) == [1, 2]
+
+
+def test_a_restart_that_costs_more_than_the_gain_keeps_the_group():
+    """Regrouping pays a restart; near the end of the work that outweighs a better pairing."""
+    preset = get_preset("default")
+    claims = {1: (0.1, 0.1, 0.1, 1.0), 2: (1.0, 0.5, 0.1, 0.1), 3: (1.0, 0.5, 1.0, 0.1),
+              4: (0.5, 0.5, 0.1, 0.1)}
+    outcomes = {}
+    for overhead in (0.0, 500.0):
+        core = Core(spec(nodes=1, gpus=2), make_policy("muri-s", preset), preset.model)
+        for job_id, stages in claims.items():
+            core.submit(job(job_id, stages=stages, iterations=1000), 0.0)
+            core.set_restart_overhead(job_id, overhead)
+        first = {frozenset(g.jobs) for g in core.round(0.0).groups}
+        assert first == {frozenset({1, 2}), frozenset({3, 4})}
+        core.advance(1.0)
+        core.update_profile(4, (0.1, 0.1, 1.0, 0.1), solo_time=1.3)  # measured: gpu-heavy
+        outcomes[overhead] = {frozenset(g.jobs) for g in core.round(1.0).groups}
+    assert outcomes[0.0] == {frozenset({1, 4}), frozenset({2, 3})}  # regrouped
+    assert outcomes[500.0] == {frozenset({1, 2}), frozenset({3, 4})}  # kept: not worth it
+
+
+def _pair_after(overhead: float, second_measured: tuple | None) -> tuple[tuple, tuple]:
+    """Two 1-GPU jobs with one profile share one GPU; then the one ahead in priority falls
+    behind (and, if given, the second's trainer measures another profile)."""
+    preset = get_preset("default")
+    core = Core(spec(nodes=1, gpus=1), make_policy("muri-s", preset), preset.model)
+    for job_id, iterations in ((1, 1000), (2, 1200)):
+        core.submit(job(job_id, stages=(0.1, 0.2, 0.05, 0.3), iterations=iterations), 0.0)
+        core.set_restart_overhead(job_id, overhead)
+    (first,) = core.round(0.0).groups
+    core.advance(1.0)
+    core.set_remaining(first.jobs[0], 1100)
+    core.set_remaining(first.jobs[1], 10)
+    if second_measured is not None:
+        core.update_profile(2, second_measured, solo_time=sum(second_measured))
+    (then,) = core.round(1.0).groups
+    return first.jobs, then.jobs
+
+
+def test_a_running_group_keeps_its_slot_order_when_another_is_no_faster():
+    # both orders of two equal profiles are equally fast: a new order would only restart both
+    first, then = _pair_after(0.0, None)
+    assert sorted(first) == [1, 2] and then == first
+
+
+def test_a_running_group_changes_order_when_the_gain_outweighs_the_restart():
+    # measured: job 2 first is 0.65 s per iteration against 0.8 s in the order they run in
+    # (23% faster): worth a restart when restarts are free, not when one costs 500 s of the
+    # ~650 s of work left
+    measured = (0.3, 0.1, 0.2, 0.05)
+    from scheduler.core import interleave
+
+    assert interleave.group_tt(((0.1, 0.2, 0.05, 0.3), measured)) == pytest.approx(0.8)
+    assert interleave.group_tt((measured, (0.1, 0.2, 0.05, 0.3))) == pytest.approx(0.65)
+    first, then = _pair_after(0.0, measured)
+    assert first == (1, 2) and then == (2, 1)
+    first, then = _pair_after(500.0, measured)
+    assert first == (1, 2) and then == (1, 2)
+
+
+def test_windows_split_candidates_evenly_and_cover_them():
+    from scheduler.core.policies.muri_pairs import _windows
+
+    assert _windows(10, 0) == [(0, 10)]
+    assert _windows(10, 10) == [(0, 10)]
+    for n in range(1, 60):
+        for size in (2, 3, 7, 16):
+            parts = _windows(n, size)
+            assert parts[0][0] == 0 and parts[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+            assert all(0 < hi - lo <= size for lo, hi in parts)
+            assert max(hi - lo for lo, hi in parts) - min(hi - lo for lo, hi in parts) <= 1
+
+
+def test_windowed_matching_pairs_only_within_windows(monkeypatch):
+    import scheduler.core.policies.muri_pairs as muri_pairs
+    from traces.generate import generate
+
+    sizes = []
+    real = muri_pairs.max_weight_pairs_dense
+
+    def spy(w, **kw):
+        sizes.append(len(w))
+        return real(w, **kw)
+
+    monkeypatch.setattr(muri_pairs, "max_weight_pairs_dense", spy)
+    preset = get_preset("default", muri_matching_window=8)
+    core = Core(spec(nodes=2, gpus=4), make_policy("muri-s", preset), preset.model)
+    for rec in generate(40, seed=2, max_gpus=1, backlog=True):
+        core.submit(rec, 0.0)
+    plan = core.round(0.0)
+    assert any(len(g.jobs) > 1 for g in plan.groups)
+    assert sizes and max(sizes) <= 8 and len(sizes) > 1  # 32 candidates: several windows

@@ -1,0 +1,195 @@
+"""interlace-sim's contract: JSON lines with fixed keys, a table, clear one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scheduler.sim.cli import main
+
+KEYS = {"policy", "jobs", "avg_jct", "p50_jct", "p99_jct", "makespan", "wall_s"}
+
+
+def test_json_prints_one_object_per_policy_with_the_contract_keys(capsys):
+    assert main(["--trace", "default", "--spec", "n2g8", "--policy", "muri-s,srsf", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    objs = [json.loads(line) for line in lines]
+    assert [o["policy"] for o in objs] == ["muri-s", "srsf"]
+    for o in objs:
+        assert KEYS <= o.keys()
+        assert o["jobs"] == 40 and 0 < o["p50_jct"] <= o["p99_jct"] <= o["makespan"]
+
+
+def test_table_shows_each_policy_and_its_ratio_to_the_first(capsys):
+    assert main(["--policy", "srsf,tiresias"]) == 0
+    out = capsys.readouterr().out
+    assert "srsf" in out and "tiresias" in out and "1.00x" in out
+
+
+def test_plot_and_out_write_files(tmp_path):
+    png, out = tmp_path / "cdf.png", tmp_path / "run"
+    assert main(["--policy", "fifo", "--plot", str(png), "--out", str(out)]) == 0
+    assert png.stat().st_size > 1000
+    assert (out / "fifo-jobs.csv").read_text().count("\n") == 41
+    assert json.loads((out / "fifo-summary.json").read_text())["jobs"] == 40
+
+
+def test_bad_inputs_give_one_line_each_and_no_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,num_gpu\n1,x\n")
+    rc = main(["--trace", str(bad), "--spec", str(tmp_path / "missing.csv"), "--policy", "nope"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert any("unknown policy 'nope'" in line for line in lines)
+    assert any("missing.csv" in line for line in lines)
+    assert any("bad.csv" in line for line in lines)
+    assert all(line.startswith("interlace-sim: ") for line in lines)
+
+
+def test_a_job_larger_than_the_cluster_is_reported_with_its_line(tmp_path, capsys):
+    trace = tmp_path / "big.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,"
+        "iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n"
+        "0,64,0,10,resnet18,32,1000,0,100,30,40,30,0\n")
+    assert main(["--trace", str(trace), "--spec", "n2g8"]) == 1
+    err = capsys.readouterr().err
+    assert "big.csv:2" in err and "num_gpu" in err
+
+
+def test_restart_overhead_replaces_the_per_model_table(tmp_path, capsys):
+    # one job alone: its JCT is one restart overhead plus 10 iterations of 100 ms
+    trace = tmp_path / "one.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,"
+        "iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n"
+        "0,1,0,10,vgg16,32,1000,0,100,30,40,30,0\n")
+    jcts = []
+    for seconds in ("0", "123.5"):
+        assert main(["--trace", str(trace), "--spec", "n2g8", "--policy", "srsf", "--json",
+                     "--restart-overhead", seconds]) == 0
+        jcts.append(json.loads(capsys.readouterr().out)["avg_jct"])
+    assert jcts[0] == pytest.approx(1.0) and jcts[1] == pytest.approx(124.5)
+    for bad in ("-1", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            main(["--trace", str(trace), "--restart-overhead", bad])
+        assert "--restart-overhead" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Fails the test if a policy is simulated: output problems must be found before."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("simulated before checking the outputs")
+    monkeypatch.setattr("scheduler.sim.cli.simulate", refuse)
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--out", "/dev/null/x", "/dev/null is not a directory"),
+    ("--out", "{tmp}/file.txt", "cannot create the directory (is not a directory)"),
+    ("--plot", "{tmp}/no/such/dir/x.png", "no such directory"),
+    ("--plot", "{tmp}/x.txt", "cannot draw a .txt file"),
+    ("--plot", "{tmp}", "cannot draw a file without an extension"),
+])
+def test_unwritable_outputs_are_one_line_before_any_simulation(tmp_path, capsys, no_simulation,
+                                                             option, value, says):
+    value = value.format(tmp=tmp_path)
+    (tmp_path / "file.txt").write_text("")
+    assert main(["--policy", "fifo,srsf", option, value]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and out == ""
+    assert err.splitlines() == [err.strip()]
+    assert err.startswith(f"interlace-sim: {option} {value}: ") and says in err
+
+
+def test_a_header_only_trace_is_refused_naming_the_file(tmp_path, capsys, no_simulation):
+    trace = tmp_path / "empty.csv"
+    trace.write_text("job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,"
+                     "interval,iteration_time,resource_time_0,resource_time_1,resource_time_2,"
+                     "priority\n")
+    assert main(["--trace", str(trace)]) == 1
+    assert capsys.readouterr().err == f"interlace-sim: {trace}: no jobs (the file has a header " \
+                                      "and no rows)\n"
+
+
+def test_off_a_terminal_each_policy_says_when_it_starts_and_ends(capsys):
+    assert main(["--policy", "srsf,fifo", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 2  # stdout keeps its contract: the JSON lines only
+    lines = err.splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["srsf", "srsf", "fifo", "fifo"]
+    assert "simulating 40 jobs" in lines[0] and "done in" in lines[1]
+
+
+def test_the_plot_is_titled_with_its_trace_spec_and_preset(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig",
+                        lambda fig, *a, **k: titles.append(fig.axes[0].get_title()) or
+                        save(fig, *a, **k))
+    assert main(["--policy", "srsf", "--spec", "n4g4", "--preset", "paper",
+                 "--plot", str(tmp_path / "cdf.png")]) == 0
+    assert titles == ["trace default, spec n4g4, preset paper"]
+
+
+def test_help_and_readme_name_every_packaged_trace_and_spec(capsys):
+    from pathlib import Path
+
+    from specs import available_specs
+    from traces import available_traces
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    usage = next(line for line in readme.splitlines() if line.strip().startswith("interlace-sim"))
+    for name in (*available_specs(), *available_traces()):
+        assert name in helptext, name
+        assert f"`{name}`" in readme, name
+    # every option has a default: the usage line must not make one look required
+    assert "[--trace" in usage and "[--spec" in usage and "[--policy" in usage
+
+
+def test_explain_puts_the_crossing_cdfs_in_numbers_job_by_job(tmp_path, capsys):
+    import csv
+
+    assert main(["--policy", "srsf,muri-s", "--explain", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    jct = {p: {row["job_id"]: float(row["jct"]) for row in
+               csv.DictReader(open(tmp_path / f"{p}-jobs.csv"))} for p in ("srsf", "muri-s")}
+    sooner = [j for j in jct["srsf"] if jct["srsf"][j] < jct["muri-s"][j]]
+    later = [j for j in jct["srsf"] if jct["srsf"][j] > jct["muri-s"][j]]
+    assert f"srsf finishes {len(sooner) / 40:.0%} of them sooner, muri-s {len(later) / 40:.0%}" \
+        in out
+    gain = sum(jct["srsf"][j] - jct["muri-s"][j] for j in later) / 3600
+    assert f"the jobs muri-s finishes sooner gain {gain:,.0f} job-hours" in out
+    assert "x its time alone under srsf" in out and "longest tenth" in out
+
+
+def test_explain_needs_two_policies_and_a_table(capsys):
+    for argv in (["--policy", "srsf", "--explain"], ["--policy", "srsf,fifo", "--explain",
+                                                     "--json"]):
+        assert main(argv) == 1
+        assert "--explain: needs two or more policies" in capsys.readouterr().err
+
+
+def test_on_a_terminal_a_bar_and_no_lines():
+    import io
+
+    from scheduler.sim.cli import _Bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    bar = _Bar("muri-s", stream=stream, delay=0.0)
+    bar.begin(10)
+    bar(5, 10)
+    bar.close()
+    assert "simulating" not in stream.getvalue() and "done in" not in stream.getvalue()
+    assert "5/10 jobs" in stream.getvalue() and stream.getvalue().endswith("\n")
