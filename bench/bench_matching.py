@@ -131,7 +131,7 @@ def record_matchings(trace: str, spec: str, policy: str) -> tuple[list[tuple], f
     """Every (kinds, m, table, pairs) the paper preset's matcher is asked during one simulation
     of `trace`, that run's CPU seconds (recording included) and its average JCT."""
     from scheduler.core.policies import muri_pairs
-    from scheduler.core.presets import get_preset
+    from scheduler.presets import get_preset
     from scheduler.sim.simulator import simulate
     from specs import load_spec, spec_path
     from traces import read_trace

@@ -6,13 +6,13 @@ Scaling mode (bench/scaling.py):  python bench/bench_sim.py --scaling [--sizes 1
     [--out DIR]: 1k, 10k, 100k generated jobs at one offered load on clusters in proportion
     (100,000 jobs on 2,048 GPUs), each run in its own process (peak RSS, a time cap); a table,
     scaling.csv/.json and a log-log plot of time per event.
-Side by side (issue 12):  python bench/bench_sim.py --fast-policies --artifact DIR
-    [--artifact-python PY] [--traces trace1,trace2,trace4] [--policies srtf,srsf,tiresias,antman]
-    [--repeat N]: the fast policies on the artifact's own traces (DIR/trace-data, spec n8g8),
-    ours and the artifact one after the other in this run, each in a fresh process; see
-    `side_by_side`.
+Side by side, the fast policies against the artifact:
+    python bench/bench_sim.py --fast-policies --artifact DIR [--artifact-python PY]
+    [--traces trace1,trace2,trace4] [--policies srtf,srsf,tiresias,antman] [--repeat N]: the
+    fast policies on the artifact's own traces (DIR/trace-data, spec n8g8), ours and the
+    artifact one after the other in this run, each in a fresh process; see `side_by_side`.
 
-Targets (issue 2): Muri-S on trace3 < 1.5 s and on trace3_pr < 5 s, Themis on trace3 < 10 s,
+Speed targets: Muri-S on trace3 < 1.5 s and on trace3_pr < 5 s, Themis on trace3 < 10 s,
 SRSF on trace3 < 0.5 s, a generated 20,000-job trace on 512 GPUs < 60 s for Muri-S, and one
 Muri planning round over 256 candidate jobs < 100 ms.
 
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from scheduler.core.engine import Core  # noqa: E402
 from scheduler.core.policies import POLICIES  # noqa: E402
 from scheduler.plugins import make_policy  # noqa: E402
-from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.presets import get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace, write_trace  # noqa: E402
@@ -79,7 +79,7 @@ def planning_round_ms(candidates: int = 256, repeats: int = 20, spec: str = "n8g
     records = generate(candidates, seed=11, max_gpus=8, backlog=True)
     samples = []
     for r in range(repeats):
-        core = Core(load_spec(spec_path(spec)), make_policy("muri-s", preset), preset)
+        core = Core(load_spec(spec_path(spec)), make_policy("muri-s", preset), preset.model)
         for rec in records:
             core.submit(rec, 0.0)
         start = time.perf_counter()
@@ -93,7 +93,7 @@ def steady_round_ms(queued: int, spec: str, arrivals: int = 20) -> float:
     learnt about candidate pairs in earlier rounds is still valid."""
     preset = get_preset("default")
     records = generate(queued + arrivals, seed=11, max_gpus=8, backlog=True)
-    core = Core(load_spec(spec_path(spec)), make_policy("muri-s", preset), preset)
+    core = Core(load_spec(spec_path(spec)), make_policy("muri-s", preset), preset.model)
     for rec in records[:queued]:
         core.submit(rec, 0.0)
     core.round(0.0)
@@ -107,7 +107,7 @@ def steady_round_ms(queued: int, spec: str, arrivals: int = 20) -> float:
     return statistics.median(samples)
 
 
-# our policy name -> the artifact's --schedule name (the fast policies of issue 12)
+# our policy name -> the artifact's --schedule name (the fast policies: no matching, no LP)
 FAST_POLICIES = {"srtf": "shortest", "srsf": "shortest-gpu", "tiresias": "dlas-gpu",
                  "antman": "antman"}
 FAST_TRACES = ("trace1", "trace2", "trace4")

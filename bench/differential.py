@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.presets import get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec  # noqa: E402
 from traces import read_trace, write_trace  # noqa: E402

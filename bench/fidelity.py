@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from scheduler.core.policies.themis import SOLVERS  # noqa: E402
-from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.presets import get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace  # noqa: E402
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     published = load_published(REFERENCE / "published_results.csv")
     started = time.perf_counter()
-    solver, own = args.themis_solver, get_preset("paper").themis_solver
+    solver, own = args.themis_solver, get_preset("paper").policies.themis.solver
     if solver not in (None, own) and "themis" in policies:
         print(f"themis: solved by {solver}, not the paper preset's {own}; its rows are not "
               f"the artifact's runs")

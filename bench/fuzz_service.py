@@ -26,7 +26,7 @@ from broker.endpoints import Endpoints  # noqa: E402
 from traces.record import record_to_map  # noqa: E402
 from tests.fuzz_service import Fuzzer  # noqa: E402
 from tests.helpers import job  # noqa: E402
-from tests.live import LiveCluster, log_records, wait_for  # noqa: E402
+from tests.live_system import LiveCluster, log_records, wait_for  # noqa: E402
 
 SPEC = ("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
         "1,2,4,32,128\n")

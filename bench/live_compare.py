@@ -52,11 +52,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Sequence
 
-from scheduler.core.presets import get_preset
+from scheduler.presets import get_preset
 from scheduler.sim.simulator import simulate
 from scheduler.tools.report import load_run, read_records
 from specs import load_spec
-from tests.live import ROOT, LiveCluster, trainer_env, write_spec
+from tests.live_system import ROOT, LiveCluster, trainer_env, write_spec
 from traces import read_trace, write_trace
 from traces.record import JobRecord
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
 from scheduler.core.policies.base import Policy, RoundContext  # noqa: E402
-from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.presets import get_preset  # noqa: E402
 from scheduler.core.state import Plan  # noqa: E402
 from scheduler.sim.simulator import Simulator  # noqa: E402
 from specs import load_spec  # noqa: E402
@@ -44,8 +44,9 @@ class Recorded(Policy):
 
     name = "recorded"
 
-    def __init__(self, preset, plans: list[Plan]):
-        super().__init__(preset)
+    def __init__(self, recorded: Policy, plans: list[Plan]):
+        super().__init__(recorded.model)
+        self.runs_unplaced = recorded.runs_unplaced  # its plans are checked as the recorded's
         self._plans = iter(plans)
 
     def plan(self, ctx: RoundContext) -> Plan:
@@ -61,7 +62,7 @@ def timed(records, spec, policy: str, preset, plans: list[Plan] | None = None):
     sim = Simulator(records, spec, policy, preset,
                     on_round=None if plans is not None else lambda t, plan, core: keep.append(plan))
     if plans is not None:
-        sim.core.policy = Recorded(preset, plans)
+        sim.core.policy = Recorded(sim.core.policy, plans)
     start = time.process_time()
     result = sim.run()
     return time.process_time() - start, result.outcomes, keep

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler.core.presets import Preset, get_preset  # noqa: E402
+from scheduler.presets import Preset, get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import ClusterSpec, load_spec  # noqa: E402
 from traces import generate, read_trace  # noqa: E402

@@ -27,7 +27,7 @@ import ecos  # noqa: E402
 
 from scheduler.core.policies import themis  # noqa: E402
 from scheduler.core.policies.themis_ecos import SOLVED_FLAGS  # noqa: E402
-from scheduler.core.presets import get_preset  # noqa: E402
+from scheduler.presets import get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace  # noqa: E402

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from scheduler.plugins import PolicyError, make_policy, policy_names
-from scheduler.core.presets import PRESETS, get_preset
+from scheduler.presets import PRESETS, get_preset
 from scheduler.tools.sweep_dask import DaskError, run_dask
 from scheduler.tools.sweep_runs import Task, default_processes, run_local
 from scheduler.tools.sweep_store import Store, StoreError

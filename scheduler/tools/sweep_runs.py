@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from scheduler.core.interleave import efficiency
-from scheduler.core.presets import get_preset
+from scheduler.presets import get_preset
 from scheduler.sim.simulator import simulate
 from traces.record import JobRecord
 

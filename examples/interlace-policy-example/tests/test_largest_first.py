@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.presets import get_preset
+from scheduler.presets import get_preset
 from scheduler.sim.simulator import simulate
 from specs.spec import ClusterSpec
 from traces.generate import generate
@@ -24,7 +24,7 @@ PRESET = get_preset("default", overhead_table={}, overhead_default=0.0)
 def reference_ends(records, preset) -> dict[int, float]:
     """When each job ends when, at every arrival and completion, the runnable jobs are taken
     by (most GPUs, earliest submitted, lowest id) and each runs if its GPUs are still free."""
-    left = {r.job_id: r.iterations * preset.solo_time(r.iteration_time) for r in records}
+    left = {r.job_id: r.iterations * preset.model.solo_time(r.iteration_time) for r in records}
     jobs = sorted(records, key=lambda r: (-r.num_gpu, r.submit_time, r.job_id))
     arrivals = sorted({r.submit_time for r in records})
     ends: dict[int, float] = {}

@@ -11,10 +11,10 @@ import bisect
 
 from scheduler.core.policies import Policy, RoundContext
 from scheduler.core.policies.base import place_in_order
-from scheduler.core.state import Job, Plan
+from scheduler.core.state import JobView, Plan
 
 
-def priority(job: Job) -> tuple[int, float, int]:
+def priority(job: JobView) -> tuple[int, float, int]:
     """Smaller is served first: most GPUs, then earliest submitted, then lowest id."""
     return (-job.num_gpu, job.submit_time, job.id)
 
@@ -27,14 +27,14 @@ class LargestFirst(Policy):
 
     name = "largest-first"
 
-    def __init__(self, preset):
-        super().__init__(preset)
-        self._jobs: list[Job] = []  # the runnable jobs, in priority order
+    def __init__(self, model):
+        super().__init__(model)
+        self._jobs: list[JobView] = []  # the runnable jobs, in priority order
 
-    def on_submit(self, job: Job, now: float) -> None:
+    def on_submit(self, job: JobView, now: float) -> None:
         bisect.insort(self._jobs, job, key=priority)
 
-    def on_finish(self, job: Job, now: float) -> None:
+    def on_finish(self, job: JobView, now: float) -> None:
         self._jobs.remove(job)
 
     def plan(self, ctx: RoundContext) -> Plan:
