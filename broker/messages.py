@@ -83,12 +83,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 # measurement reaches the planner's arithmetic (a weight of inf stops every later round).
 # So every number that senders measure or count is checked here, where it enters, against
 # bounds no honest sender comes near. A violation is a MessageError("bad_value").
-from specs.limits import MAX_SECONDS  # noqa: E402  (a stage, iteration or restart time)
-MAX_ITERATIONS = 1e15  # iterations done or reported; any real job is many orders below
-MAX_CPUS = 1_000_000  # cores an agent may announce
-MAX_MEM = 1e9  # memory an agent may announce (GB)
+# times, iterations, ids, an agent's CPUs and memory: specs.limits, shared with the traces
+from specs.limits import MAX_CPUS, MAX_ID, MAX_ITERATIONS, MAX_MEM, MAX_SECONDS  # noqa: E402
 MAX_GPU_ID = 65_535  # a device index an agent may announce
-MAX_ID = 2**53  # job ids and counters: exact as a float, as in JSON and the journal
 MAX_STAGES = 16  # stage names in one timing map (real trainers send 3 or 4)
 
 _Check = Callable[[Any], "str | None"]  # a value -> what is wrong with it, or None

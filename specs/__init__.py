@@ -6,7 +6,10 @@ from pathlib import Path
 
 from specs.spec import ClusterSpec, SpecError, load_spec
 
-__all__ = ["ClusterSpec", "SpecError", "load_spec", "spec_path", "available_specs"]
+__all__ = ["ClusterSpec", "SpecError", "load_spec", "spec_path", "available_specs",
+           "DEFAULT_SPEC"]
+
+DEFAULT_SPEC = "n2g8"  # the cluster every tool assumes when not given one (16 GPUs)
 
 
 def available_specs() -> list[str]:

@@ -1,0 +1,40 @@
+"""The argparse pieces every command-line tool shares, so a bad option is one line on stderr
+naming the option and the bound it broke (the bounds are specs.limits'), never a usage
+block, a traceback, or a number that makes the tool hang or overflow later."""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+from specs.limits import show
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (exit 2): the usage block argparse prints
+    first would bury the one line that says what is wrong. Subparsers inherit it."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        program = self.prog.split()[0]
+        self.exit(2, f"{self.prog}: error: {message} (see {program} --help)\n")
+
+
+def number(lo: float, hi: float, *, integer: bool = False, above: bool = False,
+           unit: str = "") -> Callable[[str], float]:
+    """An argparse type: a finite number in [lo, hi] ((lo, hi] when `above`), an integer when
+    `integer`; the message names the range, so the user learns the limit from the refusal."""
+    kind = "an integer" if integer else "a number"
+    low = "(" if above else "["
+    where = f"{kind} in {low}{show(lo)}, {show(hi)}]{' ' + unit if unit else ''}"
+
+    def parse(text: str) -> float:
+        try:
+            value: float = int(text) if integer else float(text)
+        except (ValueError, OverflowError):
+            value = math.nan
+        if not (math.isfinite(value) and (lo < value if above else lo <= value) and value <= hi):
+            raise argparse.ArgumentTypeError(f"must be {where}, got {text!r}")
+        return value
+
+    parse.__name__ = "integer" if integer else "number"  # argparse names the type in errors
+    return parse
