@@ -7,9 +7,13 @@ import io
 import os
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
+
+from specs.limits import (MAX_CPUS, MAX_GPUS_PER_NODE, MAX_MEM, MAX_NODES, MAX_SMALL_FILE_BYTES,
+                          InputFileError, read_regular)
 
 COLUMNS = ("num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node")
+# each column's largest value (specs.limits); a cluster holds at most MAX_NODES nodes in all
+BOUNDS = dict(zip(COLUMNS, (MAX_NODES, MAX_NODES, MAX_GPUS_PER_NODE, MAX_CPUS, MAX_MEM)))
 
 
 class SpecError(Exception):
@@ -53,13 +57,9 @@ def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
     """The spec in `path`, or SpecError naming every fault with its file, line and field."""
     label = os.fspath(path)
     try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except IsADirectoryError:
-        raise SpecError(label, [(None, None, "is a directory, not a spec file")]) from None
-    except FileNotFoundError:
-        raise SpecError(label, [(None, None, "no such file")]) from None
-    except OSError as exc:
-        raise SpecError(label, [(None, None, f"cannot read: {exc.strerror or exc}")]) from None
+        text = read_regular(path, MAX_SMALL_FILE_BYTES).decode("utf-8-sig")
+    except InputFileError as exc:
+        raise SpecError(label, [(None, None, str(exc))]) from None
     except UnicodeDecodeError:
         raise SpecError(label, [(None, None, "not UTF-8 text")]) from None
 
@@ -99,10 +99,15 @@ def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
             ok = number.is_finite() and number == number.to_integral_value() and number > 0
         except InvalidOperation:
             ok = False
-        if ok and number.adjusted() < 18:
-            values.append(int(number))
-        else:
+        if not ok:
             problems.append((line, name, f"must be a positive integer, got {text_value!r}"))
+        elif number > BOUNDS[name]:
+            problems.append((line, name, f"must be at most {BOUNDS[name]}, got {text_value!r}"))
+        else:
+            values.append(int(number))
+    if not problems and values[0] * values[1] > MAX_NODES:
+        problems.append((line, "num_switch x num_node_p_switch",
+                         f"a cluster of {values[0] * values[1]} nodes; at most {MAX_NODES}"))
     if problems:
         raise SpecError(label, problems)
     return ClusterSpec(*values)

@@ -9,6 +9,10 @@ from __future__ import annotations
 import math
 from typing import Container, Mapping, Sequence
 
+from specs.limits import (MAX_BATCH_SIZE, MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_SECONDS,
+                          MAX_TRACE_SECONDS, show)
+from traces.errors import Problem
+
 # (value, text shown after "got") for one field; a field that is absent or failed to parse
 # is simply left out of the mapping, so its own problem is not reported twice.
 Value = tuple[object, str]
@@ -31,15 +35,46 @@ REQUIRED_COLUMNS = (
 OPTIONAL_COLUMNS = ("resource_time_3", "priority")
 STAGE_COLUMNS = ("resource_time_0", "resource_time_1", "resource_time_2", "resource_time_3")
 
-# integer fields and their smallest allowed value
-INT_FIELDS: Mapping[str, int] = {"job_id": 0, "num_gpu": 1, "iterations": 1, "batch_size": 1}
-# time fields and whether zero is forbidden (a zero iteration time means no work at all)
-TIME_FIELDS: Mapping[str, bool] = {
-    "submit_time": False,
-    "duration": False,
-    "interval": False,
-    "iteration_time": True,
+# integer fields and their smallest and largest allowed values
+INT_FIELDS: Mapping[str, tuple[int, int]] = {
+    "job_id": (0, MAX_ID),
+    "num_gpu": (1, MAX_GPUS),
+    "iterations": (1, MAX_ITERATIONS),
+    "batch_size": (1, MAX_BATCH_SIZE),
 }
+# time fields: whether zero is forbidden (a zero iteration time means no work at all), and
+# the largest value (seconds)
+TIME_FIELDS: Mapping[str, tuple[bool, float]] = {
+    "submit_time": (False, MAX_TRACE_SECONDS),
+    "duration": (False, MAX_TRACE_SECONDS),
+    "interval": (False, MAX_TRACE_SECONDS),
+    "iteration_time": (True, MAX_SECONDS),
+}
+
+
+TOO_LARGE = "job needs {} GPUs but the cluster has only {}"
+# said once per file, so a trace made for a bigger cluster is one line, not one per job
+TOO_LARGE_HINT = ("give --spec a cluster of at least {} GPUs, or make the trace for this one "
+                  "(interlace-trace generate --max-gpus {})")
+
+
+def fold_too_large(problems: list[Problem], total_gpus: int | None) -> list[Problem]:
+    """The problems with every job too large for the cluster said in one line, at the first
+    such job, with the way out: 21 lines saying the same thing hide the fix."""
+    if total_gpus is None:
+        return problems
+    large = TOO_LARGE.split("{}")[0]
+    too_large = [p for p in problems if p.field == "num_gpu" and p.message.startswith(large)]
+    if not too_large:
+        return problems
+    first = too_large[0]
+    most = max(int(p.message.removeprefix(large).split()[0]) for p in too_large)
+    jobs = f"{len(too_large)} jobs need" if len(too_large) > 1 else "a job needs"
+    line = Problem(first.file, first.line, first.field,
+                   f"{jobs} more GPUs than the cluster's {total_gpus} (up to {most}; the first "
+                   "here): " + TOO_LARGE_HINT.format(most, total_gpus))
+    folded = {id(p) for p in too_large[1:]}
+    return [line if p is first else p for p in problems if id(p) not in folded]
 
 
 # the non-stage fields before `priority`, in CSV column order
@@ -58,14 +93,21 @@ def is_number(value: object) -> bool:
     )
 
 
-def _check_time(value: object, shown: str, *, positive: bool) -> str | None:
+def _check_time(value: object, shown: str, *, positive: bool, most: float) -> str | None:
     if not is_number(value):
         return f"must be a finite number, got {shown}"
     if value < 0:
         return f"must be non-negative, got {shown}"
     if positive and value == 0:
         return f"must be positive, got {shown}"
+    if value > most:
+        return f"must be at most {_seconds(most)}, got {shown}"
     return None
+
+
+def _seconds(bound: float) -> str:
+    """A time bound in both units: records hold seconds, trace files milliseconds."""
+    return f"{show(bound)} s ({show(bound * 1000)} ms in a trace file)"
 
 
 def check_job(
@@ -78,24 +120,31 @@ def check_job(
     """Every problem of one job, as (field, message) pairs in column order."""
     found: list[Finding] = []
     model: str | None = None
+    counts: dict[str, int] = {}
+    iteration_time: float | None = None
 
     for name in SCALAR_ORDER:
         if name not in values:
             continue
         value, shown = values[name]
         if name in INT_FIELDS:
-            minimum = INT_FIELDS[name]
+            minimum, maximum = INT_FIELDS[name]
             if not is_int(value) or value < minimum:
                 kind = "positive" if minimum >= 1 else "non-negative"
                 found.append((name, f"must be a {kind} integer, got {shown}"))
+            elif value > maximum:
+                found.append((name, f"must be at most {show(maximum)}, got {shown}"))
             elif name == "num_gpu" and total_gpus is not None and value > total_gpus:
-                found.append(
-                    (name, f"job needs {value} GPUs but the cluster has only {total_gpus}")
-                )
+                found.append((name, TOO_LARGE.format(value, total_gpus)))
+            else:
+                counts[name] = value  # type: ignore[assignment]
         elif name in TIME_FIELDS:
-            message = _check_time(value, shown, positive=TIME_FIELDS[name])
+            positive, most = TIME_FIELDS[name]
+            message = _check_time(value, shown, positive=positive, most=most)
             if message:
                 found.append((name, message))
+            elif name == "iteration_time":
+                iteration_time = float(value)  # type: ignore[arg-type]
         elif name == "model_name":
             if not isinstance(value, str) or not value.strip():
                 found.append((name, f"must be a non-empty name, got {shown}"))
@@ -107,11 +156,17 @@ def check_job(
         if name not in values:
             continue
         value, shown = values[name]
-        message = _check_time(value, shown, positive=False)
+        message = _check_time(value, shown, positive=False, most=MAX_SECONDS)
         if message:
             found.append((name, message))
         else:
             stage_ok.append(float(value))  # type: ignore[arg-type]
+
+    if "iterations" in counts and iteration_time is not None \
+            and counts["iterations"] * iteration_time > MAX_TRACE_SECONDS:
+        work = counts["iterations"] * iteration_time
+        found.append(("iterations", f"times iteration_time is {work:.4g} s of work; "
+                                    f"must be at most {show(MAX_TRACE_SECONDS)} s"))
 
     has_profile = any(t > 0 for t in stage_ok)
     if model is not None and model not in known_models and not has_profile:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from specs import available_specs
+from specs import DEFAULT_SPEC, available_specs
+from specs.limits import (MAX_GPUS, MAX_ID, MAX_JOBS, MAX_SEED, MAX_SIGMA, MAX_TRACE_SECONDS,
+                          show)
+from specs.options import OneLineParser, number
 from traces.errors import TraceError
 from traces.generate import generate
 from traces.muri_csv import write_trace
@@ -16,79 +20,45 @@ from traces.validate import validate
 PROG = "interlace-trace"
 
 
-class _UsageError(Exception):
-    pass
+# integer options and their bounds (specs.limits)
+_positive_int = number(1, MAX_ID, integer=True)
+_seed = number(0, MAX_SEED, integer=True)
+_trace_seconds = number(0, MAX_TRACE_SECONDS, unit="s")
+_positive_trace_seconds = number(0, MAX_TRACE_SECONDS, above=True, unit="s")
 
 
-class _Parser(argparse.ArgumentParser):
-    """Raises instead of exiting, so main() can return the status like any other function."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _UsageError(f"{self.format_usage().rstrip()}\n{self.prog}: error: {message}")
-
-
-def _int_at_least(minimum: int, kind: str):
-    """An argparse type for integers >= minimum, with a message naming `kind`."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be a {kind} integer, got {text!r}")
-        return value
-    return parse
-
-
-_positive_int = _int_at_least(1, "positive")
-_non_negative_int = _int_at_least(0, "non-negative")
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a non-negative number, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
-
-
-def _parser() -> _Parser:
-    parser = _Parser(prog=PROG,
-                     description="Generate, import and validate Interlace trace files.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def _parser() -> OneLineParser:
+    parser = OneLineParser(prog=PROG,
+                           description="Generate, import and validate Interlace trace files.")
+    sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="write a seeded Philly-like synthetic trace")
-    gen.add_argument("--jobs", type=_positive_int, required=True, help="number of jobs")
-    gen.add_argument("--seed", type=_non_negative_int, required=True, help="random seed")
+    gen.add_argument("--jobs", type=number(1, MAX_JOBS, integer=True), required=True,
+                     help=f"number of jobs (at most {MAX_JOBS})")
+    gen.add_argument("--seed", type=_seed, required=True, help="random seed")
     gen.add_argument("--out", type=Path, required=True, help="CSV file to write")
     gen.add_argument("--backlog", action="store_true", help="submit every job at time 0")
-    gen.add_argument("--max-gpus", type=_positive_int, default=32, help="largest job (GPUs)")
-    gen.add_argument("--mean-interarrival", type=_non_negative_float, default=1800.0,
+    gen.add_argument("--max-gpus", type=number(1, MAX_GPUS, integer=True), default=None,
+                     help=f"largest job (GPUs; default: what the simulator's default spec "
+                          f"{DEFAULT_SPEC} holds, so the trace runs there as it is)")
+    gen.add_argument("--mean-interarrival", type=_trace_seconds, default=1800.0,
                      help="mean seconds between submissions (default 1800)")
-    gen.add_argument("--median-duration", type=_positive_float, default=3600.0,
+    gen.add_argument("--median-duration", type=_positive_trace_seconds, default=3600.0,
                      help="median job run time, seconds (default 3600)")
-    gen.add_argument("--duration-sigma", type=_non_negative_float, default=1.8,
-                     help="lognormal sigma of run times (default 1.8)")
-    gen.add_argument("--min-duration", type=_positive_float, default=60.0,
+    gen.add_argument("--duration-sigma", type=number(0, MAX_SIGMA), default=1.8,
+                     help=f"lognormal sigma of run times (default 1.8, at most {MAX_SIGMA:g})")
+    gen.add_argument("--min-duration", type=_positive_trace_seconds, default=60.0,
                      help="shortest run time, seconds (default 60)")
-    gen.add_argument("--max-duration", type=_positive_float, default=5 * 86400.0,
+    gen.add_argument("--max-duration", type=_positive_trace_seconds, default=5 * 86400.0,
                      help="longest run time, seconds (default 5 days)")
 
     _import_parser(sub)
 
     val = sub.add_parser("validate", help="check a trace; one line per problem on stderr")
     val.add_argument("path", help="trace CSV file")
-    val.add_argument("--spec", help="cluster spec file or packaged spec name: "
-                     f"{', '.join(available_specs())}")
+    val.add_argument("--spec", default=DEFAULT_SPEC,
+                     help="cluster spec file or packaged spec name: "
+                     f"{', '.join(available_specs())} (default {DEFAULT_SPEC}, as interlace-sim)")
     return parser
 
 
@@ -126,13 +96,14 @@ def _import_parser(sub) -> None:
     imp.add_argument("format", choices=sorted(FORMATS), help="the log's format")
     imp.add_argument("sources", nargs="+", metavar="SRC", help="input file(s); see below")
     imp.add_argument("--out", type=Path, required=True, help="trace CSV to write")
-    imp.add_argument("--spec", default="n2g8",
+    imp.add_argument("--spec", default=DEFAULT_SPEC,
                      help="cluster the trace is for: jobs needing more GPUs than it holds are "
                           "dropped (file or packaged name: "
-                          f"{', '.join(available_specs())}; default n2g8, as interlace-sim)")
+                          f"{', '.join(available_specs())}; default {DEFAULT_SPEC}, as "
+                          "interlace-sim)")
     imp.add_argument("--models", default="gputime", metavar="RULE",
                      help="how jobs get a model (default gputime; see below)")
-    imp.add_argument("--seed", type=_non_negative_int, default=0,
+    imp.add_argument("--seed", type=_seed, default=0,
                      help="seed of the model choice (default 0)")
     imp.add_argument("--since", type=_time_bound, metavar="TIME",
                      help="keep jobs submitted at or after TIME")
@@ -201,6 +172,15 @@ def _pai_inputs(args: argparse.Namespace):  # -> Inputs | str
     return Inputs(tuple(sources), tasks, groups)
 
 
+def _same_file(out: Path, src: Path) -> bool:
+    """Whether writing `out` would overwrite `src` (the same path, a link to it)."""
+    try:
+        return out.resolve() == Path(src).resolve() or (
+            out.exists() and os.path.samefile(out, src))
+    except OSError:
+        return False
+
+
 def _import(args: argparse.Namespace) -> int:
     from traces.importers import FORMATS, Inputs, Options, RowRules, run_import, summary_path
     from traces.importers.assign import ModelRuleError, parse_model_rule
@@ -226,6 +206,8 @@ def _import(args: argparse.Namespace) -> int:
             return 2
         inputs = Inputs(tuple(map(Path, args.sources)))
     problems = [str(p) for p in map(open_problem, inputs.all_files()) if p is not None]
+    problems += [f"--out {args.out}: is the input {src}; writing it would destroy it"
+                 for src in inputs.all_files() if _same_file(args.out, src)]
     parent = args.out.parent
     if not parent.is_dir():
         problems.append(f"{args.out}: no such directory {str(parent)!r}")
@@ -260,6 +242,11 @@ def _generate(args: argparse.Namespace) -> int:
     if args.min_duration > args.max_duration:
         print(f"{PROG}: error: --min-duration exceeds --max-duration", file=sys.stderr)
         return 2
+    if args.max_gpus is None:
+        spec = _spec_or_say(DEFAULT_SPEC)
+        if spec is None:
+            return 1
+        args.max_gpus = spec.total_gpus
     records = generate(
         args.jobs,
         args.seed,
@@ -271,6 +258,11 @@ def _generate(args: argparse.Namespace) -> int:
         min_duration=args.min_duration,
         max_duration=args.max_duration,
     )
+    if records and records[-1].submit_time > MAX_TRACE_SECONDS:
+        print(f"{PROG}: error: --mean-interarrival: {args.jobs} jobs {args.mean_interarrival:g} s "
+              f"apart end at {records[-1].submit_time:.4g} s, past the traces' limit of "
+              f"{show(MAX_TRACE_SECONDS)} s: lower it or --jobs", file=sys.stderr)
+        return 2
     try:
         write_trace(args.out, records)
     except OSError as exc:
@@ -302,11 +294,9 @@ def _spec_or_say(text: str):
 
 
 def _validate(args: argparse.Namespace) -> int:
-    spec = None
-    if args.spec is not None:
-        spec = _spec_or_say(args.spec)
-        if spec is None:
-            return 1
+    spec = _spec_or_say(args.spec)
+    if spec is None:
+        return 1
     problems = validate(args.path, spec=spec)
     for problem in problems:
         print(problem, file=sys.stderr)
@@ -321,10 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except _UsageError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help and friends
+    except SystemExit as exc:  # --help, or a usage error already said in one line
         return exc.code if isinstance(exc.code, int) else 0
     try:
         commands = {"generate": _generate, "import": _import, "validate": _validate}

@@ -11,6 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
+from specs.limits import MAX_TRACE_SECONDS
 from traces.models import MODELS
 from traces.record import JobRecord
 
@@ -84,7 +85,8 @@ def generate(
         # keep the catalogue's ratio of measured iteration time to summed stages
         ratio = profile.iteration_time / sum(profile.stage_times)
         iteration_ms = max(1, round(sum(stages) * 1000 * ratio))
-        iterations = max(1, round(float(durations[i]) * 1000 / iteration_ms))
+        iterations = max(1, min(round(float(durations[i]) * 1000 / iteration_ms),
+                                int(MAX_TRACE_SECONDS * 1000) // iteration_ms))  # a readable trace
         this_ms = int(submit_ms[i])
         jobs.append(
             JobRecord(

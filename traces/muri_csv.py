@@ -11,9 +11,9 @@ import io
 import math
 import os
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from typing import Container, Iterable, Sequence
 
+from specs.limits import InputFileError, read_regular
 from traces._checks import (
     INT_FIELDS,
     REQUIRED_COLUMNS,
@@ -21,6 +21,7 @@ from traces._checks import (
     TIME_FIELDS,
     Value,
     check_job,
+    fold_too_large,
 )
 from traces.errors import Problem, TraceError
 from traces.models import MODELS
@@ -49,7 +50,7 @@ def _parse_number(text: str, *, integer: bool) -> tuple[object, str | None]:
         return None, f"must be a finite number, got {shown}"
     if integer:
         if number.adjusted() > _MAX_INT_DIGITS:
-            return None, f"is out of range, got {shown}"
+            return None, f"is out of range (more than {_MAX_INT_DIGITS} digits), got {shown}"
         if number == number.to_integral_value():
             return int(number), None
         return float(number), None  # the shared check rejects it with its own wording
@@ -94,13 +95,9 @@ def csv_milliseconds(seconds: float) -> float:
 
 def _read_text(path: PathLike, label: str) -> tuple[str | None, Problem | None]:
     try:
-        data = Path(path).read_bytes()
-    except IsADirectoryError:
-        return None, Problem(label, None, None, "is a directory, not a trace file")
-    except FileNotFoundError:
-        return None, Problem(label, None, None, "no such file")
-    except OSError as exc:
-        return None, Problem(label, None, None, f"cannot read: {exc.strerror or exc}")
+        data = read_regular(path)
+    except InputFileError as exc:
+        return None, Problem(label, None, None, str(exc))
     try:
         return data.decode("utf-8-sig"), None
     except UnicodeDecodeError as exc:
@@ -168,7 +165,7 @@ def parse_trace(
         problems.append(Problem(label, last_line + 1, None, f"malformed CSV: {exc}"))
     if columns is None:
         problems.append(Problem(label, None, None, "file is empty (expected a header row)"))
-    return records, problems
+    return records, fold_too_large(problems, total_gpus)
 
 
 def _read_header(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Container, Iterable
 
-from traces._checks import Value, check_job
+from traces._checks import Value, check_job, fold_too_large
 from traces.errors import Problem
 from traces.models import MODELS
 from traces.muri_csv import parse_trace
@@ -50,7 +50,7 @@ def validate(
                     f"duplicate job_id {job_id!r} (first at record {first})",
                 )
             )
-    return problems
+    return fold_too_large(problems, total_gpus)
 
 
 def no_jobs_problem(path: str | os.PathLike[str]) -> Problem:

@@ -14,6 +14,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from specs import load_spec, spec_path  # noqa: E402
+from specs.limits import MAX_SECONDS, MAX_TRACE_SECONDS  # noqa: E402
 from traces import (  # noqa: E402
     MODELS,
     STAGES_3,
@@ -316,7 +317,11 @@ def test_validate_records_type_errors():
 # ---------------------------------------------------------------- writing
 
 
-times = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
+# every value within the trace limits (specs.limits), which the reader enforces
+times = st.floats(min_value=0, max_value=MAX_TRACE_SECONDS, allow_nan=False,
+                  allow_infinity=False)
+stage_times = st.floats(min_value=0, max_value=MAX_SECONDS, allow_nan=False,
+                        allow_infinity=False)
 model_names = st.text(
     alphabet=st.sampled_from('abcxyz_019-.," '), min_size=1, max_size=12
 ).filter(lambda s: s.strip() == s)
@@ -328,21 +333,23 @@ def records(draw):
     ids = draw(st.lists(st.integers(0, 10**9), min_size=n, max_size=n, unique=True))
     out = []
     for job_id in ids:
-        stages = draw(st.lists(times, min_size=3, max_size=4))
+        stages = draw(st.lists(stage_times, min_size=3, max_size=4))
         stages[draw(st.integers(0, len(stages) - 1))] = draw(
             st.floats(min_value=1e-9, max_value=1e6)
         )
+        iteration_time = draw(st.floats(min_value=1e-300, max_value=MAX_SECONDS))
+        most = max(1, int(min(1e12, MAX_TRACE_SECONDS / iteration_time)))
         out.append(
             JobRecord(
                 job_id=job_id,
                 num_gpu=draw(st.integers(1, 512)),
                 submit_time=draw(times),
-                iterations=draw(st.integers(1, 10**12)),
+                iterations=draw(st.integers(1, most)),
                 model_name=draw(st.one_of(st.sampled_from(sorted(MODELS)), model_names)),
                 batch_size=draw(st.integers(1, 4096)),
                 duration=draw(times),
                 interval=draw(times),
-                iteration_time=draw(st.floats(min_value=1e-300, max_value=1e9)),
+                iteration_time=iteration_time,
                 stage_times=tuple(stages),
                 priority=draw(st.integers(0, 1)),
             )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence
 
+from specs.limits import file_problem
 from traces.errors import Problem, TraceError
 
 # Progress callback: (bytes consumed so far, across all inputs)
@@ -138,13 +139,8 @@ def text_cell(text: object) -> str:
 def open_problem(path: str | os.PathLike[str]) -> Problem | None:
     """Why `path` cannot be read as an input file, before any row is read."""
     label = os.fspath(path)
-    if os.path.isdir(label):
-        return Problem(label, None, None, "is a directory, not a trace file")
-    if not os.path.exists(label):
-        return Problem(label, None, None, "no such file")
-    if not os.access(label, os.R_OK):
-        return Problem(label, None, None, "cannot read: permission denied")
-    return None
+    problem = file_problem(label)
+    return None if problem is None else Problem(label, None, None, problem)
 
 
 def csv_jobs(inputs: Any, columns: Sequence[str], required: Sequence[str],
