@@ -8,6 +8,7 @@ learn whom to trust from the same file; each client's own key pair rides along i
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zmq.utils import z85
+
+from specs.limits import MAX_SMALL_FILE_BYTES, InputFileError, read_regular
 
 _FIELDS = ("events_in", "events_out", "requests")
 
@@ -67,7 +70,18 @@ class Endpoints:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Endpoints":
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        """The file's endpoints; ValueError when it is not a small regular file of them (a
+        FIFO would block the reader forever)."""
+        try:
+            data = read_regular(path, MAX_SMALL_FILE_BYTES)
+        except InputFileError as err:
+            if not os.path.lexists(path):  # an OSError as before: callers wait for the file
+                raise FileNotFoundError(errno.ENOENT, "no such file", os.fspath(path)) from None
+            raise ValueError(f"endpoints: {err}") from None
+        try:
+            return cls.from_json(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError("endpoints: not UTF-8 text") from None
 
     @classmethod
     def wait_load(cls, path: str | os.PathLike[str], wait_s: float,

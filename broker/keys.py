@@ -28,6 +28,9 @@ from typing import Sequence
 import zmq
 import zmq.auth
 
+from specs.limits import MAX_KEYS, MAX_SMALL_FILE_BYTES, file_problem
+from specs.options import OneLineParser, number
+
 SERVER = "server"
 CLIENTS, AUTHORIZED = "clients", "authorized"
 KEY_ENV = "INTERLACE_CLIENT_KEY"  # default for --client-key in every component
@@ -121,8 +124,11 @@ def load_client(path: Path | str) -> ClientKeys:
 
 
 def _load(path: Path, what: str) -> tuple[bytes, bytes]:
-    if not path.is_file():
-        raise KeyFileError(f"{what} key {path}: no such file")
+    problem = file_problem(path)  # a FIFO would block the reader forever
+    if problem is None and path.stat().st_size > MAX_SMALL_FILE_BYTES:
+        problem = f"larger than {MAX_SMALL_FILE_BYTES} bytes, not a key file"
+    if problem is not None:
+        raise KeyFileError(f"{what} key {path}: {problem}")
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as err:
@@ -149,21 +155,18 @@ def _main_generate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry: `interlace-keys generate DIR --clients scheduler,feeder,agent-n0`."""
-    parser = argparse.ArgumentParser(prog="interlace-keys",
-                                     description="CURVE keys for the Interlace message plane.")
+    parser = OneLineParser(prog="interlace-keys",
+                           description="CURVE keys for the Interlace message plane.")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="make the server pair and client pairs in DIR")
     gen.add_argument("dir", metavar="DIR", type=Path)
     gen.add_argument("--clients", default="", metavar="NAMES",
                      help="comma-separated client names, e.g. scheduler,feeder,agent-n0")
-    gen.add_argument("--count", type=int, default=0, metavar="N",
-                     help="also make N clients named client-0 .. client-N-1")
+    gen.add_argument("--count", type=number(0, MAX_KEYS, integer=True), default=0, metavar="N",
+                     help=f"also make N clients named client-0 .. client-N-1 (at most {MAX_KEYS})")
     gen.add_argument("--force", action="store_true",
                      help="replace existing pairs (every client then needs its new key)")
-    args = parser.parse_args(argv)
-    if args.count < 0:
-        parser.error("--count must be >= 0")
-    return _main_generate(args)
+    return _main_generate(parser.parse_args(argv))
 
 
 def add_client_key_argument(parser: argparse.ArgumentParser) -> None:

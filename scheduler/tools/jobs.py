@@ -23,21 +23,33 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
+from specs.limits import (MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_RETRIES, MAX_SECONDS,
+                          MAX_WAIT_S)
+from specs.options import OneLineParser, number
 from traces.feeder import SERVICE, Feeder, FeedError, load_endpoints
 from traces.models import MODELS
 from traces.record import JobRecord
+from traces.validate import validate
 
 ID_TRIES = 20  # ids tried when another submitter took the one chosen meanwhile
+# the option behind each field of the job record, to name it when the record is refused
+OPTION_OF = {"num_gpu": "--gpus", "iterations": "--iterations",
+             "iteration_time": "--iteration-time", "duration": "--iterations x --iteration-time"}
+
+
+JOB_ID = number(0, MAX_ID, integer=True)  # the message schema's bound on a job id
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoints", default=os.environ.get("INTERLACE_ENDPOINTS"),
                    metavar="FILE", help="the broker's endpoints file (default "
                                         "$INTERLACE_ENDPOINTS)")
-    p.add_argument("--timeout", type=float, default=2.0, metavar="S",
-                   help="seconds per try of a request (default 2)")
-    p.add_argument("--retries", type=int, default=3, metavar="N",
-                   help="resends of an unanswered request (default 3)")
+    p.add_argument("--timeout", type=number(0, MAX_WAIT_S, above=True, unit="s"), default=2.0,
+                   metavar="S", help="seconds per try of a request (default 2, at most "
+                                     f"{MAX_WAIT_S:g})")
+    p.add_argument("--retries", type=number(0, MAX_RETRIES, integer=True), default=3,
+                   metavar="N", help=f"resends of an unanswered request (default 3, at most "
+                                     f"{MAX_RETRIES})")
     p.add_argument("--client-key", default=os.environ.get("INTERLACE_CLIENT_KEY") or None,
                    metavar="FILE", help="CURVE secret certificate for a keyed broker "
                                         "(default $INTERLACE_CLIENT_KEY)")
@@ -68,10 +80,15 @@ def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
     from broker.client import Requester
     from broker.curve import attach_client_key
 
+    from broker.keys import KeyFileError
+
     if not args.endpoints:
         raise FeedError("no endpoints file: give --endpoints or set $INTERLACE_ENDPOINTS")
-    endpoints = attach_client_key(load_endpoints(args.endpoints, 0.0, threading.Event()),
-                                  args.client_key)
+    endpoints = load_endpoints(args.endpoints, 0.0, threading.Event())
+    try:
+        endpoints = attach_client_key(endpoints, args.client_key)
+    except (KeyFileError, ValueError) as err:
+        raise FeedError(f"--client-key: {err}") from None
     requester = Requester(endpoints, prog, timeout=args.timeout, retries=args.retries)
     return requester, Feeder(requester, structlog.get_logger(prog), patience=5.0,
                              where=args.endpoints)
@@ -93,8 +110,6 @@ def _request(requester: Any, type_: str, **fields: Any) -> dict[str, Any]:
 def _run(prog: str, argv: Sequence[str] | None, parser: argparse.ArgumentParser,
          body: Callable[[argparse.Namespace, Any, Any], int]) -> int:
     args = parser.parse_args(argv)
-    if not (args.timeout > 0 and args.retries >= 0):
-        parser.error("--timeout must be > 0 and --retries >= 0")
     requester = None
     try:
         requester, feeder = _connect(prog, args)
@@ -109,19 +124,23 @@ def _run(prog: str, argv: Sequence[str] | None, parser: argparse.ArgumentParser,
 
 # -- interlace-submit ------------------------------------------------------------------------
 def _submit_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="interlace-submit", description=(
+    p = OneLineParser(prog="interlace-submit", description=(
         "Submit one job to a live Interlace scheduler: a packaged workload (--model), or your "
         "own program after `--`, run with the INTERLACE_* environment."),
         usage="%(prog)s [options] [-- COMMAND [ARG ...]]")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs the job needs")
-    p.add_argument("--iterations", type=int, required=True, help="iterations to train")
+    p.add_argument("--gpus", type=number(1, MAX_GPUS, integer=True), required=True,
+                   help="GPUs the job needs")
+    p.add_argument("--iterations", type=number(1, MAX_ITERATIONS, integer=True), required=True,
+                   help="iterations to train")
     p.add_argument("--model", default="resnet18", choices=sorted(MODELS),
                    help="the packaged workload; for a command, the model it resembles "
                         "(its first stage profile; default resnet18)")
-    p.add_argument("--iteration-time", type=float, default=None, metavar="S",
+    p.add_argument("--iteration-time", type=number(0, MAX_SECONDS, above=True, unit="s"),
+                   default=None, metavar="S",
                    help="expected seconds per iteration alone (default: the model's)")
-    p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--job-id", type=int, default=None,
+    p.add_argument("--priority", type=number(0, 1, integer=True), default=0,
+                   help="0 guaranteed (default), 1 opportunistic")
+    p.add_argument("--job-id", type=JOB_ID, default=None,
                    help="the job's id (default: one above the highest the scheduler knows)")
     _common(p)
     return p
@@ -140,9 +159,11 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
     parser = _submit_parser()
 
     def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
-        if args.gpus < 1 or args.iterations < 1 or (args.iteration_time is not None
-                                                     and not args.iteration_time > 0):
-            parser.error("--gpus and --iterations must be >= 1, --iteration-time > 0")
+        problems = validate([make_record(args, args.job_id or 0, command, os.getcwd())])
+        if problems:  # the scheduler's own check, before anything is sent
+            where = OPTION_OF.get(problems[0].field or "", problems[0].field)
+            print(f"interlace-submit: {where}: {problems[0].message}", file=sys.stderr)
+            return 2
         if args.job_id is not None:
             ids: Any = [args.job_id]
         else:
@@ -183,10 +204,10 @@ def format_job(job: dict[str, Any]) -> str:
 
 
 def _status_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="interlace-status", description=(
+    p = OneLineParser(prog="interlace-status", description=(
         "Jobs on a live Interlace scheduler: state, and for queued jobs their position and "
         "expected start (a projection: see scheduler/live/queue_view.py)."))
-    p.add_argument("job", nargs="?", type=int, metavar="JOB", help="only this job")
+    p.add_argument("job", nargs="?", type=JOB_ID, metavar="JOB", help="only this job")
     p.add_argument("--json", action="store_true", help="print the reply as JSON")
     _common(p)
     return p
@@ -217,10 +238,10 @@ def status_main(argv: Sequence[str] | None = None) -> int:
 
 # -- interlace-cancel ------------------------------------------------------------------------
 def _cancel_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="interlace-cancel", description=(
+    p = OneLineParser(prog="interlace-cancel", description=(
         "Cancel a job on a live Interlace scheduler: a queued job leaves the queue, a "
         "running one is stopped on its nodes."))
-    p.add_argument("job", type=int, metavar="JOB")
+    p.add_argument("job", type=JOB_ID, metavar="JOB")
     _common(p)
     return p
 
