@@ -95,4 +95,6 @@ def summary_dict(policy: str, summary: Summary, wall_s: float, **extra) -> dict:
 
 
 def dumps(record: dict) -> str:
-    return json.dumps(record, sort_keys=False)
+    """Strict JSON: a NaN or infinity raises here rather than printing `NaN`, which no JSON
+    parser reads (the inputs are bounded so that none reaches this)."""
+    return json.dumps(record, sort_keys=False, allow_nan=False)

@@ -7,9 +7,9 @@ Bad input exits non-zero with one clear line per problem, never a traceback.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +17,9 @@ from scheduler.core.metrics import dumps, summary_dict, write_jobs_csv
 from scheduler.plugins import PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
 from scheduler.sim.simulator import SimResult, simulate
-from specs import SpecError, available_specs, load_spec, spec_path
+from specs import DEFAULT_SPEC, SpecError, available_specs, load_spec, spec_path
+from specs.limits import MAX_SECONDS
+from specs.options import OneLineParser, number
 from traces import TraceError, available_traces, default_trace_path, read_trace
 from traces.validate import no_jobs_problem
 
@@ -70,16 +72,6 @@ def _resolve(value: str, packaged, suffix: str) -> Path:
     return packaged(value)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
-    return value
-
-
 def _policy_help(plugins: list[str] | None) -> str:
     text = (f"comma-separated policies: {', '.join(policy_names())}; or one of your own as "
             "package.module:Class (default: muri-s,srsf,tiresias)")
@@ -88,7 +80,7 @@ def _policy_help(plugins: list[str] | None) -> str:
     return text.replace("%", "%%")  # argparse %-formats help texts
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):
     """Its --help also says where each installed policy plug-in comes from and which are
     broken: that imports them, which only a help text asks for."""
 
@@ -108,15 +100,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default="default", metavar="CSV|NAME",
                    help="trace CSV (Muri schema), or a packaged trace name: "
                         f"{', '.join(available_traces())} (default: default)")
-    p.add_argument("--spec", default="n2g8", metavar="CSV|NAME",
+    p.add_argument("--spec", default=DEFAULT_SPEC, metavar="CSV|NAME",
                    help="cluster spec CSV, or a packaged spec name: "
-                        f"{', '.join(available_specs())} (default: n2g8)")
+                        f"{', '.join(available_specs())} (default: {DEFAULT_SPEC})")
     p.add_argument("--policy", default="muri-s,srsf,tiresias", metavar="NAME[,NAME...]",
                    help=_policy_help(None))
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="time accounting: 'paper' reproduces the artifact, 'default' is physical "
                         "(default: default)")
-    p.add_argument("--restart-overhead", type=_seconds, metavar="SECONDS",
+    p.add_argument("--restart-overhead", type=number(0, MAX_SECONDS, unit="s"), metavar="SECONDS",
                    help="charge this many trace seconds per (re)start for every model, in place "
                         "of the preset's per-model table (e.g. what interlace-report --json "
                         "measured on a live run)")
@@ -160,6 +152,8 @@ def check_outputs(plot: str | None, out: str | None) -> list[str]:
             problems.append(f"--plot {plot}: no such directory {str(parent)!r}")
         elif not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             problems.append(f"--plot {plot}: not writable")
+        elif (why := _cannot_create(parent, directory=False)) is not None:
+            problems.append(f"--plot {plot}: cannot write in {parent} ({why})")
     if out is not None:
         path = Path(out)
         existing = path  # the directory itself, or the nearest ancestor mkdir would start from
@@ -170,7 +164,24 @@ def check_outputs(plot: str | None, out: str | None) -> list[str]:
             problems.append(f"--out {out}: cannot create the directory ({what})")
         elif not os.access(existing, os.W_OK | os.X_OK):
             problems.append(f"--out {out}: {existing} is not writable")
+        elif (why := _cannot_create(existing, directory=True)) is not None:
+            problems.append(f"--out {out}: cannot create the directory in {existing} ({why})")
     return problems
+
+
+def _cannot_create(folder: Path, *, directory: bool) -> str | None:
+    """Why nothing can be made in `folder`, tried with a file or folder removed at once:
+    os.access says yes to root everywhere, even in /proc."""
+    try:
+        if directory:
+            os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".interlace-probe-"))
+        else:
+            fd, name = tempfile.mkstemp(dir=folder, prefix=".interlace-probe-")
+            os.close(fd)
+            os.unlink(name)
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
 
 
 def plot_title(trace: str, spec: str, preset: str, restart_overhead: float | None = None) -> str:

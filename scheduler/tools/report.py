@@ -16,6 +16,7 @@ import argparse
 import bisect
 import dataclasses
 import json
+import math
 import sqlite3
 import sys
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from typing import Any, Iterable, Sequence
 
 from scheduler.core.metrics import JobOutcome, dumps, summarize, summary_dict
 from scheduler.sim.simulator import SimResult
+from specs.limits import MAX_GPUS, MAX_TRACE_SECONDS, show
+from specs.options import OneLineParser
 
 PROG = "interlace-report"
 LOG_NAME = "scheduler.log"
@@ -103,9 +106,22 @@ def _wall(record: dict[str, Any]) -> float | None:
         return None
 
 
+class _Impossible(Exception):
+    """A number no scheduler writes (inf, nan, beyond any trace's clock)."""
+
+    def __init__(self, value: float):
+        super().__init__(value)
+        self.value = value
+
+
 def _num(value: Any) -> float | None:
+    """A number of the log, None when absent or not a number; _Impossible when it is one no
+    scheduler writes: JSON lines may carry Infinity and NaN, and a figure computed from them
+    would be printed as if measured (or as JSON no parser reads)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if not (math.isfinite(value) and abs(value) <= MAX_TRACE_SECONDS):
+        raise _Impossible(value)
     return float(value)
 
 
@@ -140,59 +156,66 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
         else:
             timeline.append((now, count))
 
-    for record in records:
-        event, wall = record["event"], _wall(record)
-        if first_wall is None and wall is not None:
-            first_wall = wall
-        if event == "scheduler_start":
-            policy = str(record.get("policy", policy))
-            preset = str(record.get("preset", preset))
-            gpus = record.get("gpus")
-            total_gpus = gpus if isinstance(gpus, int) and gpus > 0 else total_gpus
-            scale = _num(record.get("time_scale")) or scale
-            if busy:  # a restarted scheduler: what ran before its crash was stopped then
-                busy.clear()
-                mark(_num(record.get("clock")))
-            continue
-        job_id = _job_id(record)
-        if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",
-                                           "job_finished"):
-            continue
-        job = jobs.setdefault(job_id, _Job(job_id))
-        if isinstance(record.get("num_gpu"), int):
-            job.num_gpu = record["num_gpu"]
-        if isinstance(record.get("model"), str):
-            job.model = record["model"]
-        if event == "job_submitted":
-            job.submit = _num(record.get("submit"))
-        elif event == "job_started":
-            job.starts += 1
-            job.submit = _num(record.get("submit")) if job.submit is None else job.submit
-            now = _num(record.get("now"))
-            first = _num(record.get("first_start"))
-            if job.start is None:
-                job.start = first if first is not None else now
-            busy[job_id] = _cells(record)
-            if not job.num_gpu:
-                job.num_gpu = len(busy[job_id])
-            mark(now)
-        elif event == "job_stopped":
-            if record.get("reason") not in KEPT_RUNNING:
-                job.stops += 1
-            busy.pop(job_id, None)
-            mark(_num(record.get("now")))
-        else:  # job_finished
-            job.submit = _num(record.get("submit")) if record.get("submit") is not None \
-                else job.submit
-            start = _num(record.get("start"))
-            job.start = start if start is not None else job.start
-            job.end = _num(record.get("end"))
-            if isinstance(record.get("preemptions"), int):
-                job.preemptions = record["preemptions"]
-            busy.pop(job_id, None)
-            mark(job.end)
-            if wall is not None:
-                last_finish_wall = wall
+    record: dict[str, Any] = {}
+    try:
+        for record in records:
+            event, wall = record["event"], _wall(record)
+            if first_wall is None and wall is not None:
+                first_wall = wall
+            if event == "scheduler_start":
+                policy = str(record.get("policy", policy))
+                preset = str(record.get("preset", preset))
+                gpus = record.get("gpus")
+                total_gpus = gpus if isinstance(gpus, int) and 0 < gpus <= MAX_GPUS else total_gpus
+                scale = _num(record.get("time_scale")) or scale
+                if busy:  # a restarted scheduler: what ran before its crash was stopped then
+                    busy.clear()
+                    mark(_num(record.get("clock")))
+                continue
+            job_id = _job_id(record)
+            if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",
+                                               "job_finished"):
+                continue
+            job = jobs.setdefault(job_id, _Job(job_id))
+            if isinstance(record.get("num_gpu"), int):
+                job.num_gpu = record["num_gpu"]
+            if isinstance(record.get("model"), str):
+                job.model = record["model"]
+            if event == "job_submitted":
+                job.submit = _num(record.get("submit"))
+            elif event == "job_started":
+                job.starts += 1
+                job.submit = _num(record.get("submit")) if job.submit is None else job.submit
+                now = _num(record.get("now"))
+                first = _num(record.get("first_start"))
+                if job.start is None:
+                    job.start = first if first is not None else now
+                busy[job_id] = _cells(record)
+                if not job.num_gpu:
+                    job.num_gpu = len(busy[job_id])
+                mark(now)
+            elif event == "job_stopped":
+                if record.get("reason") not in KEPT_RUNNING:
+                    job.stops += 1
+                busy.pop(job_id, None)
+                mark(_num(record.get("now")))
+            else:  # job_finished
+                job.submit = _num(record.get("submit")) if record.get("submit") is not None \
+                    else job.submit
+                start = _num(record.get("start"))
+                job.start = start if start is not None else job.start
+                job.end = _num(record.get("end"))
+                if isinstance(record.get("preemptions"), int):
+                    job.preemptions = record["preemptions"]
+                busy.pop(job_id, None)
+                mark(job.end)
+                if wall is not None:
+                    last_finish_wall = wall
+    except _Impossible as err:
+        raise ReportError(
+            f"{LOG_NAME}: {record.get('event')} of job {record.get('job_id')}: a time of "
+            f"{err.value!r} (must be finite, within {show(MAX_TRACE_SECONDS)} s): the log is "
+            "corrupt, so no figure is computed from it") from None
     outcomes = [JobOutcome(j.job_id, j.num_gpu, j.model, j.submit, j.start, j.end,
                            j.preemptions if j.preemptions is not None else j.stops, j.starts)
                 for j in sorted(jobs.values(), key=lambda j: j.job_id) if j.submit is not None]
@@ -287,7 +310,7 @@ def restart_overhead(run: Path, records: list[dict[str, Any]],
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(
+    p = OneLineParser(prog=PROG, description=(
         "Metrics of a live run (JCT average/median/p99, makespan, queueing, GPU utilisation, "
         "preemptions) from its scheduler.log, as interlace-sim reports them: the table in "
         "hours of trace time, --json in trace seconds."))

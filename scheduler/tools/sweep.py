@@ -14,11 +14,13 @@ from pathlib import Path
 
 from scheduler.plugins import PolicyError, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
-from scheduler.tools.sweep_dask import DaskError, run_dask
+from scheduler.tools.sweep_dask import DaskError, dask_missing, run_dask
 from scheduler.tools.sweep_runs import Task, default_processes, run_local
 from scheduler.tools.sweep_store import Store, StoreError
 from scheduler.tools.sweep_traces import SEED_HELP, load, perturb
-from specs import SpecError, available_specs, load_spec, spec_path
+from specs import DEFAULT_SPEC, SpecError, available_specs, load_spec, spec_path
+from specs.limits import MAX_PROCESSES, MAX_SEEDS, MAX_WAIT_S
+from specs.options import OneLineParser, number
 from traces import TraceError, available_traces
 
 PROG = "interlace-sweep"
@@ -29,7 +31,7 @@ def _names(text: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog=PROG,
         description="Simulate every combination of traces, policies, presets and seeds; one row "
                     "per run in OUT/runs.csv (times in seconds), plots in OUT/report/. Runs "
@@ -43,21 +45,25 @@ def _parser() -> argparse.ArgumentParser:
                         "package.module:Class (resolved by name where each run runs)")
     p.add_argument("--presets", default="default", metavar="NAME[,...]",
                    help=f"comma-separated presets: {', '.join(sorted(PRESETS))} (default: default)")
-    p.add_argument("--seeds", type=int, default=1, metavar="N",
-                   help="seeds 0..N-1 per trace (default: 1, the traces as they are)")
-    p.add_argument("--spec", default="n2g8", metavar="CSV|NAME",
+    p.add_argument("--seeds", type=number(1, MAX_SEEDS, integer=True), default=1, metavar="N",
+                   help=f"seeds 0..N-1 per trace (default: 1, the traces as they are; at most "
+                        f"{MAX_SEEDS})")
+    p.add_argument("--spec", default=DEFAULT_SPEC, metavar="CSV|NAME",
                    help=f"cluster spec CSV or packaged name ({', '.join(available_specs())}; "
-                        "default: n2g8)")
+                        f"default: {DEFAULT_SPEC})")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="the sweep's folder: runs.csv, runs/ (per-run detail), report/ (PNGs)")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--jobs", type=int, metavar="K",
-                       help="local processes (default: the CPUs this process may use)")
+    where.add_argument("--jobs", type=number(1, MAX_PROCESSES, integer=True), metavar="K",
+                       help="local processes (default: the CPUs this process may use; at most "
+                            f"{MAX_PROCESSES})")
     where.add_argument("--dask", metavar="ADDRESS",
                        help="run on this Dask distributed scheduler (e.g. tcp://host:8786) "
                             "instead of local processes; its workers need interlace installed")
-    p.add_argument("--dask-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to wait for the Dask scheduler to answer (default: 30)")
+    p.add_argument("--dask-timeout", type=number(0, MAX_WAIT_S, above=True, unit="s"),
+                   default=30.0, metavar="SECONDS",
+                   help="how long to wait for the Dask scheduler to answer (default: 30, at "
+                        f"most {MAX_WAIT_S:g})")
     p.add_argument("--no-report", action="store_true", help="write the CSV only, no plots")
     return p
 
@@ -104,10 +110,8 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
     for flag, names in (("--traces", traces), ("--policies", policies), ("--presets", presets)):
         if not names:
             problems.append(f"{flag}: none given")
-    if args.seeds < 1:
-        problems.append(f"--seeds: expected at least 1, got {args.seeds}")
-    if args.jobs is not None and args.jobs < 1:
-        problems.append(f"--jobs: expected at least 1, got {args.jobs}")
+    if args.dask and (missing := dask_missing()):
+        problems.append(f"--dask: {missing}")
     spec = None
     try:
         path = Path(args.spec)

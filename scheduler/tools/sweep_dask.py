@@ -17,6 +17,17 @@ class DaskError(Exception):
     """The cluster cannot be used; the text is the one line the user sees."""
 
 
+def dask_missing() -> str | None:
+    """Why the Dask backend cannot run here (its optional packages are not installed), or
+    None: said before any run, in one line, rather than as an ImportError's traceback."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError as err:
+        return (f"needs the dask extra ({err.name or 'distributed'} is not installed): "
+                "pip install 'interlace[dask]'")
+    return None
+
+
 def run_dask(tasks: Iterable[Task], address: str,
              timeout: float = 30.0) -> Iterator[tuple[Task, object]]:
     """(task, (row, detail)) or (task, the exception) for each task as it finishes."""
