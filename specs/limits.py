@@ -43,19 +43,6 @@ MAX_SIGMA = 10.0  # lognormal sigma of generated run times (e**10 is a 22,000x s
 # -- files ------------------------------------------------------------------------------------
 MAX_SMALL_FILE_BYTES = 1 << 20  # a spec, endpoints or key file (each is under 1 KB)
 
-LIMITS = (  # (what, bound) for the documentation's table; docs/traces.md must agree
-    ("stage, iteration or restart time", f"{MAX_SECONDS:g} s"),
-    ("submit time, interval, a job's run time alone", f"{MAX_TRACE_SECONDS:g} s"),
-    ("iterations of a job", f"{MAX_ITERATIONS:g}"),
-    ("job id", f"2**53 ({MAX_ID})"),
-    ("batch size", f"{MAX_BATCH_SIZE}"),
-    ("nodes of a cluster", f"{MAX_NODES}"),
-    ("GPUs per node", f"{MAX_GPUS_PER_NODE}"),
-    ("CPUs per node", f"{MAX_CPUS}"),
-    ("memory per node (GB)", f"{MAX_MEM}"),
-)
-
-
 def show(bound: float) -> str:
     """A bound as messages print it: whole numbers in full while short, else 4 digits."""
     if float(bound).is_integer() and abs(bound) < 10**7:

@@ -151,7 +151,10 @@ def _fail(lines) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already said in one line
+        return exc.code if isinstance(exc.code, int) else 0
     problems, spec, records, traces, policies, presets = _check(args)
     if problems:
         return _fail(problems)

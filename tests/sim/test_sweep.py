@@ -256,7 +256,7 @@ def test_one_folder_one_sweep_at_a_time(tmp_path):
     (["--policies", "fifo,no-such-policy"], "--policies: unknown policy 'no-such-policy'"),
     (["--traces", "no-such-trace"], "no packaged trace of that name"),
     (["--presets", "paperish"], "--presets: unknown preset 'paperish'"),
-    (["--seeds", "0"], "--seeds: expected at least 1"),
+    (["--seeds", "0"], "argument --seeds: must be an integer in [1, 10000], got '0'"),
 ])
 def test_bad_input_is_one_line_and_runs_nothing(tmp_path, capsys, change, message):
     args = sweep_args(["default"], tmp_path / "out", policies=["fifo"])
@@ -265,7 +265,7 @@ def test_bad_input_is_one_line_and_runs_nothing(tmp_path, capsys, change, messag
             args[args.index(flag) + 1] = value
         else:
             args += [flag, value]
-    assert sweep.main(args) == 1
+    assert sweep.main(args) == (2 if message.startswith("argument") else 1)  # 2: usage
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
