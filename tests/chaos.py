@@ -216,7 +216,7 @@ class Chaos:
             if paused:
                 os.killpg(agent.pid, signal.SIGCONT)
         busy = f"{node} ({per_node[node]} trainers) paused {kill.down_s:.1f}s" if paused \
-            else "no agent paused"
+            else "no agent held back"
         return f"scheduler pid {pid}, restarted; {busy}"
 
 
