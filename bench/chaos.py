@@ -1,4 +1,4 @@
-"""Chaos run of the live system: `python bench/chaos.py --jobs 60 --kills 10 --seed N`.
+"""Chaos run of the live system: `python bench/chaos.py --jobs 60 --kills 10 --seed N [--seeds K]`.
 
 Starts broker, scheduler (muri-s), 3 agents and the feeder on loopback, SIGKILLs agents,
 trainers, the scheduler and the broker by a schedule drawn from the seed (restarting each),
@@ -6,7 +6,9 @@ then checks that every job finished exactly once (scheduler.log and journal; and
 the scheduler, the trainers' own ledgers: no overlapping runs, no gaps, nothing counted twice)
 and that the report is produced. Prints the seed first: the same seed replays the same kill
 schedule; prints the kills by kind (planned/executed) and the ledger totals last.
-Exit status 0 when the run held up, 1 when it did not (RUN_DIR/chaos.json says why).
+With `--seeds K`, K campaigns run one after another (seeds N, N+1, ...), each in its own
+run directory, and one verdict line per seed is printed at the end.
+Exit status 0 when every run held up, 1 when one did not (RUN_DIR/chaos.json says why).
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=60)
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--seed", type=int, default=None, help="default: a fresh random seed")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="campaigns to run, seeds SEED, SEED+1, ... (default 1)")
     p.add_argument("--time-scale", type=float, default=250.0,
                    help="trace seconds per wall second (default 250)")
     p.add_argument("--spacing", type=float, default=6.0, help="min wall seconds between kills")
@@ -40,14 +44,25 @@ def main(argv: list[str] | None = None) -> int:
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(10**6)
     # arrivals average 400 trace s apart: keep kills while jobs still arrive and run
     window = a.window or max(a.kills * a.spacing + 4, 0.8 * a.jobs * 400 / a.time_scale)
-    cfg = ChaosConfig(seed=seed, jobs=a.jobs, kills=a.kills, time_scale=a.time_scale,
-                      window=(4.0, 4.0 + window), min_spacing=a.spacing,
-                      finish_timeout=a.timeout)
-    run_dir = Path(a.run_dir) if a.run_dir else Path(tempfile.mkdtemp(prefix="chaos-"))
-    print(f"seed {seed}", flush=True)
-    summary = run_chaos(cfg, run_dir, say=lambda line: print(line, flush=True))
-    print(f"summary: {run_dir / 'chaos.json'}")
-    return 0 if summary["ok"] else 1
+    base = Path(a.run_dir) if a.run_dir else Path(tempfile.mkdtemp(prefix="chaos-"))
+    verdicts = []
+    for seed in range(seed, seed + max(1, a.seeds)):
+        cfg = ChaosConfig(seed=seed, jobs=a.jobs, kills=a.kills, time_scale=a.time_scale,
+                          window=(4.0, 4.0 + window), min_spacing=a.spacing,
+                          finish_timeout=a.timeout)
+        run_dir = base / f"seed-{seed}" if a.seeds > 1 else base
+        print(f"seed {seed}", flush=True)
+        summary = run_chaos(cfg, run_dir, say=lambda line: print(line, flush=True))
+        print(f"summary: {run_dir / 'chaos.json'}")
+        problems = summary["verdict"]["problems"]
+        verdicts.append((seed, summary["ok"], f"seed {seed}: {'OK' if summary['ok'] else 'FAILED'} "
+                         f"in {summary['wall_s']:.0f}s, {summary['kills_done']} kills; "
+                         + ("; ".join(problems)[:400] if problems else
+                            f"all {a.jobs} jobs finished exactly once")))
+    print(f"verdicts ({len(verdicts)} seeds):")
+    for _, _, line in verdicts:
+        print(line, flush=True)
+    return 0 if all(ok for _, ok, _ in verdicts) else 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,12 @@ prints it and writes it to RUN_DIR/chaos.json, and the same seed replays the sam
 What a kill hits (which trainer is running at that instant) also depends on timing, so the
 executed kills are recorded next to the plan.
 
+A scheduler kill is the restart race's test: the agent running most of this run's trainers is
+paused (SIGSTOP; its trainers, in sessions of their own, run on) across the restart and for
+`down_s` after the new scheduler answers, so the other agents re-register first. A restarted
+scheduler that does not wait for the paused node launches that node's jobs a second time, and
+the ledgers show the two runs overlapping.
+
 Used by tests/e2e/test_chaos.py (small, CI) and bench/chaos.py (long runs).
 """
 from __future__ import annotations
@@ -33,7 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from scheduler.tools.report import read_records
-from tests.live_system import ROOT, LiveCluster, log_records
+from tests.live_system import ROOT, LiveCluster, log_records, wait_for
 from traces import write_trace
 from traces.generate import generate
 from trainer.ledger import judge_run_dir
@@ -45,7 +51,9 @@ KINDS = ("agent", "trainer", "scheduler", "broker")
 class Kill:
     """One planned kill: `at` wall seconds after the feed starts; `pick` chooses among the
     live processes of that kind (modulo how many there are); a killed agent is restarted
-    after `down_s`, everything else at once (a trainer is relaunched by the scheduler)."""
+    after `down_s`, everything else at once (a trainer is relaunched by the scheduler); for a
+    scheduler kill, `down_s` is how long the busiest agent stays paused once the restarted
+    scheduler answers."""
 
     at: float
     target: str
@@ -69,16 +77,30 @@ def plan_kills(seed: int, kills: int, window: tuple[float, float], min_spacing: 
     targets = list(kinds[:kills]) + [rng.choice(kinds) for _ in range(kills - len(kinds))]
     rng.shuffle(targets)
     return [Kill(at=round(start + p + i * min_spacing, 3), target=t, pick=rng.randrange(1000),
-                 down_s=round(rng.uniform(0.0, min(3.0, min_spacing / 2)), 3)
-                 if t == "agent" else 0.0)
+                 down_s=_down(rng, t, min_spacing))
             for i, (p, t) in enumerate(zip(points, targets))]
+
+
+def _down(rng: random.Random, target: str, min_spacing: float) -> float:
+    """How long a killed agent stays down, or an agent stays paused across a scheduler
+    restart (at least 1.5 s: time for the other agents to re-register and a round to run)."""
+    if target == "agent":
+        return round(rng.uniform(0.0, min(3.0, min_spacing / 2)), 3)
+    if target == "scheduler":
+        return round(rng.uniform(1.5, 3.0), 3)
+    return 0.0
 
 
 def trainer_pids(run_dir: Path) -> dict[int, int]:
     """{job_id: pid} of the trainer processes of this run, found in /proc (the trainers run in
     their own sessions, so they are nobody's process group but their own)."""
+    return {job: pid for pid, (job, _) in trainers(run_dir).items()}
+
+
+def trainers(run_dir: Path) -> dict[int, tuple[int, str]]:
+    """{pid: (job_id, node)} of the trainer processes of this run, from their command lines."""
     want = str(Path(run_dir).resolve())
-    found: dict[int, int] = {}
+    found: dict[int, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -92,7 +114,8 @@ def trainer_pids(run_dir: Path) -> dict[int, int]:
         if args[args.index("--run-dir") + 1] != want:
             continue
         try:
-            found[int(args[args.index("--job-id") + 1])] = int(entry.name)
+            node = args[args.index("--node") + 1] if "--node" in args else "?"
+            found[int(entry.name)] = (int(args[args.index("--job-id") + 1]), node)
         except (ValueError, IndexError):
             continue
     return found
@@ -164,16 +187,37 @@ class Chaos:
             live.start_agent(index)
             return f"agent-n{index} pid {pid}, restarted after {kill.down_s:.1f}s"
         if kill.target == "scheduler":
-            pid = live.procs["scheduler"].pid
-            live.kill("scheduler")
-            live.start_scheduler()
-            return f"scheduler pid {pid}, restarted"
+            return self._restart_scheduler(kill)
         if kill.target == "broker":
             pid = live.procs["broker"].pid
             live.kill("broker")
             live.start_broker()  # the same ports: every component reconnects by itself
             return f"broker pid {pid}, restarted on the same ports"
         raise ValueError(f"unknown target {kill.target!r}")
+
+    def _restart_scheduler(self, kill: Kill) -> str:
+        """Kill and restart the scheduler while the busiest node's agent is paused, so the
+        restarted scheduler hears from the other nodes first (the restart race)."""
+        live = self.live
+        per_node = collections.Counter(node for _, node in trainers(live.run_dir).values())
+        node = per_node.most_common(1)[0][0] if per_node else f"n{kill.pick % live.nodes}"
+        agent = live.procs.get(f"agent-{node}")
+        paused = agent is not None and agent.poll() is None
+        if paused:
+            os.killpg(agent.pid, signal.SIGSTOP)
+        try:
+            pid = live.procs["scheduler"].pid
+            live.kill("scheduler")
+            live.start_scheduler()
+            if paused:  # the pause counts from when the new scheduler can hear agents
+                wait_for(lambda: live.status() is not None, 30, "the restarted scheduler")
+                self.stop.wait(kill.down_s)
+        finally:
+            if paused:
+                os.killpg(agent.pid, signal.SIGCONT)
+        busy = f"{node} ({per_node[node]} trainers) paused {kill.down_s:.1f}s" if paused \
+            else "no agent held back"
+        return f"scheduler pid {pid}, restarted; {busy}"
 
 
 # -- checking the outcome ------------------------------------------------------------------------
@@ -288,6 +332,9 @@ class ChaosConfig:
     spec: str = "n3g4"
     nodes: int = 3
     gpus_per_node: int = 4
+    # longer than a scheduler kill's pause of an agent (restart + down_s): a paused agent is
+    # slow, not dead, so a restarted scheduler that relaunches its jobs elsewhere is wrong
+    agent_timeout: float = 12.0
 
 
 def chaos_trace(cfg: ChaosConfig, path: Path) -> dict[int, float]:
@@ -311,7 +358,8 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
     totals = chaos_trace(cfg, run_dir / "trace.csv")
     job_ids = sorted(totals)
     live = LiveCluster(run_dir, spec=cfg.spec, nodes=cfg.nodes,
-                       gpus_per_node=cfg.gpus_per_node, time_scale=cfg.time_scale)
+                       gpus_per_node=cfg.gpus_per_node, time_scale=cfg.time_scale,
+                       scheduler_args=["--agent-timeout", str(cfg.agent_timeout)])
     chaos = Chaos(live, plan, say)
     wall0 = time.monotonic()
     waited: str | None = None

@@ -46,3 +46,47 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.parent.name in SLOW_LAYERS:
             item.add_marker(pytest.mark.slow)
+
+
+# -- real components (Prometheus, Slurm, chromium, strace, a second address) --------------------
+# A test marked `real` skips, saying why, where its component is missing; these hooks make
+# such skips visible at the end of every run (they are easy to miss among the dots), and
+# INTERLACE_REQUIRE_REAL=1 (set by .ci/run, which installs the components) fails them instead.
+REQUIRE_REAL = "INTERLACE_REQUIRE_REAL"
+_REAL_SKIPS = pytest.StashKey[list]()  # per session, on its config: (test id, reason)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skipped `real` test is remembered for the summary; with INTERLACE_REQUIRE_REAL=1 it
+    fails instead: where the components are meant to be installed, a skip is a lost test."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or item.get_closest_marker("real") is None:
+        return
+    reason = _skip_reason(report)
+    item.config.stash.setdefault(_REAL_SKIPS, []).append((item.nodeid, reason))
+    if os.environ.get(REQUIRE_REAL) == "1":
+        report.outcome = "failed"
+        report.longrepr = (f"{REQUIRE_REAL}=1: this test needs a real component and would "
+                           f"have skipped: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = config.stash.get(_REAL_SKIPS, [])
+    if not skipped:
+        return
+    failed = os.environ.get(REQUIRE_REAL) == "1"
+    terminalreporter.section(f"real-component tests that {'failed for' if failed else 'skipped'}"
+                             f" want of their component: {len(skipped)}")
+    for nodeid, reason in skipped:
+        terminalreporter.write_line(f"{nodeid}: {reason}")
+    if not failed:
+        terminalreporter.write_line(f"({REQUIRE_REAL}=1 turns these skips into failures)")

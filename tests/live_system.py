@@ -58,14 +58,16 @@ class LiveCluster:
     # node i's agent, and so its trainers, on CPU core agent_cores[i % len]: real torch
     # trainers of two "nodes" then do not compete for one core (empty: no pinning)
     agent_cores: tuple[int, ...] = ()
+    # a command the scheduler runs under (e.g. strace -f -o FILE): what it does, seen from outside
+    scheduler_wrapper: list[str] = field(default_factory=list)
 
     @property
     def endpoints_file(self) -> Path:
         return self.run_dir / "endpoints.json"
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], wrapper: list[str] = ()) -> subprocess.Popen:
         log = open(self.run_dir / f"{name}.stderr", "ab")
-        proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=_env(), stdout=log,
+        proc = subprocess.Popen([*wrapper, sys.executable, *args], cwd=ROOT, env=_env(), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc
         return proc
@@ -88,7 +90,7 @@ class LiveCluster:
                                   self.policy, "--endpoints", str(self.endpoints_file),
                                   "--run-dir", str(self.run_dir), "--time-scale",
                                   str(self.time_scale), "--round", "5", "--agent-timeout", "6",
-                                  *self.scheduler_args])
+                                  *self.scheduler_args], self.scheduler_wrapper)
 
     def start_agent(self, i: int) -> None:
         gpus = ",".join(str(g) for g in range(self.gpus_per_node))

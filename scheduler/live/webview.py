@@ -17,7 +17,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 from broker.curve import check_bind, is_loopback
 from scheduler.live import webdata
@@ -55,14 +55,12 @@ class WebView:
 
     def __init__(self, state: LiveState, host: str = "127.0.0.1", port: int = 0, *,
                  key: str | None = None, insecure: bool = False, ttl: float = 0.5,
-                 log: Any = None, peer_of: Callable[[Any], str] | None = None):
+                 log: Any = None):
         self.warning = check_bind(host, key is not None, insecure)  # InsecureBind first
         self.state, self.key, self.insecure, self.log = state, key, insecure, log
         self.reader = webdata.JournalReader(str(state.opt.journal_path))
         self.snapshot = webdata.Snapshot(lambda: webdata.build(state, self.reader), ttl=ttl)
         self.refused = 0
-        # how a request's peer address is read (a test may stand in a non-loopback one)
-        self.peer_of = peer_of or (lambda handler: handler.client_address[0])
         self.server = ThreadingHTTPServer((host, port), self._handler_class())
         self.server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -121,7 +119,7 @@ class WebView:
 
             def do_GET(self) -> None:  # noqa: N802  (the http.server name)
                 try:
-                    code, ctype, body = view.respond(self.path, view.peer_of(self),
+                    code, ctype, body = view.respond(self.path, self.client_address[0],
                                                      self.headers.get("Authorization"))
                 except Exception as err:  # the page is advice: a bug costs this request
                     if view.log is not None:

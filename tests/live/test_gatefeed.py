@@ -165,6 +165,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.real  # its last check needs chromium: without one it ends skipped, saying so
 def test_a_live_group_s_strip_is_its_gate_s_turns(tmp_path):
     pytest.importorskip("torch", reason="the torch trainers need the train extra")
     from tests.helpers import job
@@ -217,3 +218,5 @@ def test_a_live_group_s_strip_is_its_gate_s_turns(tmp_path):
         spans.sort(key=lambda s: s["start"])
         for a, b in zip(spans, spans[1:]):
             assert a["end"] <= b["start"] + 1e-6, (stage, a, b)
+    if CHROMIUM is None:  # the rest held; say what was not seen rather than pass silently
+        pytest.skip("the page's [measured] label was not checked: no chromium on PATH")
