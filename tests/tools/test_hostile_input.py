@@ -33,14 +33,17 @@ ENTRY = {  # console script -> module:function (setup.cfg's entry points)
     "interlace-report": "scheduler.tools.report:main",
 }
 # runs an entry point as its console script does; reports its peak memory (KB) at exit on
-# the descriptor HOSTILE_FD;
+# the descriptor HOSTILE_FD (VmHWM: this program's own; getrusage's maxrss would keep the
+# parent's peak, which a vfork/exec child inherits on Linux);
 # HOSTILE_BLOCK names modules to make unimportable (an extra that is not installed)
 RUNNER = """\
-import atexit, importlib, os, resource, sys
+import atexit, importlib, os, sys
 for name in filter(None, os.environ.get("HOSTILE_BLOCK", "").split(",")):
     sys.modules[name] = None
-atexit.register(lambda: os.write(int(os.environ["HOSTILE_FD"]), str(
-    resource.getrusage(resource.RUSAGE_SELF).ru_maxrss).encode()))
+def peak_kb():
+    with open("/proc/self/status") as status:
+        return next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+atexit.register(lambda: os.write(int(os.environ["HOSTILE_FD"]), peak_kb().encode()))
 module, function = sys.argv[1].split(":")
 sys.argv = sys.argv[2:]
 sys.exit(getattr(importlib.import_module(module), function)())
