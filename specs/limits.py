@@ -39,6 +39,8 @@ MAX_SEEDS = 10_000  # seeds of one sweep (runs = traces x policies x presets x s
 MAX_PROCESSES = 1024  # local worker processes of one sweep
 MAX_KEYS = 1000  # client key pairs one `interlace-keys generate` makes
 MAX_SIGMA = 10.0  # lognormal sigma of generated run times (e**10 is a 22,000x spread)
+MAX_TIME_SCALE = 1e6  # trace seconds per wall second, and its inverse the least: 11 days a
+# second either way; past it a scaled submit time or deadline overflows to inf or to 0
 
 # -- files ------------------------------------------------------------------------------------
 MAX_SMALL_FILE_BYTES = 1 << 20  # a spec, endpoints or key file (each is under 1 KB)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
+from specs.limits import MAX_RETRIES, MAX_TIME_SCALE, MAX_TRACE_SECONDS, MAX_WAIT_S
+from specs.options import OneLineParser, number
 from traces import TraceError, default_trace_path, read_trace
 from traces.record import JobRecord, record_to_map
 
@@ -249,31 +251,35 @@ def _file_only() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(
+    wait, poll = number(0, MAX_WAIT_S, unit="s"), number(0, MAX_WAIT_S, above=True, unit="s")
+    p = OneLineParser(prog=PROG, description=(
         "Replay a trace onto a live Interlace scheduler: each job is submitted at "
         "submit_time / time_scale seconds after the feeder starts."))
     p.add_argument("trace", metavar="TRACE",
                    help="trace CSV (Muri schema) or a packaged trace name (default, demo, ...)")
     p.add_argument("--endpoints", required=True, metavar="FILE", help="the broker's endpoints file")
-    p.add_argument("--time-scale", type=float, default=1.0, metavar="X",
+    p.add_argument("--time-scale", default=1.0, metavar="X",
+                   type=number(1 / MAX_TIME_SCALE, MAX_TIME_SCALE),
                    help="trace seconds per wall second (use the scheduler's; default 1)")
     p.add_argument("--run-dir", metavar="DIR", help="write feeder.log (JSON lines) here")
     p.add_argument("--speedup", action="store_true",
                    help="do not wait for submit times: submit every job at once, in order")
-    p.add_argument("--timeout", type=float, default=2.0, metavar="S",
+    p.add_argument("--timeout", type=poll, default=2.0, metavar="S",
                    help="seconds per try of a request (default 2)")
-    p.add_argument("--retries", type=int, default=5, metavar="N",
+    p.add_argument("--retries", type=number(0, MAX_RETRIES, integer=True), default=5,
+                   metavar="N",
                    help="resends of an unanswered request before giving up (default 5)")
-    p.add_argument("--patience", type=float, default=30.0, metavar="S",
+    p.add_argument("--patience", type=wait, default=30.0, metavar="S",
                    help="seconds to wait for the scheduler to register with the broker "
                         "(default 30)")
     p.add_argument("--wait", action="store_true",
                    help="after feeding, wait until every fed job has finished")
-    p.add_argument("--wait-timeout", type=float, default=None, metavar="S",
-                   help="give up waiting after this many seconds (default: never)")
-    p.add_argument("--poll", type=float, default=1.0, metavar="S",
+    p.add_argument("--wait-timeout", type=number(0, MAX_TRACE_SECONDS, unit="s"), default=None,
+                   metavar="S", help="give up waiting after this many seconds (default: never; "
+                                     "a run's length, so a trace's bound, not a wait's)")
+    p.add_argument("--poll", type=poll, default=1.0, metavar="S",
                    help="seconds between status queries with --wait (default 1)")
-    p.add_argument("--wait-endpoints", type=float, default=30.0, metavar="S",
+    p.add_argument("--wait-endpoints", type=wait, default=30.0, metavar="S",
                    help="seconds to wait for the endpoints file to appear (default 30)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--client-key", default=os.environ.get("INTERLACE_CLIENT_KEY") or None,
@@ -283,12 +289,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = _parser()
-    args = p.parse_args(argv)
-    if not (args.time_scale > 0 and args.timeout > 0 and args.retries >= 0 and args.poll > 0
-            and args.patience >= 0 and args.wait_endpoints >= 0):
-        p.error("--time-scale, --timeout and --poll must be > 0; --retries, --patience, "
-                "--wait-endpoints >= 0")
+    args = _parser().parse_args(argv)
     try:
         records = read_trace(_trace_path(args.trace))
     except TraceError as err:
@@ -344,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             feeder.wait_finished(result.acked, args.wait_timeout, args.poll, out=sys.stdout)
         return 0
     except FeedError as err:
-        log.error("feed_failed", error=str(err))
+        if args.run_dir:  # for feeder.log; on the terminal the one line below says it
+            log.error("feed_failed", error=str(err))
         print(f"{PROG}: {err}", file=sys.stderr)
         return 1
     except Interrupted:

@@ -109,19 +109,21 @@ def _wall(record: dict[str, Any]) -> float | None:
 class _Impossible(Exception):
     """A number no scheduler writes (inf, nan, beyond any trace's clock)."""
 
-    def __init__(self, value: float):
-        super().__init__(value)
-        self.value = value
+    def __init__(self, key: str, value: float):
+        super().__init__(key, value)
+        self.key, self.value = key, value
 
 
-def _num(value: Any) -> float | None:
+def _num(record: dict[str, Any], key: str) -> float | None:
     """A number of the log, None when absent or not a number; _Impossible when it is one no
     scheduler writes: JSON lines may carry Infinity and NaN, and a figure computed from them
-    would be printed as if measured (or as JSON no parser reads)."""
+    would be printed as if measured (or as JSON no parser reads); a trace clock never runs
+    below 0."""
+    value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if not (math.isfinite(value) and abs(value) <= MAX_TRACE_SECONDS):
-        raise _Impossible(value)
+    if not (math.isfinite(value) and 0 <= value <= MAX_TRACE_SECONDS):
+        raise _Impossible(key, value)
     return float(value)
 
 
@@ -167,10 +169,10 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 preset = str(record.get("preset", preset))
                 gpus = record.get("gpus")
                 total_gpus = gpus if isinstance(gpus, int) and 0 < gpus <= MAX_GPUS else total_gpus
-                scale = _num(record.get("time_scale")) or scale
+                scale = _num(record, "time_scale") or scale
                 if busy:  # a restarted scheduler: what ran before its crash was stopped then
                     busy.clear()
-                    mark(_num(record.get("clock")))
+                    mark(_num(record, "clock"))
                 continue
             job_id = _job_id(record)
             if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",
@@ -182,12 +184,12 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
             if isinstance(record.get("model"), str):
                 job.model = record["model"]
             if event == "job_submitted":
-                job.submit = _num(record.get("submit"))
+                job.submit = _num(record, "submit")
             elif event == "job_started":
                 job.starts += 1
-                job.submit = _num(record.get("submit")) if job.submit is None else job.submit
-                now = _num(record.get("now"))
-                first = _num(record.get("first_start"))
+                job.submit = _num(record, "submit") if job.submit is None else job.submit
+                now = _num(record, "now")
+                first = _num(record, "first_start")
                 if job.start is None:
                     job.start = first if first is not None else now
                 busy[job_id] = _cells(record)
@@ -198,13 +200,13 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 if record.get("reason") not in KEPT_RUNNING:
                     job.stops += 1
                 busy.pop(job_id, None)
-                mark(_num(record.get("now")))
+                mark(_num(record, "now"))
             else:  # job_finished
-                job.submit = _num(record.get("submit")) if record.get("submit") is not None \
+                job.submit = _num(record, "submit") if record.get("submit") is not None \
                     else job.submit
-                start = _num(record.get("start"))
+                start = _num(record, "start")
                 job.start = start if start is not None else job.start
-                job.end = _num(record.get("end"))
+                job.end = _num(record, "end")
                 if isinstance(record.get("preemptions"), int):
                     job.preemptions = record["preemptions"]
                 busy.pop(job_id, None)
@@ -213,12 +215,22 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                     last_finish_wall = wall
     except _Impossible as err:
         raise ReportError(
-            f"{LOG_NAME}: {record.get('event')} of job {record.get('job_id')}: a time of "
-            f"{err.value!r} (must be finite, within {show(MAX_TRACE_SECONDS)} s): the log is "
-            "corrupt, so no figure is computed from it") from None
+            f"{LOG_NAME}: {record.get('event')}"
+            f"{'' if record.get('job_id') is None else ' of job ' + str(record.get('job_id'))}: "
+            f"{err.key} {err.value!r} (must be finite, in [0, {show(MAX_TRACE_SECONDS)}] s): the "
+            "log is corrupt, so no figure is computed from it") from None
     outcomes = [JobOutcome(j.job_id, j.num_gpu, j.model, j.submit, j.start, j.end,
                            j.preemptions if j.preemptions is not None else j.stops, j.starts)
                 for j in sorted(jobs.values(), key=lambda j: j.job_id) if j.submit is not None]
+    for o in outcomes:  # out of order, a JCT or a queueing time would come out negative
+        times = [t for t in (o.submit, o.start, o.end) if t is not None]
+        if times != sorted(times):
+            raise ReportError(
+                f"{LOG_NAME}: job {o.job_id}: submit {o.submit:g}, start "
+                f"{'-' if o.start is None else f'{o.start:g}'}, end "
+                f"{'-' if o.end is None else f'{o.end:g}'} are out of order (a job starts after "
+                "its submit and ends after its start): the log is corrupt, so no figure is "
+                "computed from it")
     if not total_gpus:
         total_gpus = max((len(c) for c in busy.values()), default=0) or 1
     wall_s = (last_finish_wall - first_wall) if first_wall is not None \

@@ -21,6 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
+from specs.limits import MAX_ID
+from specs.options import OneLineParser, number
+
 PROG = "interlace-tail"
 POLL_S = 0.25  # how often --follow looks for new lines
 HIDDEN = ("ts", "event", "component", "level")  # shown in the fixed columns instead
@@ -111,15 +114,20 @@ def nodes_of(rec: dict[str, Any], source: str) -> set[str]:
 
 
 def parse_ts(value: Any) -> float | None:
-    """Epoch seconds of structlog's ISO timestamp (or a number), None if unreadable."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, str):
-        return None
+    """Epoch seconds of structlog's ISO timestamp (or a number), None if unreadable or no
+    time a clock can show (inf, nan, 1e20: a corrupt line must not stop the merge, so it is
+    placed and shown like a line that is not JSON)."""
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            when = float(value)
+        elif isinstance(value, str):
+            when = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        else:
+            return None
+        datetime.fromtimestamp(when)  # the clock column shows it
+    except (ValueError, OverflowError, OSError):
         return None
+    return when
 
 
 @dataclass
@@ -247,11 +255,12 @@ def follow(tail: Tail, emit: Callable[[Entry], None], wait: Callable[[float], bo
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(
+    p = OneLineParser(prog=PROG, description=(
         "Merge a run's JSON-line logs (RUN_DIR/*.log) by time and print one line per "
         "record; filter by job, node and event name."))
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory")
-    p.add_argument("--job", action="append", type=int, default=[], metavar="ID",
+    p.add_argument("--job", action="append", type=number(0, MAX_ID, integer=True), default=[],
+                   metavar="ID",
                    help="only records about this job (repeatable)")
     p.add_argument("--node", action="append", default=[], metavar="N",
                    help="only records about this node, e.g. n0 (repeatable)")

@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from specs.limits import (MAX_CPUS, MAX_GPUS_PER_NODE, MAX_MEM, MAX_NODES, MAX_TIME_SCALE,
+                          MAX_WAIT_S)
+from specs.options import OneLineParser, number
+
 PROG = "interlace-slurm"
+TIME_SCALE = number(1 / MAX_TIME_SCALE, MAX_TIME_SCALE)
+GPUS = number(1, MAX_GPUS_PER_NODE, integer=True)
+MAX_WARN_S = 65535  # sbatch --signal's own bound on the warning time
 
 
 def _run_parser(sub) -> None:
@@ -23,17 +30,17 @@ def _run_parser(sub) -> None:
                    "$SLURM_SUBMIT_DIR/interlace-$SLURM_JOB_ID: the same across requeues)")
     p.add_argument("--trace", help="feed this trace (CSV or packaged name) and end when every "
                    "job has finished; without it, jobs come from interlace-submit")
-    p.add_argument("--time-scale", type=float, default=1.0,
+    p.add_argument("--time-scale", type=TIME_SCALE, default=1.0,
                    help="trace seconds per wall second (1: real time)")
     p.add_argument("--policy", default="muri-s")
-    p.add_argument("--gpus-per-node", type=int, help="GPUs per node when Slurm does not manage "
+    p.add_argument("--gpus-per-node", type=GPUS, help="GPUs per node when Slurm does not manage "
                    "them (logical ids 0..N-1); default: what Slurm granted")
     p.add_argument("--host", help="the broker's interface (default: this node's address)")
     p.add_argument("--no-requeue", dest="requeue", action="store_false",
                    help="on the time-limit warning, stop without requeueing the job")
     p.add_argument("--warn-signal", default="USR1",
                    help="the signal sbatch --signal=B:SIG@S sends before the limit (USR1)")
-    p.add_argument("--stop-timeout", type=float, default=20.0,
+    p.add_argument("--stop-timeout", type=number(0, MAX_WAIT_S, unit="s"), default=20.0,
                    help="seconds the agents get to checkpoint their trainers and exit (20: "
                    "the whole stop must end within Slurm's KillWait, 30 s by default)")
     p.add_argument("--scheduler-arg", action="append", default=[], metavar="ARG",
@@ -47,19 +54,19 @@ def _agent_parser(sub) -> None:
     p = sub.add_parser("agent", help="(run by each agent step) exec this node's agent")
     p.add_argument("--node", required=True)
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--gpus-per-node", type=int, required=True)
-    p.add_argument("--cpus", type=int, required=True)
-    p.add_argument("--mem", type=int, required=True)
-    p.add_argument("--time-scale", type=float, required=True)
+    p.add_argument("--gpus-per-node", type=GPUS, required=True)
+    p.add_argument("--cpus", type=number(1, MAX_CPUS, integer=True), required=True)
+    p.add_argument("--mem", type=number(1, MAX_MEM, integer=True), required=True)
+    p.add_argument("--time-scale", type=TIME_SCALE, required=True)
     p.add_argument("agent_args", nargs="*", help="after --: passed on to the node agent")
 
 
 def _submit_parser(sub) -> None:
     p = sub.add_parser("submit", help="outside an allocation: sbatch the launcher")
-    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--nodes", type=number(1, MAX_NODES, integer=True), required=True)
     gpus = p.add_mutually_exclusive_group()
-    gpus.add_argument("--gpus-per-node", type=int, help="GPUs per node, asked of Slurm")
-    gpus.add_argument("--emulate-gpus", type=int, metavar="N",
+    gpus.add_argument("--gpus-per-node", type=GPUS, help="GPUs per node, asked of Slurm")
+    gpus.add_argument("--emulate-gpus", type=GPUS, metavar="N",
                       help="ask Slurm for no GPUs; agents offer logical GPUs 0..N-1 "
                       "(emulated trainers, tests)")
     p.add_argument("--time", help="sbatch --time (e.g. 24:00:00)")
@@ -70,7 +77,7 @@ def _submit_parser(sub) -> None:
     p.add_argument("--no-requeue", dest="requeue", action="store_false")
     p.add_argument("--shared", dest="exclusive", action="store_false",
                    help="do not ask for whole nodes (--exclusive is the default)")
-    p.add_argument("--warn", type=int, default=120, metavar="S",
+    p.add_argument("--warn", type=number(0, MAX_WARN_S, integer=True), default=120, metavar="S",
                    help="seconds before the time limit to checkpoint and requeue (120)")
     p.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="any other sbatch option (repeat; e.g. --sbatch-arg=--qos=long)")
@@ -78,7 +85,7 @@ def _submit_parser(sub) -> None:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)
     _agent_parser(sub)
