@@ -12,25 +12,31 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from node_agent.config import AgentConfig
+from specs.limits import MAX_CPUS, MAX_MEM, MAX_TIME_SCALE, MAX_WAIT_S
+from specs.options import number
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
+    # bounded numbers (specs/limits.py): one line naming the option and its range
+    scale = number(1 / MAX_TIME_SCALE, MAX_TIME_SCALE)
+    seconds = number(0, MAX_WAIT_S, above=True, unit="s")
+    wait = number(0, MAX_WAIT_S, unit="s")
     p = argparse.ArgumentParser(prog="python -m node_agent.agent", description=(
         "The node agent: `python -m node_agent.agent --node NAME --gpus 0,1,2,3 "
         "--endpoints FILE ...`."))
     p.add_argument("--node", required=True, help="node name; the service is agent.<NODE>")
     p.add_argument("--gpus", required=True, help="GPU indices of this node, e.g. 0,1,2,3")
-    p.add_argument("--cpus", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--mem", type=float, default=0.0, help="memory in GB")
+    p.add_argument("--cpus", type=number(1, MAX_CPUS, integer=True), default=os.cpu_count() or 1)
+    p.add_argument("--mem", type=number(0, MAX_MEM), default=0.0, help="memory in GB")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
-    p.add_argument("--wait-endpoints", type=float, default=30.0, metavar="S",
+    p.add_argument("--wait-endpoints", type=wait, default=30.0, metavar="S",
                    help="seconds to wait for the endpoints file (the broker may be starting)")
     p.add_argument("--run-dir", required=True, help="logs, trainers/ and checkpoints/ go here")
-    p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
-    p.add_argument("--heartbeat", type=float, default=0.5, help="seconds between heartbeats")
-    p.add_argument("--report-every", type=float, default=0.2,
+    p.add_argument("--time-scale", type=scale, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--heartbeat", type=seconds, default=0.5, help="seconds between heartbeats")
+    p.add_argument("--report-every", type=seconds, default=0.2,
                    help="trainers' wall seconds between telemetry/checkpoints")
-    p.add_argument("--stop-timeout", type=float, default=10.0,
+    p.add_argument("--stop-timeout", type=seconds, default=10.0,
                    help="seconds a trainer gets to checkpoint after SIGTERM before SIGKILL")
     p.add_argument("--address", default="127.0.0.1",
                    help="this node's address for torch rendezvous (other nodes connect to it)")
@@ -46,10 +52,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         p.error(f"--gpus must be comma-separated integers, got {a.gpus!r}")
     if not gpus or len(set(gpus)) != len(gpus):
         p.error(f"--gpus must list distinct GPU indices, got {a.gpus!r}")
-    if not (a.time_scale > 0 and a.heartbeat > 0 and a.report_every > 0 and a.stop_timeout > 0):
-        p.error("--time-scale, --heartbeat, --report-every and --stop-timeout must be > 0")
-    if not a.wait_endpoints >= 0:
-        p.error("--wait-endpoints must be >= 0")
     from broker.metrics_http import check_arguments as check_metrics_arguments
     check_metrics_arguments(p, a)
     cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem,

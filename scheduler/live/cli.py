@@ -22,6 +22,8 @@ from scheduler.plugins import PolicyError, make_policy, policy_names
 from scheduler.presets import get_preset
 from specs import spec_path
 from specs.spec import ClusterSpec, SpecError, load_spec
+from specs.limits import MAX_TIME_SCALE, MAX_WAIT_S
+from specs.options import number
 
 
 def _load_spec(text: str) -> ClusterSpec:
@@ -30,6 +32,10 @@ def _load_spec(text: str) -> ClusterSpec:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, ClusterSpec]:
+    # bounded numbers (specs/limits.py): one line naming the option and its range
+    scale = number(1 / MAX_TIME_SCALE, MAX_TIME_SCALE)
+    seconds = number(0, MAX_WAIT_S, above=True, unit="s")
+    wait = number(0, MAX_WAIT_S, unit="s")
     p = argparse.ArgumentParser(prog="python -m scheduler.live",
                                 description=__doc__.split("\n")[0])
     from specs import available_specs
@@ -42,16 +48,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
     p.add_argument("--run-dir", required=True,
                    help="scheduler.log, journal.db; agents' checkpoints/ are read from here")
-    p.add_argument("--time-scale", type=float, default=1.0, help="trace seconds per wall second")
-    p.add_argument("--round", type=float, default=5.0, dest="round_s",
+    p.add_argument("--time-scale", type=scale, default=1.0, help="trace seconds per wall second")
+    p.add_argument("--round", type=seconds, default=5.0, dest="round_s",
                    help="wall seconds between rounds when nothing happens (default 5.0); "
                         "arrivals, completions and agent changes start a round at once")
-    p.add_argument("--agent-timeout", type=float, default=10.0,
+    p.add_argument("--agent-timeout", type=seconds, default=10.0,
                    help="wall seconds without a heartbeat before an agent is dead (default 10)")
     p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
     p.add_argument("--checkpoint-dir", default=None,
                    help="where agents write checkpoints (default RUN_DIR/checkpoints)")
-    p.add_argument("--wait-endpoints", type=float, default=30.0,
+    p.add_argument("--wait-endpoints", type=wait, default=30.0,
                    help="seconds to wait for the endpoints file to appear")
     p.add_argument("--workload", default="emulated", choices=["emulated", "torch"],
                    help="emulated: trainers replay the planned pace (default); torch: real "
@@ -82,8 +88,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     check_metrics_arguments(p, a)
     from scheduler.live.webstart import check_args as check_http_args
     check_http_args(p, a)
-    if not (a.time_scale > 0 and a.round_s > 0 and a.agent_timeout > 0):
-        p.error("--time-scale, --round and --agent-timeout must be > 0")
     try:
         preset = get_preset(a.preset)
         spec = _load_spec(a.spec)

@@ -32,3 +32,32 @@ def test_an_unusable_journal_is_one_line_naming_it(tmp_path, kind):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [proc.stderr.strip()]
     assert proc.stderr.startswith(f"scheduler: {journal}: cannot use the journal (")
+
+
+SCHEDULER = ["--spec", "n2g8", "--endpoints", "e.json", "--run-dir", "run"]
+AGENT = ["--node", "n0", "--gpus", "0", "--endpoints", "e.json", "--run-dir", "run"]
+
+
+@pytest.mark.parametrize("module, argv, option", [
+    ("scheduler", ["--time-scale", "inf"], "--time-scale"),
+    ("scheduler", ["--time-scale", "0"], "--time-scale"),
+    ("scheduler", ["--round", "nan"], "--round"),
+    ("scheduler", ["--agent-timeout", "1e308"], "--agent-timeout"),
+    ("agent", ["--time-scale", "1e400"], "--time-scale"),
+    ("agent", ["--heartbeat", "-1"], "--heartbeat"),
+    ("agent", ["--stop-timeout", "inf"], "--stop-timeout"),
+    ("agent", ["--cpus", "99999999999"], "--cpus"),
+    ("agent", ["--mem", "nan"], "--mem"),
+])
+def test_the_scheduler_and_agent_refuse_unbounded_numbers_naming_the_option(
+        module, argv, option, capsys):
+    """A time scale of inf or a heartbeat of nan would run a cluster whose clock never moves:
+    refused at the command line with the option and its range (specs/limits.py)."""
+    from node_agent import cli as agent_cli
+    from scheduler.live import cli as scheduler_cli
+    parse = scheduler_cli.parse_args if module == "scheduler" else agent_cli.parse_args
+    with pytest.raises(SystemExit) as exit_:
+        parse((SCHEDULER if module == "scheduler" else AGENT) + argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument {option}: must be" in err and "Traceback" not in err
