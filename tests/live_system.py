@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from broker.client import RequestFailed, Requester, RequestTimeout
 from broker.endpoints import Endpoints
@@ -65,7 +66,7 @@ class LiveCluster:
     def endpoints_file(self) -> Path:
         return self.run_dir / "endpoints.json"
 
-    def _spawn(self, name: str, args: list[str], wrapper: list[str] = ()) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], wrapper: Sequence[str] = ()) -> subprocess.Popen:
         log = open(self.run_dir / f"{name}.stderr", "ab")
         proc = subprocess.Popen([*wrapper, sys.executable, *args], cwd=ROOT, env=_env(), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -39,8 +39,8 @@ class MeteredCluster(LiveCluster):
 
     extra: dict[str, list[str]] = field(default_factory=dict)
 
-    def _spawn(self, name, args):
-        return super()._spawn(name, [*args, *self.extra.get(name, [])])
+    def _spawn(self, name, args, wrapper=()):
+        return super()._spawn(name, [*args, *self.extra.get(name, [])], wrapper)
 
 
 class Prometheus:
