@@ -64,3 +64,16 @@ def run_outcomes(sim) -> tuple | str:
         return str(error)
     return ([(o.job_id, o.start, o.end, o.preemptions, o.starts) for o in result.outcomes],
             result.rounds, result.utilisation)
+
+
+class Log:
+    """A structlog-like logger for tests that keeps (event, fields) of every record."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict]] = []
+
+    def __getattr__(self, level: str):
+        return lambda event, **kw: self.records.append((event, kw))
+
+    def of(self, event: str) -> list[dict]:
+        return [kw for e, kw in self.records if e == event]

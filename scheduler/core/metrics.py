@@ -4,10 +4,8 @@ The 99th percentile is `sorted(jct)[int(0.99 * n)]`, the convention of the publi
 """
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Sequence
 
 from scheduler.core.state import Job
@@ -77,17 +75,6 @@ def summarize(outcomes: Sequence[JobOutcome], utilisation: Sequence[tuple[float,
         gpu_utilisation=busy / (span * total_gpus) if span > 0 else 0.0,
         preemptions=sum(o.preemptions for o in done),
     )
-
-
-def write_jobs_csv(path: Path, outcomes: Sequence[JobOutcome]) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["job_id", "num_gpu", "model", "submit", "start", "end", "jct",
-                    "queueing", "preemptions", "starts"])
-        for o in outcomes:
-            w.writerow([o.job_id, o.num_gpu, o.model, o.submit, o.start, o.end,
-                        o.jct if o.end is not None else "", o.queueing if o.start is not None else "",
-                        o.preemptions, o.starts])
 
 
 def summary_dict(policy: str, summary: Summary, wall_s: float, **extra) -> dict:

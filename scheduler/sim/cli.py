@@ -7,13 +7,15 @@ Bad input exits non-zero with one clear line per problem, never a traceback.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
-from scheduler.core.metrics import dumps, summary_dict, write_jobs_csv
+from scheduler.core.metrics import JobOutcome, dumps, summary_dict
 from scheduler.plugins import PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
 from scheduler.sim.simulator import SimResult, simulate
@@ -260,6 +262,18 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as err:
             return _fail([f"--plot {args.plot}: cannot write ({err})"])
     return 0
+
+
+def write_jobs_csv(path: Path, outcomes: Sequence[JobOutcome]) -> None:
+    """One row per job (the core computes outcomes; writing them is this tool's)."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["job_id", "num_gpu", "model", "submit", "start", "end", "jct",
+                    "queueing", "preemptions", "starts"])
+        for o in outcomes:
+            w.writerow([o.job_id, o.num_gpu, o.model, o.submit, o.start, o.end,
+                        o.jct if o.end is not None else "", o.queueing if o.start is not None else "",
+                        o.preemptions, o.starts])
 
 
 def _write_outputs(out: Path, result: SimResult) -> None:

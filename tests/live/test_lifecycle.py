@@ -28,25 +28,12 @@ from scheduler.live.lifecycle import (ALLOWED, CANCELLED, ENDED, FINISHED, LAUNC
 from scheduler.live.metrics import SchedulerMetrics
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
-from tests.helpers import job, spec
+from tests.helpers import Log, job, spec
 from trainer import checkpoint
 from traces.record import record_to_map
 
 TOTAL = 100  # iterations of every job here
 JOBS = (1, 2, 3)
-
-
-class Log:
-    """Keeps (event, fields) of every record."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, dict]] = []
-
-    def __getattr__(self, level: str):
-        return lambda event, **kw: self.records.append((event, kw))
-
-    def of(self, event: str) -> list[dict]:
-        return [kw for e, kw in self.records if e == event]
 
 
 def live_state(run_dir: Path, metrics: bool = False) -> LiveState:

@@ -17,24 +17,11 @@ from scheduler.live.ledger import Placed
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
 from scheduler.core.state import NodeSlice, Status
-from tests.helpers import job, spec
+from tests.helpers import Log, job, spec
 from trainer import checkpoint
 from traces.record import record_to_map
 
 _ids = itertools.count()
-
-
-class Log:
-    """Keeps (event, fields) of every record."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, dict]] = []
-
-    def __getattr__(self, level: str):
-        return lambda event, **kw: self.records.append((event, kw))
-
-    def of(self, event: str) -> list[dict]:
-        return [kw for e, kw in self.records if e == event]
 
 
 @pytest.fixture
