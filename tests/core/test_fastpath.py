@@ -22,7 +22,7 @@ from scheduler.core.policies.tiresias import Tiresias
 from scheduler.presets import get_preset
 from scheduler.sim.simulator import Simulator, core_preset
 from scheduler.core.state import Job, NodeSlice, Plan, Status
-from tests.helpers import job as record, spec
+from tests.helpers import job as record, run_outcomes, spec
 
 SLOW = settings(max_examples=40, deadline=None)
 
@@ -245,12 +245,7 @@ def outcomes(records, cluster_spec, policy, preset, plain: bool):
     sim = Simulator(records, cluster_spec, policy, preset)
     if plain:
         sim.core.policy = PLAIN[policy](core_preset(preset))
-    try:
-        result = sim.run()
-    except RuntimeError as error:
-        return str(error)
-    return ([(o.job_id, o.start, o.end, o.preemptions, o.starts) for o in result.outcomes],
-            result.rounds, result.utilisation)
+    return run_outcomes(sim)
 
 
 @SLOW
