@@ -3,7 +3,8 @@ built-in policies' settings, and whether the simulator runs in the artifact mode
 
 `default` is the physically sensible model: the restart overhead paid once per start,
 restart, regroup or move; no group slowdown factors; profiles scaled to the solo time;
-running jobs keep their GPUs; auto-unpack on, so that no group is slower than running alone.
+running jobs keep their GPUs; auto-unpack on, so that no group is slower than running alone;
+Muri merges only where a merge shortens expected completions (muri_outlook.py).
 
 `paper` reproduces the published artifact's figures: its cost model (a 1.015 calibration of
 iteration times, fixed group slowdown multipliers, every regroup a restart, no sticky
@@ -45,7 +46,7 @@ PAPER = Preset(
     ),
     policies=PolicySettings(
         tiresias=TiresiasSettings(demotion_slack=0.0),
-        muri=MuriSettings(auto_unpack=False, fresh_estimate_duration=True,
+        muri=MuriSettings(auto_unpack=False, fresh_estimate_duration=True, merge_rule="efficiency",
                           regroup_hysteresis=0.0, matching_backend="blossom",
                           matching_rel_gap=0.0, matching_window=0),
         themis=ThemisSettings(solver="ecos"),

@@ -9,7 +9,7 @@ from typing import Iterable, Mapping
 
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState, Demand
-from scheduler.core.plan_changes import NO_CHANGES, START, STOP, PlanChanges, diff
+from scheduler.core.plan_changes import NO_CHANGES, START, STARTS, STOP, PlanChanges, diff
 from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
@@ -296,6 +296,8 @@ class Core:
                     job.pending_mark = None
                 self._set_running(job, True)
                 del waiting[job_id]
+            elif kind in STARTS:
+                job.relaunches += 1
             job.group_key = placed[job_id].jobs
 
     def _unplace(self, job_id: int) -> None:

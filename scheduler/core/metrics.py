@@ -21,6 +21,12 @@ class JobOutcome:
     end: float | None
     preemptions: int
     starts: int
+    # what the run was made of, where the core knows it (a report from a log does not):
+    # wall seconds holding GPUs (restart overheads included), seconds the job needs alone,
+    # and seconds of restart overhead charged ((re)starts times its restart overhead)
+    running: float | None = None
+    alone: float | None = None
+    overhead: float | None = None
 
     @property
     def jct(self) -> float:
@@ -33,7 +39,9 @@ class JobOutcome:
     @classmethod
     def of(cls, job: Job) -> "JobOutcome":
         return cls(job.id, job.num_gpu, job.model, job.submit_time, job.first_start,
-                   job.finish_time, job.preemptions, job.starts)
+                   job.finish_time, job.preemptions, job.starts, job.attained,
+                   job.record.iterations * job.solo_time,
+                   (job.starts + job.relaunches) * job.restart_overhead)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ class Job:
     finish_time: float | None = None
     preemptions: int = 0
     starts: int = 0
+    relaunches: int = 0  # restarts while it runs: moved, or regrouped where that restarts it
     group_key: tuple[int, ...] = ()  # ids of the current group's members
     restart_overhead: float = 0.0  # seconds a (re)start costs it: the cost model's, then measured
     stop_time: float = 0.0  # seconds its last stop took before its GPUs were free (measured)
@@ -121,6 +122,8 @@ class JobView(Protocol):
     def preemptions(self) -> int: ...
     @property
     def starts(self) -> int: ...
+    @property
+    def relaunches(self) -> int: ...
     @property
     def group_key(self) -> tuple[int, ...]: ...
     @property

@@ -18,6 +18,7 @@ from typing import Sequence
 from scheduler.core.metrics import JobOutcome, dumps, summary_dict
 from scheduler.plugins import PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
+from scheduler.sim.explain import GroupLog, explain
 from scheduler.sim.simulator import SimResult, simulate
 from specs import DEFAULT_SPEC, SpecError, available_specs, load_spec, spec_path
 from specs.limits import MAX_SECONDS
@@ -122,7 +123,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true",
                    help="after the table, compare the first policy with the last job by job: "
                         "which finishes each job sooner, time spent waiting, and run time "
-                        "against the job's time alone (why the JCT CDFs cross)")
+                        "against the job's time alone (why the JCT CDFs cross); then where "
+                        "the time goes by decile of job length (waiting, running slower in "
+                        "a group, restarting) and how groups were made (short with long, "
+                        "regroups per arrival)")
     return p
 
 
@@ -233,11 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return _fail(problems)
     results: list[SimResult] = []
+    logs: dict[str, GroupLog] = {}
     for name in policies:
         bar = _Bar(name)
         bar.begin(len(records))
+        log = logs[name] = GroupLog() if args.explain else None
         try:
-            result = simulate(records, spec, name, preset, progress=bar)
+            result = simulate(records, spec, name, preset, progress=bar, on_round=log)
         except (RuntimeError, PolicyError) as err:
             bar.close(ok=False)
             return _fail([f"{name}: {err}"])
@@ -254,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(format_table(results))
     if args.explain:
-        print("\n".join(explain(results[0], results[-1], records)))
+        print("\n".join(explain(results[0], results[-1], records, logs)))
     if args.plot:
         try:
             plot_cdf(results, Path(args.plot),
@@ -296,55 +302,6 @@ def format_table(results: list[SimResult]) -> str:
                      str(s.preemptions), f"{s.avg_jct / base:.2f}x", f"{r.wall_s:.2f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows)
-
-
-def explain(a: SimResult, b: SimResult, records) -> list[str]:
-    """Why two JCT CDFs can cross, in numbers: per job, which policy finishes it sooner; how
-    long jobs wait (submit to first start); and how long they run against their time alone
-    (first start to end over the trace's duration; sharing GPUs stretches it, so does a
-    preemption). A policy can finish most jobs later and still win on the mean and the tail
-    when what it loses per job is small and what it saves the long waiters is large."""
-    from statistics import mean, median
-
-    alone = {r.job_id: r.duration for r in records}
-    done_a = {o.job_id: o for o in a.outcomes if o.end is not None}
-    done_b = {o.job_id: o for o in b.outcomes if o.end is not None}
-    common = sorted(done_a.keys() & done_b.keys())
-    if not common:
-        return [f"{a.policy} and {b.policy} have no finished job in common"]
-    sooner_a = [j for j in common if done_a[j].jct < done_b[j].jct]
-    sooner_b = [j for j in common if done_b[j].jct < done_a[j].jct]
-    longest = sorted(common, key=lambda j: alone.get(j, 0.0))[-max(len(common) // 10, 1):]
-
-    def stretch(done: dict) -> float:
-        return median((done[j].end - done[j].start) / alone[j] for j in common
-                      if alone.get(j, 0) > 0 and done[j].start is not None)
-
-    def waiting(done: dict, jobs: list[int]) -> float:
-        return mean(done[j].queueing for j in jobs if done[j].start is not None) / 3600
-
-    def pct(jobs: list[int]) -> str:
-        return f"{len(jobs) / len(common):.0%}"
-
-    na, nb = a.policy, b.policy
-    ties = len(common) - len(sooner_a) - len(sooner_b)
-    return [
-        f"{na} against {nb}, job by job ({len(common)} jobs):",
-        f"  {na} finishes {pct(sooner_a)} of them sooner, {nb} {pct(sooner_b)}"
-        + (f" ({ties} equal)" if ties else "")
-        + f"; median JCT {a.summary.p50_jct / 3600:.2f} h against {b.summary.p50_jct / 3600:.2f} h",
-        f"  running: a job runs a median {stretch(done_a):.2f}x its time alone under {na}, "
-        f"{stretch(done_b):.2f}x under {nb}",
-        f"  waiting: {waiting(done_a, common):.2f} h on average under {na}, "
-        f"{waiting(done_b, common):.2f} h under {nb}; the longest tenth of jobs "
-        f"{waiting(done_a, longest):.2f} h against {waiting(done_b, longest):.2f} h",
-        f"  the jobs {nb} finishes sooner gain "
-        f"{sum(done_a[j].jct - done_b[j].jct for j in sooner_b) / 3600:,.0f} job-hours, "
-        f"those it finishes later lose "
-        f"{sum(done_b[j].jct - done_a[j].jct for j in sooner_a) / 3600:,.0f}: "
-        f"mean JCT {a.summary.avg_jct / 3600:.2f} h against {b.summary.avg_jct / 3600:.2f} h, "
-        f"p99 {a.summary.p99_jct / 3600:.2f} h against {b.summary.p99_jct / 3600:.2f} h",
-    ]
 
 
 def plot_cdf(results: list[SimResult], path: Path, title: str | None = None) -> None:

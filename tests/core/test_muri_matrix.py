@@ -89,9 +89,15 @@ def test_a_job_without_profile_runs_alone_until_measured():
     assert sorted(plan.groups[0].jobs) == [1, 2]
 
 
+# The keep bonus is tried under the paper's merge rule (any merge while demand exceeds the
+# cluster), where only efficiency and the bonus decide which groups form; the completion
+# rule would refuse some of these merges for reasons of its own (test_muri_outlook.py).
+EVERY_MERGE = {"muri_merge_rule": "efficiency"}
+
+
 def test_a_restart_that_costs_more_than_the_gain_keeps_the_group():
     """Regrouping pays a restart; near the end of the work that outweighs a better pairing."""
-    preset = get_preset("default")
+    preset = get_preset("default", **EVERY_MERGE)
     claims = {1: (0.1, 0.1, 0.1, 1.0), 2: (1.0, 0.5, 0.1, 0.1), 3: (1.0, 0.5, 1.0, 0.1),
               4: (0.5, 0.5, 0.1, 0.1)}
     outcomes = {}
@@ -112,7 +118,7 @@ def test_a_restart_that_costs_more_than_the_gain_keeps_the_group():
 def _pair_after(overhead: float, second_measured: tuple | None) -> tuple[tuple, tuple]:
     """Two 1-GPU jobs with one profile share one GPU; then the one ahead in priority falls
     behind (and, if given, the second's trainer measures another profile)."""
-    preset = get_preset("default")
+    preset = get_preset("default", **EVERY_MERGE)
     core = Core(spec(nodes=1, gpus=1), make_policy("muri-s", preset), preset.model)
     for job_id, iterations in ((1, 1000), (2, 1200)):
         core.submit(job(job_id, stages=(0.1, 0.2, 0.05, 0.3), iterations=iterations), 0.0)

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from scheduler.core.policies.base import Policy, RoundContext, place_units
 from scheduler.core.policies.muri_order import Classes, MuriOrder
+from scheduler.core.policies.muri_outlook import Outlook, outlook
 from scheduler.core.policies.muri_pairs import Packing, Pairing, _together
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.policies.settings import MuriSettings
@@ -28,6 +29,8 @@ class Muri(Policy):
         super().__init__(model)
         if ordering not in ("best", "worst", "none"):
             raise ValueError(f"unknown ordering {ordering!r}")
+        if settings.merge_rule not in ("completion", "efficiency"):
+            raise ValueError(f"unknown merge rule {settings.merge_rule!r}")
         self.name = name
         self.know_duration = know_duration
         self.ordering = ordering
@@ -101,7 +104,11 @@ class Muri(Policy):
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
         if self.matching:
-            packings = self._match(admitted, required, total)
+            look = None
+            if self.settings.merge_rule == "completion" and required > total:
+                ids = {j.id for jobs in admitted.values() for j in jobs}
+                look = outlook(queue, ids, total, self._remaining_guess)
+            packings = self._match(admitted, required, total, look)
         else:
             packings = self._consecutive(admitted, required, total)
         if self.settings.auto_unpack:
@@ -189,22 +196,34 @@ class Muri(Policy):
             chosen[gpus] = min(lo + k, sizes[gpus])
         return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}, read
 
+    def _remaining_guess(self, job: JobView) -> float:
+        """Remaining seconds alone, as this policy may know them: Muri-S its estimate;
+        Muri-L, which knows no durations, what the job has run so far (in a heavy-tailed
+        workload a job's expected remaining time grows with its age), at least a minute."""
+        if self.know_duration:
+            return job.remaining_estimate
+        return max(job.attained, 60.0)
+
     def _match(self, admitted: dict[int, list[JobView]], required: int,
-               total: int) -> dict[int, list[Packing]]:
+               total: int, look: Outlook | None = None) -> dict[int, list[Packing]]:
         """Pair groups by maximum-weight matching, round after round, merging pairs (in node
         order) only while the GPUs demanded still exceed the cluster."""
         packings = {gpus: [[j] for j in jobs] for gpus, jobs in admitted.items()}
         if required <= total:
             return packings  # everything fits alone: a matching would be thrown away
+        settled: set[int] = set()  # classes whose last matching merged nothing
         for _ in range(self.k):
             merged: dict[int, list[Packing]] = {gpus: [] for gpus in packings}
             for gpus, nodes in packings.items():
-                if required <= total:
+                if required <= total or gpus in settled:
                     # merging has stopped and this is the last round: a matching here would
-                    # be thrown away, and the order of what stays single no longer matters
+                    # be thrown away, and the order of what stays single no longer matters;
+                    # or the same candidates merged nothing last round, nor would they now
                     merged[gpus].extend(nodes)
                     continue
-                partner = self.pairing.pairs(nodes)
+                partner = self.pairing.pairs(nodes, look)
+                if not partner:
+                    settled.add(gpus)
                 for u, node in enumerate(nodes):
                     v = partner.get(u)
                     if v is None:

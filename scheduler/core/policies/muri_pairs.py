@@ -16,6 +16,7 @@ from scheduler.core import interleave
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
 from scheduler.core.model import CostModel
+from scheduler.core.policies.muri_outlook import Outlook, merge_pays, packing_stats
 from scheduler.core.policies.settings import MuriSettings
 from scheduler.core.state import JobView
 
@@ -43,6 +44,7 @@ class Pairing:
         # for each packing's member profiles, and per number {partner's number: weight}
         self._shapes: dict[tuple, int] = {}
         self._rows: dict[int, dict[int, float]] = {}
+        self._tt_rows: dict[int, dict[int, float]] = {}  # likewise, merged iteration times
         # a Job (by identity) -> (its shape, the number of that shape) as a candidate alone:
         # a job's shape is read again each round, and looked up only if it is another object
         self._alone: dict[JobView, tuple[object, int]] = {}
@@ -56,6 +58,7 @@ class Pairing:
         self._weights.clear()
         self._matchings.clear()
         self._rows.clear()  # by profiles they would stay valid, but not by ids ("none")
+        self._tt_rows.clear()
         self._shapes.clear()
         self._alone.clear()
 
@@ -108,13 +111,21 @@ class Pairing:
             return sum(sum(j.profile) for j in jobs) / (tt * k)
         return 0.0
 
-    def pairs(self, nodes: list[Packing]) -> dict[int, int]:
+    def pairs(self, nodes: list[Packing], look: Outlook | None = None) -> dict[int, int]:
         """Each candidate's partner in this round's maximum-weight matching, by index (a
         candidate left single has none): merging two candidates of one #GPU class is worth
-        the merged group's efficiency."""
+        the merged group's efficiency. With `look` (the completion rule), only merges that
+        pay (muri_outlook) are edges."""
         n = len(nodes)
         if n < 2:
             return {}
+        if look is not None:
+            return self._paying_pairs(nodes, look)
+        return self._matched(nodes)
+
+    def _matched(self, nodes: list[Packing]) -> dict[int, int]:
+        """This round's maximum-weight matching over every merge (see pairs)."""
+        n = len(nodes)
         # The same candidates in the same order often meet again in the next round (an event
         # that changed nothing here); the matching is a function of them, so remember it.
         # Keyed by the Job objects themselves (identity, eq=False): one per job, like its
@@ -159,10 +170,50 @@ class Pairing:
 
         return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
 
-    def kind_table(self, nodes: list[Packing]) -> tuple[list[int], int, list[float]]:
+    def _paying_pairs(self, nodes: list[Packing], look: Outlook) -> dict[int, int]:
+        """The matching over the merges that pay. The expected starts change every round, so
+        nothing here is remembered by candidates; the dense path masks the weight matrix,
+        the others drop the matched pairs that do not pay."""
+        stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
+        gpus = nodes[0][0].num_gpu
+        if self._dense:
+            kinds, m, table, tts = self.kind_table(nodes, with_tt=True)
+            kind = np.array(kinds)
+            index = kind[:, None] * m + kind[None, :]
+            w = np.triu(np.array(table)[index], 1)
+            rows, cols = np.nonzero(w)
+            pays = merge_pays(stats[rows], stats[cols], np.array(tts)[index[rows, cols]], gpus,
+                              look.gpus)
+            if not pays.any():
+                return {}
+            w[rows[~pays], cols[~pays]] = 0.0
+            if self.hysteresis:  # bonuses scale weights, never make one zero or not
+                w *= self._bonus_matrix(nodes)
+            w += w.T
+            pairs = []
+            for lo, hi in _windows(len(nodes), self.window):
+                found = max_weight_pairs_dense(w[lo:hi, lo:hi], backend=self.backend,
+                                               rel_gap=self.rel_gap)
+                pairs.extend((lo + i, lo + j) for i, j in found)
+        else:
+            pairs = list(self._matched(nodes).items())
+            pairs = [(i, j) for i, j in pairs if i < j]
+            if pairs:
+                rows, cols = np.array(pairs).T
+                tt = np.array([self.group_timing(nodes[i] + nodes[j])[0] for i, j in pairs])
+                pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
+                pairs = [pair for pair, ok in zip(pairs, pays) if ok]
+        partner = {}
+        for i, j in pairs:
+            partner[i], partner[j] = j, i
+        return partner
+
+    def kind_table(self, nodes: list[Packing],
+                   with_tt: bool = False) -> tuple[list[int], int, list[float]] | tuple:
         """(kinds, m, table): candidate i is of kind kinds[i] < m, and the weight of merging
         candidate i with j (i's members first) is table[kinds[i] * m + kinds[j]], what the
-        pair-by-pair `weight` gives, bit for bit.
+        pair-by-pair `weight` gives, bit for bit. With `with_tt`, a fourth item: the merged
+        groups' iteration times, laid out alike (0 where a pair cannot merge).
 
         Why kinds: a merged group's weight depends only on its members' profiles in member
         order (on their ids where ordering "none" sorts by them), and a trace has a few
@@ -171,9 +222,11 @@ class Pairing:
         present, not a Python call per pair.
         """
         numbers, rows, k, alone = self._shapes, self._rows, self.k, self._alone
+        tt_rows = self._tt_rows
         if len(numbers) > 2_000 or len(alone) > 200_000:  # bounded: refilled on demand
             numbers.clear()
             rows.clear()
+            tt_rows.clear()
             alone.clear()
         shape = attrgetter("id" if self.ordering == "none" else "profile")
         by_id = self.ordering == "none"
@@ -197,22 +250,32 @@ class Pairing:
         for i in range(len(kinds) - 1, -1, -1):
             first[kinds[i]] = i
         table: list[float] = []
+        tts: list[float] = []
         for x, a in enumerate(present):
             row = rows.get(a)
             if row is None:
                 row = rows[a] = {}
             values = list(map(row.get, present))
-            if None in values:
+            times = list(map(tt_rows.setdefault(a, {}).get, present)) if with_tt else ()
+            if None in values or None in times:
                 node = nodes[first[x]]
                 for y, value in enumerate(values):
-                    if value is None:
+                    if value is None or (with_tt and times[y] is None):
                         other = nodes[first[y]]
+                        tt = 0.0
                         if len(node) + len(other) > k or (by_id and x == y):
                             value = 0.0  # too big, or a candidate with itself
                         else:
                             value = self.merged_efficiency(node + other)
+                            tt = self.group_timing(node + other)[0]
                         row[present[y]] = values[y] = value
+                        tt_rows.setdefault(a, {})[present[y]] = tt
+                        if with_tt:
+                            times[y] = tt
             table += values
+            tts += times
+        if with_tt:
+            return kinds, len(present), table, tts
         return kinds, len(present), table
 
     def weight_rows(self, nodes: list[Packing], bonus: list[float] | None) -> list[float]:
@@ -302,15 +365,23 @@ class Pairing:
         unknown = np.array([not all(map(_profiled, node)) for node in nodes])
         w[unknown, :] = 0.0
         w[:, unknown] = 0.0
-        hysteresis = self.hysteresis
-        if hysteresis:
-            labels: dict[tuple, int] = {}
-            label = np.array([labels.setdefault(node[0].group_key, len(labels))
-                              if _together(node, node) else -1 for node in nodes])
-            together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
-            b = np.asarray(bonus, dtype=float)
-            w[together] *= (1.0 + np.maximum(b[:, None], b[None, :]))[together]
+        if self.hysteresis:
+            w *= self._bonus_matrix(nodes, bonus)
         return np.triu(w, 1) + np.triu(w, 1).T
+
+
+    def _bonus_matrix(self, nodes: list[Packing],
+                      bonus: list[float] | None = None) -> np.ndarray:
+        """1 + the keep bonus (the larger of the two) for pairs that run together now, 1
+        for the rest; `bonus`, each candidate's keep bonus, is found here when not given."""
+        labels: dict[tuple, int] = {}
+        label = np.array([labels.setdefault(node[0].group_key, len(labels))
+                          if _together(node, node) else -1 for node in nodes])
+        together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
+        if bonus is None:
+            bonus = [self.keep_bonus(node) if x >= 0 else 0.0 for node, x in zip(nodes, label)]
+        b = np.asarray(bonus, dtype=float)
+        return np.where(together, 1.0 + np.maximum(b[:, None], b[None, :]), 1.0)
 
 
 def _windows(n: int, size: int) -> list[tuple[int, int]]:

@@ -1,0 +1,114 @@
+"""Whether a merge pays: the expected completions of the jobs it touches, and the queue's.
+
+Interleaving is a trade. Two packings merged run on one set of GPUs, each member slower than
+before (the merged group's iteration time against its own), but the later one starts now
+instead of waiting, and the GPUs it would have taken are left to the jobs queued behind.
+Under light load nobody waits behind and the slowdown is pure loss; under a backlog the
+GPU time saved shortens every wait behind. The completion rule admits a merge only when
+the expected completions, touched jobs and the queue behind together, go down:
+
+    delta = sum_A n (tt_AB - tt_A) + sum_B n (tt_AB - tt_B) - |B| (W_B - W_A)
+            - behind * g / G * (tt_A max_A n + tt_B max_B n - tt_AB max_AB n)
+
+where n is a member's remaining iterations (estimated remaining time over its solo time),
+tt a packing's iteration time (a job alone: its solo time), W a packing's expected start
+were nothing merged (A the earlier), `behind` how many queued jobs wait behind the later
+one, g the packings' GPUs and G the cluster's. Each member is taken to run at its group's
+pace until it ends (a long job is regrouped with the next short one again and again: that
+is what it meets), and each job behind to start earlier by the GPU time saved over G.
+A merge pays when delta < 0.
+
+The expected starts come from a list schedule of the queue in priority order, GPUs as one
+pool, each job holding its GPUs for its estimated remaining time: what would happen if
+nothing merged.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from scheduler.core.state import JobView
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """One round's view of the queue for the completion rule: per job id, its expected start
+    (seconds from now) were nothing merged, its remaining iterations, and how many waiting
+    jobs rank behind it; and the cluster's GPUs."""
+
+    start: dict[int, float]
+    iterations: dict[int, float]
+    behind: dict[int, int]
+    gpus: int
+
+
+def outlook(queue: Sequence[JobView], admitted: set[int], total_gpus: int,
+            remaining: Callable[[JobView], float]) -> Outlook:
+    """The list schedule of `queue` (priority order) on `total_gpus` GPUs, each job holding
+    its GPUs for `remaining(job)` seconds, as far as the last job whose id is in `admitted`
+    (the jobs the matching may merge); every job past it counts as waiting."""
+    start: dict[int, float] = {}
+    iterations: dict[int, float] = {}
+    free, now = total_gpus, 0.0
+    ends: list[tuple[float, int]] = []
+    seen = []  # (job id, waiting jobs among those scheduled so far, itself included)
+    waiting = 0
+    left = len(admitted)
+    for job in queue:
+        if not left:
+            break
+        job_id, gpus = job.id, job.num_gpu
+        if job_id in admitted:
+            left -= 1
+        if gpus > total_gpus:
+            at = float("inf")
+        else:
+            while free < gpus:
+                now, back = heapq.heappop(ends)
+                free += back
+            at = now
+            heapq.heappush(ends, (now + max(remaining(job), 0.0), gpus))
+            free -= gpus
+        start[job_id] = at
+        iterations[job_id] = max(remaining(job), 0.0) / job.solo_time if job.solo_time > 0 else 0.0
+        if at > 0:
+            waiting += 1
+        seen.append((job_id, waiting))
+    waiting_total = waiting + len(queue) - len(seen)
+    behind = {job_id: waiting_total - upto for job_id, upto in seen}
+    return Outlook(start, iterations, behind, total_gpus)
+
+
+def packing_stats(packings: Sequence[Sequence[JobView]], tts: Sequence[float],
+                  look: Outlook) -> np.ndarray:
+    """Per packing: (tt, start, members, sum n, max n, behind) as rows of an array."""
+    rows = []
+    start, iterations, behind = look.start, look.iterations, look.behind
+    for members, tt in zip(packings, tts):
+        if len(members) == 1:  # most candidates
+            job_id = members[0].id
+            n = iterations.get(job_id, 0.0)
+            rows.append((tt, start.get(job_id, 0.0), 1, n, n, behind.get(job_id, 0)))
+            continue
+        n = [iterations.get(j.id, 0.0) for j in members]
+        rows.append((tt, min(start.get(j.id, 0.0) for j in members), len(members), sum(n),
+                     max(n), min(behind.get(j.id, 0) for j in members)))
+    return np.array(rows, dtype=float).reshape(-1, 6)
+
+
+def merge_pays(a: np.ndarray, b: np.ndarray, tt_ab: np.ndarray, gpus: int,
+               total_gpus: int) -> np.ndarray:
+    """Whether merging packing a[k] with b[k] (rows of packing_stats) into a group of
+    iteration time tt_ab[k] shortens the expected completions (the module's delta < 0)."""
+    tt_a, w_a, c_a, sum_a, max_a, behind_a = a.T
+    tt_b, w_b, c_b, sum_b, max_b, behind_b = b.T
+    later = np.where(w_b >= w_a, c_b, c_a)
+    waited = np.abs(w_b - w_a)
+    waited = np.where(np.isfinite(waited), waited, 0.0)
+    saved = tt_a * max_a + tt_b * max_b - tt_ab * np.maximum(max_a, max_b)
+    delta = (sum_a * (tt_ab - tt_a) + sum_b * (tt_ab - tt_b) - later * waited
+             - np.minimum(behind_a, behind_b) * gpus / total_gpus * saved)
+    return delta < 0
