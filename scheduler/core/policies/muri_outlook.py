@@ -61,6 +61,7 @@ def outlook(queue: Sequence[JobView], admitted: set[int], total_gpus: int,
         if not left:
             break
         job_id, gpus = job.id, job.num_gpu
+        left_s = max(remaining(job), 0.0)
         if job_id in admitted:
             left -= 1
         if gpus > total_gpus:
@@ -70,10 +71,10 @@ def outlook(queue: Sequence[JobView], admitted: set[int], total_gpus: int,
                 now, back = heapq.heappop(ends)
                 free += back
             at = now
-            heapq.heappush(ends, (now + max(remaining(job), 0.0), gpus))
+            heapq.heappush(ends, (now + left_s, gpus))
             free -= gpus
         start[job_id] = at
-        iterations[job_id] = max(remaining(job), 0.0) / job.solo_time if job.solo_time > 0 else 0.0
+        iterations[job_id] = left_s / job.solo_time if job.solo_time > 0 else 0.0
         if at > 0:
             waiting += 1
         seen.append((job_id, waiting))

@@ -256,7 +256,8 @@ class Pairing:
             if row is None:
                 row = rows[a] = {}
             values = list(map(row.get, present))
-            times = list(map(tt_rows.setdefault(a, {}).get, present)) if with_tt else ()
+            tt_row = tt_rows.setdefault(a, {})
+            times = list(map(tt_row.get, present)) if with_tt else ()
             if None in values or None in times:
                 node = nodes[first[x]]
                 for y, value in enumerate(values):
@@ -269,7 +270,7 @@ class Pairing:
                             value = self.merged_efficiency(node + other)
                             tt = self.group_timing(node + other)[0]
                         row[present[y]] = values[y] = value
-                        tt_rows.setdefault(a, {})[present[y]] = tt
+                        tt_row[present[y]] = tt
                         if with_tt:
                             times[y] = tt
             table += values
@@ -368,7 +369,6 @@ class Pairing:
         if self.hysteresis:
             w *= self._bonus_matrix(nodes, bonus)
         return np.triu(w, 1) + np.triu(w, 1).T
-
 
     def _bonus_matrix(self, nodes: list[Packing],
                       bonus: list[float] | None = None) -> np.ndarray:
