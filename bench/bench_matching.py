@@ -221,6 +221,42 @@ def compare_full_scans(calls: list[tuple]) -> None:
           f"{spent[True] / 2:.2f} CPU s ({spent[True] / spent[False]:.2f}x); same pairs: {same}")
 
 
+def bench_whole_graph(sizes, budget):
+    """Where pricing pays: max_weight_pairs_dense (assignment prices, then the cheapest
+    edges) against matching the whole graph, on near-tie weights as profiles give, sparse
+    and full; the dense matcher matches graphs up to WHOLE_GRAPH_EDGES edges whole."""
+    import numpy as np
+
+    from scheduler.core import matching
+
+    rng = np.random.default_rng(1)
+    print(f"\nwhole graph vs pruned (near-tie weights; whole up to "
+          f"{matching.WHOLE_GRAPH_EDGES} edges)")
+    print(f"{'n':>5} {'density':>8} {'edges':>7} {'pruned ms':>10} {'whole ms':>9}")
+    for n in sizes:
+        for density in (0.3, 1.0):
+            w = (0.5 + 0.02 * rng.random((n, n))) * (rng.random((n, n)) < density)
+            w = np.triu(w, 1)
+            w = w + w.T
+            rows, cols = np.nonzero(np.triu(w, 1))
+            values = w[rows, cols]
+            pruned = matching._assignment_prices(w) is not None and per_call(
+                lambda _: _pruned(matching, w), [None], budget)
+            whole = per_call(lambda _: matching._match_edges(n, rows, cols, values, "auto"),
+                             [None], budget)
+            print(f"{n:>5} {density:>8} {len(rows):>7} {pruned * 1e3:>10.2f} "
+                  f"{whole * 1e3:>9.2f}")
+
+
+def _pruned(matching, w):
+    """max_weight_pairs_dense with the whole-graph shortcut off: the pruned search always."""
+    saved, matching.WHOLE_GRAPH_EDGES = matching.WHOLE_GRAPH_EDGES, 0
+    try:
+        return matching.max_weight_pairs_dense(w, rel_gap=5e-3)
+    finally:
+        matching.WHOLE_GRAPH_EDGES = saved
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 256])
@@ -234,9 +270,14 @@ def main(argv=None):
     parser.add_argument("--policy", default="muri-s", help="policy for --replay")
     parser.add_argument("--sample", type=int, default=200,
                         help="matchings the pure-Python twin replays (0: none)")
+    parser.add_argument("--whole", action="store_true",
+                        help="instead: pruned search against matching the whole graph")
     args = parser.parse_args(argv)
     if args.replay:
         bench_replay(args.replay, args.spec, args.policy, args.sample)
+        return
+    if args.whole:
+        bench_whole_graph(args.sizes, args.budget)
         return
     rng = random.Random(args.seed)
     print(f"python {platform.python_version()} on {platform.machine()}")

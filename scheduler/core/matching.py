@@ -26,6 +26,9 @@ INT_SCALE = 1e12
 BRUTE_FORCE_MAX_NODES = 10
 #: max_weight_pairs_dense tries graphs of about these many edges per node before the last one.
 TRY_EDGES_PER_NODE = (4, 16)
+#: ... and matches a graph of at most this many edges whole: below it, pricing the edges
+#: costs more than the matching it would prune (bench/bench_matching.py --whole).
+WHOLE_GRAPH_EDGES = 1500
 
 
 def _edges(n: int, weight: Weight) -> list[tuple[int, int, float]]:
@@ -153,12 +156,12 @@ def max_weight_pairs_dense(weights: np.ndarray, *, backend: str = "auto",
         raise ValueError("weights must be finite, non-negative and symmetric")
     np.fill_diagonal(w, 0.0)
     rows, cols = np.nonzero(np.triu(w, 1))
-    if len(rows) == 0:
-        return []
+    if len(rows) <= max(TRY_EDGES_PER_NODE[0] * n, WHOLE_GRAPH_EDGES):
+        return _match_edges(n, rows, cols, w[rows, cols], backend)  # small: match it whole
     tol = 1e-9 * (1.0 + float(w.max()))
     prices = _assignment_prices(w)
     if prices is None:  # round-off broke the certificate: fall back to the whole graph
-        return _match_edges(n, rows, cols, w, np.ones(len(rows), bool), backend)
+        return _match_edges(n, rows, cols, w[rows, cols], backend)
     bound = float(prices.sum())
     reduced = prices[rows] + prices[cols] - w[rows, cols]
     # Growing graphs of the cheapest edges: each matching's weight proves which edges may
@@ -170,12 +173,30 @@ def max_weight_pairs_dense(weights: np.ndarray, *, backend: str = "auto",
         if budget >= len(reduced):
             break
         cut = np.partition(reduced, budget)[budget]
-        pairs = _match_edges(n, rows, cols, w, reduced <= cut + tol, backend)
+        keep = reduced <= cut + tol
+        pairs = _match_edges(n, rows[keep], cols[keep], w[rows[keep], cols[keep]], backend)
         slack = bound - _weight_of(pairs, w)
         if slack <= cut + tol or slack <= rel_gap * bound:
             return pairs
     slack = bound - _weight_of(pairs, w) if pairs else np.inf
-    return _match_edges(n, rows, cols, w, reduced <= slack + tol, backend)
+    keep = reduced <= slack + tol
+    return _match_edges(n, rows[keep], cols[keep], w[rows[keep], cols[keep]], backend)
+
+
+def max_weight_pairs_edges(n: int, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, *,
+                           backend: str = "auto", rel_gap: float = 0.0) -> list[Pair]:
+    """max_weight_pairs_dense for a graph given by its edges (rows[k] < cols[k] < n, in
+    row-major order, values[k] > 0): the same pairs, without an n x n matrix where the
+    graph is sparse enough to be matched whole (the common case of a few merges that pay)."""
+    if len(rows) <= max(TRY_EDGES_PER_NODE[0] * n, WHOLE_GRAPH_EDGES):
+        if len(rows) and not (np.all(rows < cols) and cols.max() < n and rows.min() >= 0
+                              and np.isfinite(values).all() and values.min() > 0):
+            raise ValueError("edges must be pairs i < j < n with finite positive weights")
+        return _match_edges(n, rows, cols, values, backend)
+    w = np.zeros((n, n))
+    w[rows, cols] = values
+    w[cols, rows] = values
+    return max_weight_pairs_dense(w, backend=backend, rel_gap=rel_gap)
 
 
 def _assignment_prices(w: np.ndarray) -> np.ndarray | None:
@@ -209,16 +230,14 @@ def _assignment_prices(w: np.ndarray) -> np.ndarray | None:
     return np.maximum(prices, 0.0)
 
 
-def _match_edges(n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray,
-                 keep: np.ndarray, backend: str) -> list[Pair]:
+def _match_edges(n: int, r: np.ndarray, c: np.ndarray, values: np.ndarray,
+                 backend: str) -> list[Pair]:
     if backend == "auto":
         backend = "rustworkx" if _rustworkx_available() else "networkx"
     if backend not in ("rustworkx", "networkx"):
         raise ValueError(f"max_weight_pairs_dense takes rustworkx, networkx or auto, got {backend!r}")
-    r, c = rows[keep], cols[keep]
     if len(r) == 0:
         return []
-    values = w[r, c]
     if backend == "rustworkx":
         matched = _match_rustworkx(n, r, c, values)
     else:

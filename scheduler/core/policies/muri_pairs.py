@@ -14,7 +14,8 @@ import numpy as np
 
 from scheduler.core import interleave
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
-from scheduler.core.matching import max_weight_pairs, max_weight_pairs_dense
+from scheduler.core.matching import (max_weight_pairs, max_weight_pairs_dense,
+                                     max_weight_pairs_edges)
 from scheduler.core.model import CostModel
 from scheduler.core.policies.muri_outlook import Outlook, merge_pays, packing_stats
 from scheduler.core.policies.settings import MuriSettings
@@ -49,6 +50,8 @@ class Pairing:
         # a job's shape is read again each round, and looked up only if it is another object
         self._alone: dict[JobView, tuple[object, int]] = {}
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
+        # candidates (by Job identity) -> the merges among them that may form (see _merges)
+        self._merge_cache: dict[tuple, tuple] = {}
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
         self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
@@ -57,6 +60,7 @@ class Pairing:
         """A profile changed: every remembered weight and matching may be stale."""
         self._weights.clear()
         self._matchings.clear()
+        self._merge_cache.clear()
         self._rows.clear()  # by profiles they would stay valid, but not by ids ("none")
         self._tt_rows.clear()
         self._shapes.clear()
@@ -172,41 +176,88 @@ class Pairing:
 
     def _paying_pairs(self, nodes: list[Packing], look: Outlook) -> dict[int, int]:
         """The matching over the merges that pay. The expected starts change every round, so
-        nothing here is remembered by candidates; the dense path masks the weight matrix,
-        the others drop the matched pairs that do not pay."""
-        stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
+        only what the candidates' profiles decide is remembered by candidates (which merges
+        are possible, their weights and iteration times); the dense path matches the
+        paying merges, the others drop the matched pairs that do not pay."""
         gpus = nodes[0][0].num_gpu
-        if self._dense:
-            kinds, m, table, tts = self.kind_table(nodes, with_tt=True)
-            kind = np.array(kinds)
-            index = kind[:, None] * m + kind[None, :]
-            w = np.triu(np.array(table)[index], 1)
-            rows, cols = np.nonzero(w)
-            pays = merge_pays(stats[rows], stats[cols], np.array(tts)[index[rows, cols]], gpus,
-                              look.gpus)
-            if not pays.any():
-                return {}
-            w[rows[~pays], cols[~pays]] = 0.0
-            if self.hysteresis:  # bonuses scale weights, never make one zero or not
-                w *= self._bonus_matrix(nodes)
-            w += w.T
-            pairs = []
-            for lo, hi in _windows(len(nodes), self.window):
-                found = max_weight_pairs_dense(w[lo:hi, lo:hi], backend=self.backend,
-                                               rel_gap=self.rel_gap)
-                pairs.extend((lo + i, lo + j) for i, j in found)
-        else:
-            pairs = list(self._matched(nodes).items())
-            pairs = [(i, j) for i, j in pairs if i < j]
+        if not self._dense:
+            tts = [self.group_timing(node)[0] for node in nodes]
+            stats = packing_stats(nodes, tts, look)
+            pairs = [(i, j) for i, j in self._matched(nodes).items() if i < j]
             if pairs:
                 rows, cols = np.array(pairs).T
                 tt = np.array([self.group_timing(nodes[i] + nodes[j])[0] for i, j in pairs])
                 pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
                 pairs = [pair for pair, ok in zip(pairs, pays) if ok]
-        partner = {}
-        for i, j in pairs:
-            partner[i], partner[j] = j, i
-        return partner
+            return _partners(pairs)
+        rows, cols, weight, tt, tts = self._merges(nodes)
+        if not len(rows):
+            return {}
+        stats = packing_stats(nodes, tts, look)
+        pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
+        if not pays.any():
+            return {}
+        rows, cols, weight = rows[pays], cols[pays], weight[pays]
+        if self.hysteresis:  # bonuses scale weights, never make one zero or not
+            weight = weight * self._keep_factors(nodes, rows, cols)
+        # the matching is a function of the edges alone, and the same ones often come back
+        # (the outlook moved, but not across any merge's break-even)
+        n = len(nodes)
+        key = (n, rows.tobytes(), cols.tobytes(), weight.tobytes())
+        partner = self._matchings.get(key)
+        if partner is not None:
+            return partner
+        if self.window and n > self.window:
+            w = np.zeros((n, n))
+            w[rows, cols] = weight
+            w += w.T
+            pairs = []
+            for lo, hi in _windows(n, self.window):
+                found = max_weight_pairs_dense(w[lo:hi, lo:hi], backend=self.backend,
+                                               rel_gap=self.rel_gap)
+                pairs.extend((lo + i, lo + j) for i, j in found)
+        else:
+            pairs = max_weight_pairs_edges(n, rows, cols, weight, backend=self.backend,
+                                           rel_gap=self.rel_gap)
+        return self._remember(key, pairs)
+
+    def _merges(self, nodes: list[Packing]) -> tuple:
+        """(rows, cols, weight, tt, tts): every merge i < j of the candidates that may form
+        (row-major), its weight and the merged group's iteration time, and each candidate's
+        own iteration time; remembered by the candidates, since these follow from their
+        profiles alone."""
+        key = tuple(map(tuple, nodes))
+        hit = self._merge_cache.get(key)
+        if hit is not None:
+            return hit
+        kinds, m, table, tts = self.kind_table(nodes, with_tt=True)
+        kind = np.array(kinds)
+        upper_rows, upper_cols = np.triu_indices(len(nodes), 1)
+        index = kind[upper_rows] * m + kind[upper_cols]
+        weight = np.array(table)[index]
+        possible = weight > 0
+        hit = (upper_rows[possible], upper_cols[possible], weight[possible],
+               np.array(tts)[index[possible]], [self.group_timing(node)[0] for node in nodes])
+        if len(self._merge_cache) > 64:  # keys hold every candidate: keep few
+            self._merge_cache.clear()
+        self._merge_cache[key] = hit
+        return hit
+
+    def _keep_factors(self, nodes: list[Packing], rows: np.ndarray,
+                      cols: np.ndarray) -> np.ndarray | float:
+        """Per merge (rows[k], cols[k]): 1 + the larger keep bonus where both candidates run
+        together now, else 1 (see _bonus_matrix, its matrix form)."""
+        labels: dict[tuple, int] = {}
+        label = np.array([labels.setdefault(node[0].group_key, len(labels))
+                          if node[0].group_key and (len(node) == 1 or _together(node, node))
+                          else -1 for node in nodes])
+        together = (label[rows] == label[cols]) & (label[rows] >= 0)
+        if not together.any():
+            return 1.0
+        bonus = np.zeros(len(nodes))
+        for i in set(rows[together].tolist()) | set(cols[together].tolist()):
+            bonus[i] = self.keep_bonus(nodes[i])
+        return np.where(together, 1.0 + np.maximum(bonus[rows], bonus[cols]), 1.0)
 
     def kind_table(self, nodes: list[Packing],
                    with_tt: bool = False) -> tuple[list[int], int, list[float]] | tuple:
@@ -317,9 +368,7 @@ class Pairing:
         return members, tt, order
 
     def _remember(self, key: tuple, pairs: list[tuple[int, int]]) -> dict[int, int]:
-        partner = {}
-        for i, j in pairs:
-            partner[i], partner[j] = j, i
+        partner = _partners(pairs)
         if len(self._matchings) > 32:  # keys hold every candidate id: keep few
             self._matchings.clear()
         self._matchings[key] = partner
@@ -376,7 +425,8 @@ class Pairing:
         for the rest; `bonus`, each candidate's keep bonus, is found here when not given."""
         labels: dict[tuple, int] = {}
         label = np.array([labels.setdefault(node[0].group_key, len(labels))
-                          if _together(node, node) else -1 for node in nodes])
+                          if node[0].group_key and (len(node) == 1 or _together(node, node))
+                          else -1 for node in nodes])
         together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
         if bonus is None:
             bonus = [self.keep_bonus(node) if x >= 0 else 0.0 for node, x in zip(nodes, label)]
@@ -392,6 +442,14 @@ def _windows(n: int, size: int) -> list[tuple[int, int]]:
     count = -(-n // size)
     bounds = [round(i * n / count) for i in range(count + 1)]
     return list(zip(bounds, bounds[1:]))
+
+
+def _partners(pairs: list[tuple[int, int]]) -> dict[int, int]:
+    """Each matched candidate's partner, both ways."""
+    partner = {}
+    for i, j in pairs:
+        partner[i], partner[j] = j, i
+    return partner
 
 
 def _profiled(job: JobView) -> bool:
