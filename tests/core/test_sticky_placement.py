@@ -56,14 +56,18 @@ def test_what_fits_an_empty_cluster_in_order_is_placed_wherever_jobs_ran(sizes, 
     # the oracle: the policy's order on an empty cluster, no one running anywhere
     plain = ClusterState(cluster_spec)
     fits = [plain.place(j.num_gpu) is not None for j in jobs]
-    # where some ran last round: a plain placement of a shuffle
+    # where some ran last round: scattered, each on random free GPUs of a random node
     rng = random.Random(seed)
     previous: dict[int, tuple] = {}
-    scatter = ClusterState(cluster_spec)
+    free = {node: set(range(gpus)) for node in range(nodes)}
     for job in rng.sample(jobs, len(jobs)):
-        where = scatter.place(job.num_gpu)
-        if where is not None and rng.random() < 0.7:
-            previous[job.id] = where
+        room = [node for node, left in free.items() if len(left) >= job.num_gpu]
+        if job.num_gpu > gpus or not room or rng.random() < 0.3:
+            continue
+        node = rng.choice(room)
+        taken = tuple(sorted(rng.sample(sorted(free[node]), job.num_gpu)))
+        free[node] -= set(taken)
+        previous[job.id] = (NodeSlice(node, taken),)
     units = [(j.num_gpu, (j,)) for j in jobs]
     placements = place_units(context(cluster_spec, previous), units)
     if all(fits):
