@@ -115,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="charge this many trace seconds per (re)start for every model, in place "
                         "of the preset's per-model table (e.g. what interlace-report --json "
                         "measured on a live run)")
+    p.add_argument("--max-group", type=number(1, 4, integer=True), metavar="K",
+                   help="Muri's groups hold at most K jobs (1-4; the preset's: 4); as the "
+                        "artifact's --packing_num K under paper: K matching rounds, K jobs "
+                        "reserved per admitted job, merges of at most K")
+    p.add_argument("--auto-unpack", choices=("on", "off"),
+                   help="Muri splits a group slower than its members run one after another "
+                        "(the preset's: on under default, off under paper; the artifact's "
+                        "--autopack, on in its Fig. 13 runs)")
     p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the JCT CDF of the policies (any format matplotlib writes: "
@@ -198,6 +206,18 @@ def plot_title(trace: str, spec: str, preset: str, restart_overhead: float | Non
     return title
 
 
+def preset_overrides(args: argparse.Namespace) -> dict:
+    """The preset fields the command line replaces (see get_preset)."""
+    overrides: dict = {}
+    if args.restart_overhead is not None:
+        overrides.update(overhead_table={}, overhead_default=args.restart_overhead)
+    if args.max_group is not None:
+        overrides["muri_max_group"] = args.max_group
+    if args.auto_unpack is not None:
+        overrides["muri_auto_unpack"] = args.auto_unpack == "on"
+    return overrides
+
+
 def _fail(lines) -> int:
     for line in lines:
         print(f"{PROG}: {line}", file=sys.stderr)
@@ -207,8 +227,7 @@ def _fail(lines) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    preset = get_preset(args.preset) if args.restart_overhead is None else get_preset(
-        args.preset, overhead_table={}, overhead_default=args.restart_overhead)
+    preset = get_preset(args.preset, **preset_overrides(args))
     problems = []
     for name in policies:
         try:

@@ -193,3 +193,44 @@ def test_on_a_terminal_a_bar_and_no_lines():
     bar.close()
     assert "simulating" not in stream.getvalue() and "done in" not in stream.getvalue()
     assert "5/10 jobs" in stream.getvalue() and stream.getvalue().endswith("\n")
+
+
+def _two_jobs(tmp_path, first: str, second: str):
+    """Two 1-GPU jobs of 1,000 iterations of 100 ms, both at t=0, on a cluster of one GPU."""
+    trace, spec = tmp_path / "two.csv", tmp_path / "one_gpu.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,"
+        "iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n"
+        f"0,1,0,1000,vgg16,32,100,0,100,{first},0\n1,1,0,1000,vgg16,32,100,0,100,{second},0\n")
+    spec.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
+                    "1,1,1,8,64\n")
+    return ["--trace", str(trace), "--spec", str(spec), "--restart-overhead", "0", "--json"]
+
+
+def _avg(capsys) -> float:
+    return json.loads(capsys.readouterr().out)["avg_jct"]
+
+
+def test_max_group_one_runs_jobs_one_after_another(tmp_path, capsys):
+    # complementary jobs: alone one after the other, they end at 100 s and 200 s
+    run = _two_jobs(tmp_path, "80,10,10", "10,10,80") + ["--policy", "muri-s"]
+    assert main(run + ["--max-group", "1"]) == 0
+    assert _avg(capsys) == pytest.approx(150.0)
+    assert main(run + ["--max-group", "2"]) == 0
+    assert _avg(capsys) < 150.0 - 1.0  # interleaved: both end sooner than one after the other
+    with pytest.raises(SystemExit):
+        main(run + ["--max-group", "0"])
+    assert "--max-group: must be an integer in [1, 4]" in capsys.readouterr().err
+
+
+def test_auto_unpack_overrides_the_preset(tmp_path, capsys):
+    # the same one-stage profile twice (the stage both need each slot of the cycle): the
+    # pair runs slower than its two jobs one after the other; auto-unpack splits it, as
+    # groups of one would run
+    run = _two_jobs(tmp_path, "0,100,0", "0,100,0") + ["--policy", "muri-l", "--preset", "paper"]
+    results = {}
+    for extra in (["--auto-unpack", "on"], ["--auto-unpack", "off"], ["--max-group", "1"], []):
+        assert main(run + extra) == 0
+        results[" ".join(extra)] = _avg(capsys)
+    assert results["--auto-unpack on"] == results["--max-group 1"]
+    assert results["--auto-unpack off"] == results[""] > results["--auto-unpack on"]
