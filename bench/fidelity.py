@@ -3,7 +3,7 @@
 Run from the repository root:
     python bench/fidelity.py [--traces trace3,trace3_pr] [--policies ...]
     python bench/fidelity.py --all [--trace-dir DIR] [--jobs N] [--limit S]
-        [--themis-solver bisection]
+        [--themis-solver bisection] [--artifact DIR]
 
 Reads the artifact's traces and published figures from ../shared/reference/ (never part of
 this repository) and prints, per trace and policy, our avg / p99 JCT and makespan, the
@@ -11,6 +11,12 @@ published ones where there are any, the relative errors and our wall time. `--al
 trace of the artifact's set that is present (trace1..4 and their _pr variants, looked for in
 ../shared/reference/ and in --trace-dir, e.g. the artifact's simulator/trace-data) on the
 n8g8 cluster, each run in its own process, N at a time and capped at --limit seconds.
+
+With `--artifact DIR` (a checkout of the artifact, Rivendile/Muri) `--all` runs every
+published value of Figs. 9-13 instead, read from the artifact's draw scripts
+(artifact_figures.py), each with the settings its figure was made with (Fig. 11's
+ablations, Fig. 12's group sizes, Fig. 13's auto-unpack), on the artifact's own traces; the
+table gives each value, ours, the error, and a count per figure.
 
 Themis under `paper` solves the artifact's program with ECOS at every event, which makes it
 most of the table's time (more than an hour on 2 cores; see README). `--themis-solver
@@ -37,6 +43,7 @@ from scheduler.sim.simulator import simulate  # noqa: E402
 from specs import load_spec, spec_path  # noqa: E402
 from traces import read_trace  # noqa: E402
 
+import artifact_figures  # noqa: E402
 import subrun  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference"
@@ -160,6 +167,58 @@ def run_in_process(traces: dict[str, Path], policies: list[str],
                    "cpu_s": time.process_time() - cpu}
 
 
+def run_figures(artifact: Path, folders: list[Path], policies: list[str], limit: float | None,
+                jobs: int, themis_solver: str | None = None) -> tuple[list, dict, list[str]]:
+    """Every run a published value of Figs. 9-13 needs, in child processes; returns the
+    published values, each run's row by (trace, policy, overrides), and the traces missing."""
+    values = [v for v in artifact_figures.published(artifact) if v.policy in policies]
+    traces = find_traces(sorted({v.trace for v in values}),
+                         [artifact_figures.trace_folder(artifact), *folders])
+    missing = sorted({v.trace for v in values} - set(traces))
+    spec = spec_path("n8g8")
+    runs = list(dict.fromkeys(v.run for v in values if v.trace in traces))
+    tasks = [{"trace_file": str(traces[trace]), "spec_file": str(spec), "policy": policy,
+              "preset": "paper", "preset_overrides": {**overrides(themis_solver), **dict(extra)},
+              "trace": trace, "run": (trace, policy, extra)} for trace, policy, extra in runs]
+
+    def done(task: dict, row: dict, k: int, n: int) -> None:
+        state = row.get("error") or f"{row['wall_s']:.1f} s"
+        extra = " ".join(f"{key}={value}" for key, value in task["run"][2])
+        print(f"[{k}/{n}] {task['trace']} {task['policy']} {extra}: {state}".rstrip(),
+              file=sys.stderr, flush=True)
+
+    rows = {task["run"]: row for task, row in subrun.run_all(costliest_first(tasks), limit,
+                                                             jobs, done)}
+    return [v for v in values if v.trace in traces], rows, missing
+
+
+def figures_table(values: list, rows: dict) -> list[str]:
+    """One line per published value: ours, the error; then per figure how many are exact
+    (1e-6), within 1%, off by more, or not run."""
+    lines = [f"{'fig':>3} {'trace':11} {'policy':15} {'setting':18} {'metric':9} "
+             f"{'published':>15} {'ours':>15} {'err':>10}"]
+    counts: dict[str, list[int]] = {}
+    for v in values:
+        row = rows.get(v.run, {})
+        tally = counts.setdefault(v.figure, [0, 0, 0, 0])
+        setting = " ".join(f"{k.removeprefix('muri_')}={x}" for k, x in v.overrides) or "-"
+        if "error" in row or v.metric not in row:
+            tally[3] += 1
+            lines.append(f"{v.figure:>3} {v.trace:11} {v.policy:15} {setting:18} {v.metric:9} "
+                         f"{v.value:15.3f} {row.get('error', 'not run'):>15}")
+            continue
+        err = row[v.metric] / v.value - 1
+        tally[0 if abs(err) <= 1e-6 else 1 if abs(err) <= 0.01 else 2] += 1
+        lines.append(f"{v.figure:>3} {v.trace:11} {v.policy:15} {setting:18} {v.metric:9} "
+                     f"{v.value:15.3f} {row[v.metric]:15.3f} {100 * err:+9.4f}%")
+    lines.append("")
+    for figure in sorted(counts, key=int):
+        exact, close, off, none = counts[figure]
+        lines.append(f"Fig. {figure}: {exact + close + off + none} values, {exact} exact (1e-6), "
+                     f"{close} within 1%, {off} off by more" + (f", {none} not run" if none else ""))
+    return lines
+
+
 def cpu_seconds(rows: list[dict]) -> float:
     """CPU seconds of all runs: each child's whole (imports and warm-up too) under --all,
     or the simulation's alone in process; a loaded machine inflates wall time, not this."""
@@ -180,7 +239,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--themis-solver", choices=SOLVERS, default=None,
                     help="Themis's solver (default: the paper preset's, ECOS on the "
                          "artifact's program; bisection: fast, another optimum)")
+    ap.add_argument("--artifact", type=Path,
+                    help="with --all: every published value of Figs. 9-13, from this checkout "
+                         "of the artifact's draw scripts and traces")
     args = ap.parse_args(argv)
+    if args.artifact is not None:
+        if not args.all:
+            ap.error("--artifact goes with --all")
+        if not artifact_figures.published(args.artifact):
+            ap.error(f"--artifact {args.artifact}: no draw_fig9-10.py or draw_fig11-13.py "
+                     "with published values there (or in its simulator/ folder)")
+        return figures_main(args)
     policies = [p for p in args.policies.split(",") if p]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -223,6 +292,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU of the runs {cpu:.1f} s; / {processes} = {cpu / processes:.1f} s, the least "
           f"wall they take in {processes} process(es) on an otherwise idle machine")
     return 1 if any("error" in r and not r.get("timed_out") for r in rows) else 0
+
+
+def figures_main(args: argparse.Namespace) -> int:
+    """--all --artifact: Figs. 9-13, every published value against our run."""
+    policies = [p for p in args.policies.split(",") if p]
+    if "muri-l" in policies:  # Fig. 11's ablations of it
+        policies += ["muri-l-worst", "muri-l-nomatch"]
+    started = time.perf_counter()
+    values, rows, missing = run_figures(args.artifact, [REFERENCE, *args.trace_dir], policies,
+                                        args.limit, args.jobs, args.themis_solver)
+    if missing:
+        print(f"traces not found (their figures are left out): {', '.join(missing)}",
+              file=sys.stderr)
+    print("\n".join(figures_table(values, rows)))
+    print(f"\n{len(rows)} runs, total wall {time.perf_counter() - started:.1f} s; CPU of the "
+          f"runs {cpu_seconds(list(rows.values())):.1f} s")
+    return 1 if any("error" in r and not r.get("timed_out") for r in rows.values()) else 0
 
 
 if __name__ == "__main__":

@@ -47,10 +47,11 @@ class GroupLog:
 
 def job_parts(o) -> tuple[float, float, float, float]:
     """(wait, alone, slower, restart) seconds of one finished job; slower is what running
-    took beyond its time alone and its overheads (never below 0)."""
+    took beyond its time alone and its overheads. Neither is below 0: running time is summed
+    interval by interval, and the sum may pass the JCT by a rounding error."""
     running = o.running if o.running is not None else o.jct
     overhead = min(o.overhead or 0.0, running)
-    return (o.jct - running, o.alone or 0.0,
+    return (max(o.jct - running, 0.0), o.alone or 0.0,
             max(running - overhead - (o.alone or 0.0), 0.0), overhead)
 
 

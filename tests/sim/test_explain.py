@@ -22,6 +22,14 @@ def test_a_jobs_parts_add_up_to_its_jct():
     assert wait + alone + slower + restart == o.jct
 
 
+def test_a_job_that_never_waited_waits_zero_not_a_rounding_error_below():
+    # running time summed interval by interval can pass the JCT by a last-bit error
+    o = JobOutcome(1, 1, "vgg16", submit=0.1, start=0.1, end=0.7, preemptions=0,
+                   starts=1, running=0.6000000000000001, alone=0.6, overhead=0.0)
+    assert o.jct < o.running
+    assert job_parts(o)[0] == 0.0
+
+
 def _backlog():
     return generate(40, 3, backlog=True, max_gpus=2, median_duration=1800)
 
