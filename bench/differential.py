@@ -15,6 +15,9 @@ a subprocess in a temporary folder with a time limit and `--autopack=False` (the
 the published figures); its per-job results are its log folder's `job.csv`. Printed per policy: the largest relative difference on average JCT, p99 JCT and
 makespan, and on any single job's JCT, with the trace that shows it.
 
+A policy may name a group size, `muri-l@2`: Muri with groups of at most K jobs (the
+artifact's `--packing_num K`, our `--max-group K`); the default list runs K = 2 and 3 too.
+
 Without --artifact, the artifact's per-job JCTs recorded in tests/data/differential_record.json
 (outputs only: the traces are regenerated from their seeds) stand in for it.
 """
@@ -56,7 +59,22 @@ ARTIFACT_SCHEDULE = {
     "muri-s": "multi-resource-blossom-same-gpu",
     "muri-l": "multi-resource-blossom-same-gpu-unaware",
 }
-POLICIES = list(ARTIFACT_SCHEDULE)
+#: Muri with groups of at most K jobs: `NAME@K`, the artifact's --packing_num K
+GROUP_SIZES = (2, 3)
+POLICIES = list(ARTIFACT_SCHEDULE) + [f"{p}@{k}" for p in ("muri-s", "muri-l")
+                                      for k in GROUP_SIZES]
+
+
+def variant(policy: str) -> tuple[str, int | None]:
+    """'muri-l@2' -> ('muri-l', 2); 'srtf' -> ('srtf', None)."""
+    base, _, size = policy.partition("@")
+    return base, int(size) if size else None
+
+
+def preset_for(policy: str):
+    """The paper preset as the artifact runs `policy` (its group size, if it names one)."""
+    _, size = variant(policy)
+    return get_preset("paper") if size is None else get_preset("paper", muri_max_group=size)
 KINDS = ("poisson", "uniform", "bursty", "backlog", "ties", "flood1", "all8", "mixed")
 EXACT = 1e-9  # relative: what counts as the same number
 
@@ -153,7 +171,8 @@ def make_cases(count: int, seed: int, jobs_range: tuple[int, int]) -> list[Trace
 # -- runs ----------------------------------------------------------------------------------
 def ours(trace_file: str, policy: str) -> dict[int, tuple[float, float]]:
     """job id -> (JCT, end time) from our simulator, paper preset."""
-    result = simulate(read_trace(trace_file), load_spec(SPEC_FILE), policy, get_preset("paper"))
+    result = simulate(read_trace(trace_file), load_spec(SPEC_FILE), variant(policy)[0],
+                      preset_for(policy))
     return {o.job_id: (o.jct, o.end) for o in result.outcomes if o.end is not None}
 
 
@@ -163,9 +182,11 @@ def artifact(trace_file: str, policy: str, artifact_dir: str, python: str,
     with tempfile.TemporaryDirectory(prefix="differential-") as tmp:
         log = Path(tmp) / "log"
         log.mkdir()
+        base, size = variant(policy)
         cmd = [python, str(Path(artifact_dir) / "run_sim.py"), f"--cluster_spec={SPEC_FILE}",
                "--print", "--scheme=yarn", f"--trace_file={trace_file}",
-               f"--schedule={ARTIFACT_SCHEDULE[policy]}", f"--log_path={log}",
+               f"--schedule={ARTIFACT_SCHEDULE[base]}", f"--log_path={log}",
+               *(["--packing_num", str(size)] if size else []),
                "--multi_resource", "4",
                # its flag's default unpacks slow groups (Muri loops only); the published
                # figures, and so the paper preset, have auto-unpack off
@@ -314,7 +335,7 @@ def main() -> int:
     ap.add_argument("--json", help="write every run's comparison to this file")
     args = ap.parse_args()
     policies = [p for p in args.policies.split(",") if p]
-    unknown = [p for p in policies if p not in ARTIFACT_SCHEDULE]
+    unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         ap.error(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
     if args.artifact is None:

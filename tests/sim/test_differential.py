@@ -11,7 +11,8 @@ seconds instead of float(ms) / 1000), Tiresias by +0.38% on ties-s23004-n75 (the
 runs a second event at the instant of a demotion its float sum missed by a hair). Themis's
 entries were recorded later for the same cases (`--policies themis --cases ... --record` into
 a separate file, its results merged in): before its ECOS form it differed on all but
-flood1-s5005-n45.
+flood1-s5005-n45. Muri with groups of at most 2 and 3 (`muri-s@2`, ...: the artifact's
+`--packing_num`, our `--max-group`) was recorded for the same cases too.
 """
 from __future__ import annotations
 
@@ -54,14 +55,16 @@ def test_record_covers_every_exact_policy():
     """The record is a real check: several traces, and each policy that must be exact."""
     policies = {p for _, p in RUNS}
     assert {"srtf", "srsf", "tiresias", "themis", "antman", "muri-s", "muri-l"} <= policies
+    # and Muri with groups of at most 2 and 3 (the artifact's --packing_num)
+    assert {"muri-s@2", "muri-s@3", "muri-l@2", "muri-l@3"} <= policies
     assert len(RECORD["results"]) >= 4
 
 
 @pytest.mark.parametrize("case,policy", RUNS, ids=[f"{c}-{p}" for c, p in RUNS])
 def test_paper_preset_matches_the_artifact_on_every_job(trace_files, case, policy):
     theirs = {int(k): tuple(v) for k, v in RECORD["results"][case][policy].items()}
-    result = simulate(read_trace(trace_files[case]), load_spec(differential.SPEC_FILE), policy,
-                      get_preset("paper"))
+    result = simulate(read_trace(trace_files[case]), load_spec(differential.SPEC_FILE),
+                      differential.variant(policy)[0], differential.preset_for(policy))
     mine = {o.job_id: (o.jct, o.end) for o in result.outcomes if o.end is not None}
     assert set(mine) == set(theirs), "the same jobs finish"
     off = {j: mine[j][0] / theirs[j][0] - 1 for j in theirs
