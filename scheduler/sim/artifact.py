@@ -29,7 +29,9 @@ from traces.muri_csv import csv_milliseconds
 
 # Relative closeness (math.isclose) within which the artifact's event lists take two times
 # as one event: an arrival joins the first earlier arrival event this close (and arrives at
-# its time); a running job's end joins the first end, in plan order, this close.
+# its time); a running job's end joins the first end, in plan order, this close; and (in
+# the loops that fold an end into an arrival, with abs_tol=1e-4 and this default rel_tol)
+# an end this close to the next arrival is taken at the arrival.
 EVENT_REL = 1e-9
 
 
@@ -65,6 +67,7 @@ def accounting(policy: Policy) -> Accounting:
     default = Accounting()
     return Accounting(
         event_tolerance=0.0 if policy.artifact_exact_events else default.event_tolerance,
+        event_rel=0.0 if policy.artifact_exact_events else EVENT_REL,
         arrival_rel=EVENT_REL,
         end_rel=EVENT_REL if policy.artifact_groups_ends else 0.0,
         overhead_every_event=True,

@@ -54,3 +54,29 @@ def test_the_first_event_made_wins_among_several_close_enough():
     assert list(fold([101.5, 100.0, 100.9], 0.01)) == [101.5, 100.0, 101.5]
     # arrivals in time order: each joins the earliest event it is close to
     assert list(fold([1.0, 1.0 + 1e-10, 1.0 + 0.9e-9, 1.0 + 2e-9], 1e-9)) == [1.0, 1.0, 1.0, 1.0 + 2e-9]
+
+
+def test_an_end_this_close_to_an_arrival_is_taken_at_the_arrival_late_in_a_trace():
+    """The artifact's Muri loop folds an end into the next arrival with math.isclose(...,
+    abs_tol=1e-4), whose default rel_tol=1e-9 is the wider one late in a trace: at 4e6 s an
+    end 1-2 ms before an arrival is taken at the arrival (trace1's Muri-L met it at
+    4,721,245.9993 s, an arrival at 4,721,246 s)."""
+    from scheduler.presets import get_preset
+    from scheduler.sim.simulator import simulate
+    from tests.helpers import job, spec
+
+    cluster, paper = spec(nodes=1, gpus=8), get_preset("paper")
+    first = job(0, submit=4_000_000.0, iterations=1000, stages=(0.1, 0.2, 0.0),
+                iteration_time=0.3003)
+    alone = simulate([first], cluster, "muri-l", paper).outcomes[0].end
+    arrival = (math.floor(alone * 1000) + 2) / 1000  # 1-2 ms after that end, on a ms
+    assert 1e-4 < arrival - alone < 1e-9 * arrival
+    later = job(1, submit=arrival, iterations=10, stages=(0.1, 0.2, 0.0))
+    ends = {o.job_id: o.end for o in simulate([first, later], cluster, "muri-l", paper).outcomes}
+    assert ends[0] == arrival
+    # under the default preset an end is its own event
+    default = get_preset("default")
+    alone = simulate([first], cluster, "muri-l", default).outcomes[0].end
+    ends = {o.job_id: o.end for o in simulate([first, later], cluster, "muri-l",
+                                              default).outcomes}
+    assert ends[0] == alone != arrival
