@@ -140,15 +140,18 @@ def run_all(traces: dict[str, Path], policies: list[str], limit: float | None, j
              for name, path in traces.items() for policy in policies]
     position = {(t["trace"], t["policy"]): i for i, t in enumerate(tasks)}
 
-    def done(task: dict, row: dict, k: int, n: int) -> None:
-        if progress:
-            state = row.get("error") or f"{row['wall_s']:.1f} s"
-            print(f"[{k}/{n}] {task['trace']} {task['policy']}: {state}", file=sys.stderr,
-                  flush=True)
-
     rows = [dict(row, trace=task["trace"], policy=task["policy"])
-            for task, row in subrun.run_all(costliest_first(tasks), limit, jobs, done)]
+            for task, row in subrun.run_all(costliest_first(tasks), limit, jobs,
+                                            _progress if progress else None)]
     return sorted(rows, key=lambda r: position[r["trace"], r["policy"]])
+
+
+def _progress(task: dict, row: dict, k: int, n: int) -> None:
+    """A line on stderr as each run ends: which, and its time or why it has none."""
+    state = row.get("error") or f"{row['wall_s']:.1f} s"
+    extra = "".join(f" {key}={value}" for key, value in task.get("run", ((), (), ()))[2])
+    print(f"[{k}/{n}] {task['trace']} {task['policy']}{extra}: {state}", file=sys.stderr,
+          flush=True)
 
 
 def run_in_process(traces: dict[str, Path], policies: list[str],
@@ -181,14 +184,8 @@ def run_figures(artifact: Path, folders: list[Path], policies: list[str], limit:
               "preset": "paper", "preset_overrides": {**overrides(themis_solver), **dict(extra)},
               "trace": trace, "run": (trace, policy, extra)} for trace, policy, extra in runs]
 
-    def done(task: dict, row: dict, k: int, n: int) -> None:
-        state = row.get("error") or f"{row['wall_s']:.1f} s"
-        extra = " ".join(f"{key}={value}" for key, value in task["run"][2])
-        print(f"[{k}/{n}] {task['trace']} {task['policy']} {extra}: {state}".rstrip(),
-              file=sys.stderr, flush=True)
-
     rows = {task["run"]: row for task, row in subrun.run_all(costliest_first(tasks), limit,
-                                                             jobs, done)}
+                                                             jobs, _progress)}
     return [v for v in values if v.trace in traces], rows, missing
 
 

@@ -156,8 +156,8 @@ def max_weight_pairs_dense(weights: np.ndarray, *, backend: str = "auto",
         raise ValueError("weights must be finite, non-negative and symmetric")
     np.fill_diagonal(w, 0.0)
     rows, cols = np.nonzero(np.triu(w, 1))
-    if len(rows) <= max(TRY_EDGES_PER_NODE[0] * n, WHOLE_GRAPH_EDGES):
-        return _match_edges(n, rows, cols, w[rows, cols], backend)  # small: match it whole
+    if _whole(n, len(rows)):
+        return _match_edges(n, rows, cols, w[rows, cols], backend)
     tol = 1e-9 * (1.0 + float(w.max()))
     prices = _assignment_prices(w)
     if prices is None:  # round-off broke the certificate: fall back to the whole graph
@@ -188,7 +188,7 @@ def max_weight_pairs_edges(n: int, rows: np.ndarray, cols: np.ndarray, values: n
     """max_weight_pairs_dense for a graph given by its edges (rows[k] < cols[k] < n, in
     row-major order, values[k] > 0): the same pairs, without an n x n matrix where the
     graph is sparse enough to be matched whole (the common case of a few merges that pay)."""
-    if len(rows) <= max(TRY_EDGES_PER_NODE[0] * n, WHOLE_GRAPH_EDGES):
+    if _whole(n, len(rows)):
         if len(rows) and not (np.all(rows < cols) and cols.max() < n and rows.min() >= 0
                               and np.isfinite(values).all() and values.min() > 0):
             raise ValueError("edges must be pairs i < j < n with finite positive weights")
@@ -197,6 +197,11 @@ def max_weight_pairs_edges(n: int, rows: np.ndarray, cols: np.ndarray, values: n
     w[rows, cols] = values
     w[cols, rows] = values
     return max_weight_pairs_dense(w, backend=backend, rel_gap=rel_gap)
+
+
+def _whole(n: int, edges: int) -> bool:
+    """Whether a graph is small enough to match whole rather than price and prune."""
+    return edges <= max(TRY_EDGES_PER_NODE[0] * n, WHOLE_GRAPH_EDGES)
 
 
 def _assignment_prices(w: np.ndarray) -> np.ndarray | None:

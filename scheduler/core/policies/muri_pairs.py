@@ -247,10 +247,7 @@ class Pairing:
                       cols: np.ndarray) -> np.ndarray | float:
         """Per merge (rows[k], cols[k]): 1 + the larger keep bonus where both candidates run
         together now, else 1 (see _bonus_matrix, its matrix form)."""
-        labels: dict[tuple, int] = {}
-        label = np.array([labels.setdefault(node[0].group_key, len(labels))
-                          if node[0].group_key and (len(node) == 1 or _together(node, node))
-                          else -1 for node in nodes])
+        label = _group_labels(nodes)
         together = (label[rows] == label[cols]) & (label[rows] >= 0)
         if not together.any():
             return 1.0
@@ -423,10 +420,7 @@ class Pairing:
                       bonus: list[float] | None = None) -> np.ndarray:
         """1 + the keep bonus (the larger of the two) for pairs that run together now, 1
         for the rest; `bonus`, each candidate's keep bonus, is found here when not given."""
-        labels: dict[tuple, int] = {}
-        label = np.array([labels.setdefault(node[0].group_key, len(labels))
-                          if node[0].group_key and (len(node) == 1 or _together(node, node))
-                          else -1 for node in nodes])
+        label = _group_labels(nodes)
         together = (label[:, None] == label[None, :]) & (label[:, None] >= 0)
         if bonus is None:
             bonus = [self.keep_bonus(node) if x >= 0 else 0.0 for node, x in zip(nodes, label)]
@@ -442,6 +436,15 @@ def _windows(n: int, size: int) -> list[tuple[int, int]]:
     count = -(-n // size)
     bounds = [round(i * n / count) for i in range(count + 1)]
     return list(zip(bounds, bounds[1:]))
+
+
+def _group_labels(nodes: list[Packing]) -> np.ndarray:
+    """Per candidate, a number shared by the candidates whose members all run in one group
+    now (-1 for the rest)."""
+    labels: dict[tuple, int] = {}
+    return np.array([labels.setdefault(node[0].group_key, len(labels))
+                     if node[0].group_key and (len(node) == 1 or _together(node, node))
+                     else -1 for node in nodes])
 
 
 def _partners(pairs: list[tuple[int, int]]) -> dict[int, int]:
