@@ -18,8 +18,13 @@ makespan, and on any single job's JCT, with the trace that shows it.
 A policy may name a group size, `muri-l@2`: Muri with groups of at most K jobs (the
 artifact's `--packing_num K`, our `--max-group K`); the default list runs K = 2 and 3 too.
 
+A `late` case (`--cases late-s1-n1000`, never in a --traces rotation: the artifact needs an
+hour or more for it) is long and loaded, from 2e6 s on, with arrivals placed 0.1-2 ms after
+jobs' ends, where the artifact's closeness tests turn relative: the state trace1 reached once.
+
 Without --artifact, the artifact's per-job JCTs recorded in tests/data/differential_record.json
-(outputs only: the traces are regenerated from their seeds) stand in for it.
+(outputs only: the traces are regenerated from their seeds; `late` ones, made by running our
+simulator, are kept in tests/data/differential_traces/) stand in for it.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -49,6 +55,8 @@ from traces.record import JobRecord  # noqa: E402
 
 SPEC_FILE = ROOT / "specs" / "n8g8.csv"
 RECORD_FILE = ROOT / "tests" / "data" / "differential_record.json"
+#: recorded traces whose making runs our simulator (`late`), kept as made
+STORED_TRACES = ROOT / "tests" / "data" / "differential_traces"
 # our policy name -> the artifact's --schedule name
 ARTIFACT_SCHEDULE = {
     "srtf": "shortest",
@@ -75,7 +83,13 @@ def preset_for(policy: str):
     """The paper preset as the artifact runs `policy` (its group size, if it names one)."""
     _, size = variant(policy)
     return get_preset("paper") if size is None else get_preset("paper", muri_max_group=size)
-KINDS = ("poisson", "uniform", "bursty", "backlog", "ties", "flood1", "all8", "mixed")
+KINDS = ("poisson", "uniform", "bursty", "backlog", "ties", "flood1", "all8", "mixed", "late")
+#: the kinds a --traces run rotates through; `late` is long and costly, named with --cases
+ROTATION = KINDS[:-1]
+#: `late` traces start here, where the artifact's relative closeness (1e-9) passes 1e-4 s
+LATE_START = 2_000_000.0
+#: the policies whose ends a `late` trace puts arrivals just after, in turn
+LATE_POLICIES = ("muri-l", "muri-s", "antman")
 EXACT = 1e-9  # relative: what counts as the same number
 
 
@@ -128,6 +142,8 @@ def make_trace(case: TraceCase) -> list[JobRecord]:
         gap /= 2
     if kind == "backlog":
         return generate(n, case.seed, backlog=True)
+    if kind == "late":
+        return late_trace(case, float(rng.uniform(2000.0, 3500.0)))
     if kind == "uniform":
         return generate(n, case.seed, arrival="uniform", mean_interarrival=round(gap))
     if kind == "flood1":
@@ -161,11 +177,57 @@ def make_trace(case: TraceCase) -> list[JobRecord]:
     return jobs  # poisson
 
 
+def late_trace(case: TraceCase, gap: float) -> list[JobRecord]:
+    """A long, loaded trace from LATE_START on whose arrivals come 0.1-2 ms after a job's end.
+
+    Late in a trace the artifact's Muri and AntMan loops take an end that close to the next
+    arrival at the arrival (math.isclose's default rel_tol, 2 ms at 2e6 s): the state trace1
+    met once, at 4.7e6 s, and short random traces never reach. Loaded like trace1 (hours-long
+    jobs, twice the cluster's GPU-time offered); each LATE_POLICIES member in turn gets
+    `case.jobs // 150` such arrivals, spread over the trace: its schedule under the paper
+    preset (which the differential holds equal to the artifact's) gives the first end past
+    the last one placed, and the next job's arrival moves there. A move changes nothing before it, so every
+    arrival placed earlier keeps its end.
+    """
+    jobs = generate(case.jobs, case.seed, mean_interarrival=gap, median_duration=14400.0)
+    submit = [ms + round(LATE_START * 1000) for ms in _submit_ms(jobs)]
+    jobs = _resubmit(jobs, submit)
+    spec, placed = load_spec(SPEC_FILE), 0.0
+    turns = len(LATE_POLICIES) * max(1, case.jobs // 150)
+    span = jobs[-1].submit_time - LATE_START
+    for turn in range(turns):
+        policy = LATE_POLICIES[turn % len(LATE_POLICIES)]
+        after = max(placed + 1.0, LATE_START + span * turn / turns)  # spread over the trace
+        ends = sorted(o.end for o in simulate(jobs, spec, policy, preset_for(policy)).outcomes
+                      if o.end is not None and o.end > after)
+        arrivals = [j.submit_time for j in jobs]
+        for end in ends:
+            ms = math.floor(end * 1000) + 1
+            if ms / 1000 - end <= 1e-4:
+                ms += 1
+            later = [i for i, a in enumerate(arrivals) if a > end]
+            # an arrival free to move (none already within a second of this end)
+            if later and arrivals[later[0]] > end + 1.0:
+                submit = _submit_ms(jobs)
+                submit[later[0]] = ms
+                jobs, placed = _resubmit(jobs, submit), ms / 1000
+                break
+        else:
+            break
+    return jobs
+
+
+def case_trace(case: TraceCase) -> list[JobRecord]:
+    """The trace a case names: as stored, where the record keeps it, else made."""
+    stored = STORED_TRACES / f"{case.name}.csv"
+    return read_trace(stored) if stored.is_file() else make_trace(case)
+
+
 def make_cases(count: int, seed: int, jobs_range: tuple[int, int]) -> list[TraceCase]:
     rng = np.random.default_rng(seed)
     lo, hi = jobs_range
-    return [TraceCase(KINDS[i % len(KINDS)], seed * 1000 + i, int(rng.integers(lo, hi + 1)))
-            for i in range(count)]
+    return [TraceCase(ROTATION[i % len(ROTATION)], seed * 1000 + i,
+                      int(rng.integers(lo, hi + 1))) for i in range(count)]
 
 
 # -- runs ----------------------------------------------------------------------------------
@@ -274,7 +336,7 @@ def run(cases: list[TraceCase], policies: list[str], artifact_dir: str | None, p
     rows = []
     with tempfile.TemporaryDirectory(prefix="differential-traces-") as folder:
         for case in cases:
-            write_trace(Path(folder) / f"{case.name}.csv", make_trace(case))
+            write_trace(Path(folder) / f"{case.name}.csv", case_trace(case))
         tasks = [(c, p) for c in cases for p in policies
                  if recorded is None or p in recorded["results"].get(c.name, {})]
         with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -366,8 +428,13 @@ def main() -> int:
         for r in rows:
             if "error" not in r:
                 results.setdefault(r["trace"], {})[r["policy"]] = r["artifact_jobs"]
+        for case in cases:
+            if case.kind == "late":  # made with our simulator: kept as made
+                STORED_TRACES.mkdir(parents=True, exist_ok=True)
+                write_trace(STORED_TRACES / f"{case.name}.csv", case_trace(case))
         data = {"note": "the artifact's per-job (JCT, end) by trace and policy, from "
-                        "bench/differential.py --record; traces regenerate from the cases",
+                        "bench/differential.py --record; traces regenerate from the cases "
+                        "(late ones are kept in differential_traces/)",
                 "cases": [dataclasses.asdict(c) for c in cases], "results": results}
         Path(args.record).write_text(json.dumps(data, indent=None, separators=(",", ":")))
         print(f"recorded {sum(map(len, results.values()))} runs in {args.record}")

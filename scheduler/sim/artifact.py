@@ -70,5 +70,7 @@ def accounting(policy: Policy) -> Accounting:
         event_rel=0.0 if policy.artifact_exact_events else EVENT_REL,
         arrival_rel=EVENT_REL,
         end_rel=EVENT_REL if policy.artifact_groups_ends else 0.0,
+        end_merge=default.event_tolerance if policy.artifact_merges_ends else 0.0,
+        end_merge_rel=EVENT_REL if policy.artifact_merges_ends else 0.0,
         overhead_every_event=True,
         overhead_group_sum=True)

@@ -58,6 +58,10 @@ class Accounting:
     # (folding.py); 0: none are folded.
     arrival_rel: float = 0.0
     end_rel: float = 0.0
+    # Seconds, or this relative closeness where wider (math.isclose), within which the ends
+    # after the first one taken are taken with it; 0: none.
+    end_merge: float = 0.0
+    end_merge_rel: float = 0.0
     overhead_every_event: bool = False  # charged at every event, not only on restarts
     overhead_group_sum: bool = False  # a group member pays the sum of its group's overheads
 
@@ -92,6 +96,8 @@ class SimulatedCluster:
         self.arrivals = fold([r.submit_time for r in self.records], accounting.arrival_rel)
         self._next = 0  # the next record to arrive
         self._end_rel = accounting.end_rel
+        self._end_merge = accounting.end_merge
+        self._end_merge_rel = accounting.end_merge_rel
         self._tolerance = accounting.event_tolerance
         self._event_rel = accounting.event_rel
         self._every_event = accounting.overhead_every_event
@@ -146,7 +152,11 @@ class SimulatedCluster:
             t = next_arrival
         finished = []
         runs = self.runs
-        while ends and ends[0][0] <= t + tolerance:
+        limit = t + tolerance
+        if self._end_merge and ends and ends[0][0] <= limit:
+            first = ends[0][0]
+            limit = max(limit, first + max(self._end_merge, self._end_merge_rel * abs(first)))
+        while ends and ends[0][0] <= limit:
             job_id = heapq.heappop(ends)[1]
             finished.append(job_id)
             del runs[job_id]

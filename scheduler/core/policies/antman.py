@@ -74,7 +74,11 @@ def overlap_iteration_time(guest: JobView, host: JobView) -> float:
 class AntMan(Policy):
     name = "antman"
     interleaves = True
-    artifact_groups_ends = True  # the artifact's loop: events folded, close ends together
+    # the artifact's loop: an end before an arrival is its own event, however close; close
+    # ends are one event, and so are ends within 1e-4 s of the first
+    artifact_exact_events = True
+    artifact_groups_ends = True
+    artifact_merges_ends = True
 
     def __init__(self, model):
         super().__init__(model)

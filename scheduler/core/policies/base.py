@@ -40,13 +40,16 @@ class Policy:
     runs_unplaced = False  # its plans may run a job on no GPUs (the core refuses it otherwise)
     # How the published artifact's simulator loop for this policy took events, which its
     # figures depend on. Only the simulator's artifact mode reads these (it replays that
-    # loop; scheduler/sim/artifact.py). Its loops differ by policy: Muri's and AntMan's fold
-    # an event within a tolerance of an arrival into it, the others compare times exactly
+    # loop; scheduler/sim/artifact.py). Its loops differ by policy: Muri's folds an event
+    # within a tolerance of an arrival into it, the others compare times exactly
     # (`artifact_exact_events`); most take a job's end together with the first end close to
-    # it, FIFO's and Tiresias's only exactly equal ends (`artifact_groups_ends`). A policy the
-    # artifact has no loop for keeps both off (the simulator's own tolerance, equal ends).
+    # it, FIFO's and Tiresias's only exactly equal ends (`artifact_groups_ends`); AntMan's
+    # also takes every end within 1e-4 s of the first one with it (`artifact_merges_ends`). A
+    # policy the artifact has no loop for keeps all off (the simulator's own tolerance,
+    # equal ends).
     artifact_exact_events = False
     artifact_groups_ends = False
+    artifact_merges_ends = False
     # Where the core takes a job's first remaining-time estimate (`Job.remaining_estimate`,
     # until the job runs or its progress is reported) from: its iterations x solo time, or
     # with this on the trace's `duration` (Muri-S under the paper preset, as the artifact
