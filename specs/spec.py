@@ -1,4 +1,5 @@
-"""Cluster shape files: one header and one data row, in Muri's column names."""
+"""Cluster shape files: one header and one data row, in Muri's column names (and an optional
+`gpu_mem_p_gpu`: each GPU's memory in GB, which co-located jobs share)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import os
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from specs.limits import (MAX_CPUS, MAX_GPUS_PER_NODE, MAX_MEM, MAX_NODES, MAX_SMALL_FILE_BYTES,
-                          InputFileError, read_regular)
+from specs.limits import (MAX_CPUS, MAX_GPU_MEM_GB, MAX_GPUS_PER_NODE, MAX_MEM, MAX_NODES,
+                          MAX_SMALL_FILE_BYTES, InputFileError, read_regular, show)
 
 COLUMNS = ("num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node")
 # each column's largest value (specs.limits); a cluster holds at most MAX_NODES nodes in all
 BOUNDS = dict(zip(COLUMNS, (MAX_NODES, MAX_NODES, MAX_GPUS_PER_NODE, MAX_CPUS, MAX_MEM)))
+GPU_MEM_COLUMN = "gpu_mem_p_gpu"  # optional: GB of memory on each GPU
 
 
 class SpecError(Exception):
@@ -43,6 +45,7 @@ class ClusterSpec:
     gpus_per_node: int
     cpus_per_node: int
     mem_per_node: int
+    gpu_mem_gb: float = 0.0  # each GPU's memory (GB); 0: not stated, groups are not bounded
 
     @property
     def num_nodes(self) -> int:
@@ -108,6 +111,20 @@ def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
     if not problems and values[0] * values[1] > MAX_NODES:
         problems.append((line, "num_switch x num_node_p_switch",
                          f"a cluster of {values[0] * values[1]} nodes; at most {MAX_NODES}"))
+    gpu_mem = 0.0
+    if GPU_MEM_COLUMN in columns:
+        text_value = row[columns[GPU_MEM_COLUMN]].strip()
+        try:
+            gpu_mem = float(Decimal(text_value))
+            ok = Decimal(text_value).is_finite() and gpu_mem > 0
+        except InvalidOperation:
+            ok = False
+        if not ok:
+            problems.append((line, GPU_MEM_COLUMN, f"must be a positive number of GB, "
+                                                   f"got {text_value!r}"))
+        elif gpu_mem > MAX_GPU_MEM_GB:
+            problems.append((line, GPU_MEM_COLUMN, f"must be at most {show(MAX_GPU_MEM_GB)}, "
+                                                   f"got {text_value!r}"))
     if problems:
         raise SpecError(label, problems)
-    return ClusterSpec(*values)
+    return ClusterSpec(*values, gpu_mem_gb=gpu_mem)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Container, Mapping, Sequence
 
-from specs.limits import (MAX_BATCH_SIZE, MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_SECONDS,
-                          MAX_TRACE_SECONDS, show)
+from specs.limits import (MAX_BATCH_SIZE, MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS,
+                          MAX_SECONDS, MAX_TRACE_SECONDS, show)
 from traces.errors import Problem
 
 # (value, text shown after "got") for one field; a field that is absent or failed to parse
@@ -32,7 +32,7 @@ REQUIRED_COLUMNS = (
     "resource_time_1",
     "resource_time_2",
 )
-OPTIONAL_COLUMNS = ("resource_time_3", "priority")
+OPTIONAL_COLUMNS = ("resource_time_3", "priority", "gpu_mem_gb")
 STAGE_COLUMNS = ("resource_time_0", "resource_time_1", "resource_time_2", "resource_time_3")
 
 # integer fields and their smallest and largest allowed values
@@ -116,8 +116,10 @@ def check_job(
     *,
     known_models: Container[str],
     total_gpus: int | None,
+    gpu_mem: float = 0.0,
 ) -> list[Finding]:
-    """Every problem of one job, as (field, message) pairs in column order."""
+    """Every problem of one job, as (field, message) pairs in column order. `gpu_mem`: each
+    GPU's memory in GB (0: the cluster does not say), which a job's own need must fit."""
     found: list[Finding] = []
     model: str | None = None
     counts: dict[str, int] = {}
@@ -186,5 +188,15 @@ def check_job(
             found.append(
                 ("priority", f"must be 0 (guaranteed) or 1 (opportunistic), got {shown}")
             )
+
+    if "gpu_mem_gb" in values:
+        value, shown = values["gpu_mem_gb"]
+        if not is_number(value) or value < 0:
+            found.append(("gpu_mem_gb", f"must be a non-negative number of GB, got {shown}"))
+        elif value > MAX_GPU_MEM_GB:
+            found.append(("gpu_mem_gb", f"must be at most {show(MAX_GPU_MEM_GB)} GB, got {shown}"))
+        elif gpu_mem and value > gpu_mem:
+            found.append(("gpu_mem_gb", f"job needs {shown} GB on each GPU but the cluster's "
+                                        f"GPUs hold {show(gpu_mem)} GB"))
 
     return found

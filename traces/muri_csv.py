@@ -117,6 +117,7 @@ def parse_trace(
     label = os.fspath(path)
     known = MODELS if known_models is None else known_models
     total_gpus = None if spec is None else int(getattr(spec, "total_gpus"))
+    gpu_mem = float(getattr(spec, "gpu_mem_gb", 0.0) or 0.0)
 
     text, problem = _read_text(path, label)
     if problem is not None:
@@ -146,7 +147,8 @@ def parse_trace(
                 )
                 continue
             record, job_id, row_problems = _read_row(
-                row, columns, label, line, known=known, total_gpus=total_gpus
+                row, columns, label, line, known=known, total_gpus=total_gpus,
+                gpu_mem=gpu_mem,
             )
             problems.extend(row_problems)
             if job_id is not None:
@@ -193,6 +195,7 @@ def _read_row(
     *,
     known: Container[str],
     total_gpus: int | None,
+    gpu_mem: float = 0.0,
 ) -> tuple[JobRecord | None, int | None, list[Problem]]:
     """(record or None when unusable, job id when readable, problems in column order)."""
     problems: list[Problem] = []
@@ -215,9 +218,16 @@ def _read_row(
     if "model_name" in columns:
         text = row[columns["model_name"]]
         values["model_name"] = (text.strip(), repr(text))
+    if "gpu_mem_gb" in columns and row[columns["gpu_mem_gb"]].strip():  # empty: not stated
+        text = row[columns["gpu_mem_gb"]]
+        try:
+            values["gpu_mem_gb"] = (float(text), repr(text.strip()))
+        except ValueError:
+            problems.append(Problem(label, line, "gpu_mem_gb",
+                                    f"must be a number of GB, got {text.strip()!r}"))
 
     for field, message in check_job(
-        values, stage_fields, known_models=known, total_gpus=total_gpus
+        values, stage_fields, known_models=known, total_gpus=total_gpus, gpu_mem=gpu_mem
     ):
         problems.append(Problem(label, line, field, message))
 
@@ -244,6 +254,7 @@ def _read_row(
         iteration_time=values["iteration_time"][0],  # type: ignore[arg-type]
         stage_times=tuple(values[n][0] for n in stage_fields),  # type: ignore[misc]
         priority=values["priority"][0] if "priority" in values else 0,  # type: ignore[arg-type]
+        gpu_mem_gb=float(values["gpu_mem_gb"][0]) if "gpu_mem_gb" in values else 0.0,  # type: ignore[arg-type]
     )
     return record, job_id, problems
 
@@ -271,8 +282,9 @@ def write_trace(path: PathLike, records: Iterable[JobRecord]) -> None:
     for record in records:
         _check_stages(record)
     four = any(len(r.stage_times) == 4 for r in records)
+    memory = any(r.gpu_mem_gb for r in records)
     with open(path, "w", encoding="utf-8", newline="") as out:
-        writer = TraceWriter(out, four_stages=four)
+        writer = TraceWriter(out, four_stages=four, memory=memory)
         for r in records:
             writer.write(r)
 
@@ -290,13 +302,14 @@ class TraceWriter:
     never has to be held in memory; `extra` names columns after `priority` (the reader
     ignores them) for facts a trace carries beyond Muri's schema, such as user and tenant."""
 
-    def __init__(self, out, *, four_stages: bool = False, extra: Sequence[str] = ()):
+    def __init__(self, out, *, four_stages: bool = False, memory: bool = False,
+                 extra: Sequence[str] = ()):
         self._stage_columns = STAGE_COLUMNS if four_stages else STAGE_COLUMNS[:3]
+        self._memory = memory  # a gpu_mem_gb column (GB; empty where a job states none)
         self._extra = tuple(extra)
         self._writer = csv.writer(out, lineterminator="\n")
-        self._writer.writerow(
-            [*REQUIRED_COLUMNS[:9], *self._stage_columns, "priority", *self._extra]
-        )
+        self._writer.writerow([*REQUIRED_COLUMNS[:9], *self._stage_columns, "priority",
+                               *(["gpu_mem_gb"] if memory else []), *self._extra])
 
     def write(self, r: JobRecord, extra: Sequence[str] = ()) -> None:
         _check_stages(r)
@@ -304,6 +317,9 @@ class TraceWriter:
             raise ValueError(f"job {r.job_id}: 4 stage times in a 3-stage trace")
         if len(extra) != len(self._extra):
             raise ValueError(f"job {r.job_id}: expected {len(self._extra)} extra values")
+        if r.gpu_mem_gb and not self._memory:
+            raise ValueError(f"job {r.job_id}: GPU memory in a trace without gpu_mem_gb")
+        memory = ([repr(r.gpu_mem_gb) if r.gpu_mem_gb else ""] if self._memory else [])
         stages = [_format_ms(t) for t in r.stage_times]
         stages += [""] * (len(self._stage_columns) - len(stages))
         self._writer.writerow(
@@ -319,6 +335,7 @@ class TraceWriter:
                 _format_ms(r.iteration_time),
                 *stages,
                 str(r.priority),
+                *memory,
                 *extra,
             ]
         )

@@ -34,6 +34,9 @@ class JobRecord:
     # directory it runs in; empty for the packaged workloads
     command: tuple[str, ...] = ()
     workdir: str = ""
+    # GPU memory the job needs on each of its GPUs (GB); 0: not stated. Co-located jobs
+    # hold theirs at once, so a group forms only where the sum fits (docs/concepts.md).
+    gpu_mem_gb: float = 0.0
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -51,6 +54,8 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
         out["command"] = list(record.command)
     else:  # a packaged job's map stays as it always was (traces, journals, older peers)
         del out["command"], out["workdir"]
+    if not record.gpu_mem_gb:
+        del out["gpu_mem_gb"]
     return out
 
 

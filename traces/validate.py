@@ -25,7 +25,7 @@ def validate(
 
     A path is checked exactly as read_trace would check it, and a file without a job is a
     problem (nothing to schedule; interlace-sim refuses it too). `spec` (anything with
-    `total_gpus`) adds the fits-the-cluster check; `known_models` defaults to MODELS.
+    `total_gpus`, and `gpu_mem_gb` where it states one) adds the fits-the-cluster checks; `known_models` defaults to MODELS.
     """
     if isinstance(records_or_path, (str, os.PathLike)):
         records, problems = parse_trace(records_or_path, spec=spec, known_models=known_models)
@@ -34,10 +34,11 @@ def validate(
         return problems
     known = MODELS if known_models is None else known_models
     total_gpus = None if spec is None else int(getattr(spec, "total_gpus"))
+    gpu_mem = float(getattr(spec, "gpu_mem_gb", 0.0) or 0.0)
     problems: list[Problem] = []
     first_position: dict[object, int] = {}
     for position, record in enumerate(records_or_path, start=1):
-        problems.extend(_check_record(record, position, known, total_gpus))
+        problems.extend(_check_record(record, position, known, total_gpus, gpu_mem))
         job_id = getattr(record, "job_id", None)
         try:
             first = first_position.setdefault(job_id, position)
@@ -60,12 +61,13 @@ def no_jobs_problem(path: str | os.PathLike[str]) -> Problem:
 
 
 def _check_record(
-    record: JobRecord, position: int, known: Container[str], total_gpus: int | None
+    record: JobRecord, position: int, known: Container[str], total_gpus: int | None,
+    gpu_mem: float = 0.0,
 ) -> list[Problem]:
     values: dict[str, Value] = {}
     for name in (
         "job_id", "num_gpu", "submit_time", "iterations", "model_name", "batch_size",
-        "duration", "interval", "iteration_time", "priority",
+        "duration", "interval", "iteration_time", "priority", "gpu_mem_gb",
     ):
         value = getattr(record, name, None)
         values[name] = (value, repr(value))
@@ -85,7 +87,7 @@ def _check_record(
             values[name] = (value, repr(value))
 
     for field, message in check_job(
-        values, stage_fields, known_models=known, total_gpus=total_gpus
+        values, stage_fields, known_models=known, total_gpus=total_gpus, gpu_mem=gpu_mem
     ):
         problems.append(Problem(RECORDS_LABEL, position, field, message))
     return problems

@@ -7,6 +7,7 @@ import math
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
+from scheduler.core.memory import group_budget
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState, Demand
 from scheduler.core.plan_changes import NO_CHANGES, START, STARTS, STOP, PlanChanges, diff
@@ -59,7 +60,8 @@ class Core:
         # policies read-only.
         self._where: dict[int, tuple[NodeSlice, ...]] = {}
         self._where_view = MappingProxyType(self._where)
-        self.check = PlanCheck(spec)  # every plan that changes what runs is checked
+        # every plan that changes what runs is checked
+        self.check = PlanCheck(spec, group_budget(spec, model))
         self._disturbed = False  # a job stopped or finished since the last round
         self.now = 0.0
         self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
@@ -257,6 +259,7 @@ class Core:
             if changes.kinds or changes.added:
                 self.check.check(policy.name, plan, self.cluster.offline,
                                  policy.runs_unplaced)
+                self.check.check_memory(policy.name, plan, changes.added, self.jobs)
                 self._apply(changes, now)
         self._disturbed = False
         plan = _new_plan(Plan, (groups, plan.wakeup, plan.shared_gpus, changes))

@@ -47,6 +47,9 @@ class CostModel:
     normalize_profiles: bool = True  # scale stage times to sum to the solo iteration time
     cpu_per_gpu: int = 6
     cpu_single_gpu: int = 2
+    # GB of each GPU's memory no group may count on (scheduler/core/memory.py): every
+    # co-located process holds its own CUDA context (~0.5 GB), and the allocator its slack
+    group_mem_reserve_gb: float = 2.0
     sticky_placement: bool = True  # a running job keeps its GPUs when they are still free
     # A job regrouped on the GPUs it runs on goes on at the new group's pace, no restart (the
     # live system does this for emulated trainers; torch trainers restart).

@@ -4,15 +4,20 @@ A policy is code the core does not trust: a plug-in, or a built-in with a bug. A
 names an unknown or finished job, puts a job in two groups, groups jobs of different sizes
 or more jobs than the policy may group (plan_changes.diff finds those), or places a group
 on GPUs that do not exist, are offline or are taken by another group (unless the plan
-declares shared GPUs) is refused with a `PlanError` that names the policy; nothing changes.
+declares shared GPUs), or puts more GPU memory on a GPU than its group budget
+(scheduler/core/memory.py) is refused with a `PlanError` that names the policy; nothing
+changes.
 
 A plan that changes nothing that runs is not checked again.
 """
 from __future__ import annotations
 
+import math
 from functools import reduce
 from operator import attrgetter, eq, or_
+from typing import Mapping
 
+from scheduler.core.memory import SLACK, held_gb
 from scheduler.core.state import Group, NodeSlice, Plan
 from specs.spec import ClusterSpec
 
@@ -26,8 +31,9 @@ class PlanCheck:
     node x gpus_per_node + i: GPU i of that node): a plan is a few operations on whole sets,
     not a step per GPU, so every group of every changed plan is checked."""
 
-    def __init__(self, spec: ClusterSpec):
+    def __init__(self, spec: ClusterSpec, mem_budget: float = math.inf):
         self.spec = spec
+        self.mem_budget = mem_budget
         # placement -> its set of GPUs (-1: not GPUs of this cluster); a plan names few
         # distinct placements, and the same ones round after round
         self._bits: dict[tuple[NodeSlice, ...], int] = {}
@@ -73,6 +79,32 @@ class PlanCheck:
         # each group has as many GPUs as it needs: fewer in all means two share one
         if not plan.shared_gpus and taken.bit_count() != sum(sizes):
             raise _refuse(policy, "two of its groups are given the same GPU")
+
+    def check_memory(self, policy: str, plan: Plan, added, jobs: Mapping) -> None:
+        """Refuse `plan` where the jobs on one GPU hold more memory than the budget: the
+        members of each group it starts or changes (`added`), or under shared GPUs every
+        group on each GPU. `jobs`: job id -> the core's job."""
+        budget = self.mem_budget
+        if budget == math.inf:
+            return
+        if not plan.shared_gpus:
+            for group in added:
+                if len(group.jobs) > 1:
+                    held = held_gb(jobs[j] for j in group.jobs)
+                    if held > budget + SLACK:
+                        raise _refuse(policy, f"group {list(group.jobs)} holds {held:g} GB "
+                                              f"on each GPU; at most {budget:g} GB may be")
+            return
+        on_gpu: dict[tuple[int, int], list[int]] = {}
+        for group in plan.groups:
+            for piece in group.placement:
+                for gpu in piece.gpus:
+                    on_gpu.setdefault((piece.node, gpu), []).extend(group.jobs)
+        for (node, gpu), members in on_gpu.items():
+            held = held_gb(jobs[j] for j in members)
+            if len(members) > 1 and held > budget + SLACK:
+                raise _refuse(policy, f"jobs {members} hold {held:g} GB on GPU {gpu} of node "
+                                      f"{node}; at most {budget:g} GB may be")
 
     def _offline_bits(self, offline: set[int]) -> int:
         per_node = self.spec.gpus_per_node

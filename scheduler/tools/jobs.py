@@ -23,8 +23,8 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
-from specs.limits import (MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_RETRIES, MAX_SECONDS,
-                          MAX_WAIT_S)
+from specs.limits import (MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_RETRIES,
+                          MAX_SECONDS, MAX_WAIT_S)
 from specs.options import OneLineParser, number
 from traces.feeder import SERVICE, Feeder, FeedError, load_endpoints
 from traces.models import MODELS
@@ -70,7 +70,8 @@ def make_record(args: argparse.Namespace, job_id: int, command: Sequence[str],
                      iterations=args.iterations, model_name=args.model,
                      batch_size=profile.batch_size, duration=args.iterations * tt, interval=0.0,
                      iteration_time=tt, stage_times=tuple(stages), priority=args.priority,
-                     command=tuple(command), workdir=workdir if command else "")
+                     command=tuple(command), workdir=workdir if command else "",
+                     gpu_mem_gb=float(args.gpu_mem))
 
 
 def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -140,6 +141,10 @@ def _submit_parser() -> argparse.ArgumentParser:
                    help="expected seconds per iteration alone (default: the model's)")
     p.add_argument("--priority", type=number(0, 1, integer=True), default=0,
                    help="0 guaranteed (default), 1 opportunistic")
+    p.add_argument("--gpu-mem", type=number(0, MAX_GPU_MEM_GB, unit="GB"), default=0.0,
+                   metavar="GB", help="GPU memory the job needs on each of its GPUs; jobs "
+                                      "share a GPU only where theirs fit (default 0: not "
+                                      "stated); the scheduler refuses more than a GPU holds")
     p.add_argument("--job-id", type=JOB_ID, default=None,
                    help="the job's id (default: one above the highest the scheduler knows)")
     _common(p)

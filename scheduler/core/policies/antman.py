@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from scheduler.core.memory import SLACK, group_budget, held_gb
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status
@@ -103,6 +104,7 @@ class AntMan(Policy):
         # jobs run, it is this round's plan too
         self._plan: Plan | None = None
         self._plan_changes = -1
+        self._budget = math.inf  # GB the jobs on one GPU may hold together (memory.py)
 
     def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         return sorted(pending, key=self._kept.key)  # stable: the order given among ties
@@ -115,6 +117,7 @@ class AntMan(Policy):
 
     def _init(self, ctx: RoundContext) -> None:
         spec = ctx.cluster.spec
+        self._budget = group_budget(spec, self.model)
         self.gpus = [[_Gpu() for _ in range(spec.gpus_per_node)] for _ in range(spec.num_nodes)]
 
     def on_finish(self, job: JobView, now: float) -> None:
@@ -154,11 +157,26 @@ class AntMan(Policy):
             self._stopped[job.id] = job
 
     # -- guaranteed jobs -------------------------------------------------------------------
-    def _free(self, node: int) -> list[int]:
-        return [i for i, s in enumerate(self.gpus[node]) if s.owner is None]
+    def _free(self, node: int, job: JobView) -> list[int]:
+        """The GPUs of `node` no guaranteed job holds and whose guests' memory leaves
+        room for `job`'s."""
+        budget = self._budget
+        if budget == math.inf:
+            return [i for i, s in enumerate(self.gpus[node]) if s.owner is None]
+        return [i for i, s in enumerate(self.gpus[node])
+                if s.owner is None and self._held(s) + job.record.gpu_mem_gb
+                <= budget + SLACK]
+
+    def _held(self, slot: _Gpu) -> float:
+        """GB of GPU memory the jobs on `slot` hold (its owner and its guests)."""
+        by_id = self._by_id
+        jobs = [by_id[j] for j in slot.guests if j in by_id]
+        if slot.owner is not None and slot.owner in by_id:
+            jobs.append(by_id[slot.owner])
+        return held_gb(jobs)
 
     def _grab(self, job: JobView, hold: _Hold, node: int, count: int) -> int:
-        free = self._free(node)[:count]
+        free = self._free(node, job)[:count]
         if free:
             self._changes += 1
         for gpu in free:
@@ -178,7 +196,7 @@ class AntMan(Policy):
             if hold.missing == job.num_gpu:
                 best, best_free = None, 0
                 for node in nodes:
-                    free = len(self._free(node))
+                    free = len(self._free(node, job))
                     if free >= hold.missing:
                         self._grab(job, hold, node, hold.missing)
                         hold.last_node = node
@@ -196,7 +214,7 @@ class AntMan(Policy):
         full = []
         if n_full:
             for node in nodes:
-                if len(self._free(node)) >= per_node:
+                if len(self._free(node, job)) >= per_node:
                     full.append(node)
                     if len(full) == n_full:
                         break
@@ -210,7 +228,7 @@ class AntMan(Policy):
                 for node in nodes:
                     if node in full:
                         continue
-                    free = len(self._free(node))
+                    free = len(self._free(node, job))
                     if free >= rest:
                         last = node
                         break
@@ -238,9 +256,12 @@ class AntMan(Policy):
 
     # -- opportunistic jobs ----------------------------------------------------------------
     def _place_opportunistic(self, job: JobView) -> bool:
+        budget, mem = self._budget, job.record.gpu_mem_gb
         open_gpus = [(slot.load, node, gpu)
                      for node, row in enumerate(self.gpus)
-                     for gpu, slot in enumerate(row) if slot.load < LOAD_CAP]
+                     for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
+                     and (budget == math.inf
+                          or self._held(slot) + mem <= budget + SLACK)]
         if len(open_gpus) < job.num_gpu:
             return False
         open_gpus.sort(key=lambda e: e[0])

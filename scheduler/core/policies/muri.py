@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from scheduler.core.memory import fits, group_budget
 from scheduler.core.policies.base import Policy, RoundContext, place_units
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.policies.muri_outlook import Outlook, outlook
@@ -100,6 +101,7 @@ class Muri(Policy):
             if len(kept) != len(ctx.queue):  # a caller that did not report every job
                 kept.rebuild(self._carried(ctx.queue))
             queue, sizes = kept.sync(), kept.sizes
+        self.pairing.set_mem_budget(group_budget(ctx.cluster.spec, self.model))
         admitted, read = self._admit(ctx, queue, sizes)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
@@ -243,7 +245,9 @@ class Muri(Policy):
     def _consecutive(self, admitted: dict[int, list[JobView]], required: int,
                      total: int) -> dict[int, list[Packing]]:
         """The no-matching ablation: each admitted block of k consecutive jobs is one group
-        while the demand exceeds the cluster."""
+        while the demand exceeds the cluster (a job whose GPU memory does not fit beside the
+        block's first ones stays alone)."""
+        budget = self.pairing.mem_budget
         packings: dict[int, list[Packing]] = {}
         for gpus, jobs in admitted.items():
             out = packings.setdefault(gpus, [])
@@ -251,7 +255,7 @@ class Muri(Policy):
                 block = jobs[start:start + self.k]
                 head = [block[0]]
                 for job in block[1:]:
-                    if required > total:
+                    if required > total and fits(head + [job], budget):
                         head.append(job)
                         required -= gpus
                     else:

@@ -8,11 +8,13 @@ which meet round after round while profiles stay put, cost a lookup.
 """
 from __future__ import annotations
 
+import math
 from operator import attrgetter
 
 import numpy as np
 
 from scheduler.core import interleave
+from scheduler.core.memory import SLACK, fits, held_gb
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import (max_weight_pairs, max_weight_pairs_dense,
                                      max_weight_pairs_edges)
@@ -55,6 +57,15 @@ class Pairing:
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
         self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
+        # GB a group's members may hold on each GPU together (memory.group_budget): a merge
+        # past it weighs 0, so no matching proposes it
+        self.mem_budget = math.inf
+
+    def set_mem_budget(self, budget: float) -> None:
+        """The cluster's group memory budget; what was remembered under another is stale."""
+        if budget != self.mem_budget:
+            self.mem_budget = budget
+            self.forget()
 
     def forget(self) -> None:
         """A profile changed: every remembered weight and matching may be stale."""
@@ -108,7 +119,10 @@ class Pairing:
 
     def merged_efficiency(self, jobs: Packing) -> float:
         """Busy stage time over slot time of the group `jobs` (in this member order: the
-        float sum follows it), 0 when a member has no profile yet."""
+        float sum follows it), 0 when a member has no profile yet or the members' GPU
+        memory does not fit together."""
+        if not fits(jobs, self.mem_budget):
+            return 0.0
         tt, _ = self.group_timing(jobs)
         if tt > 0 and all(map(_profiled, jobs)):
             k = interleave.slots(len(jobs[0].profile))
@@ -277,6 +291,8 @@ class Pairing:
             tt_rows.clear()
             alone.clear()
         shape = attrgetter("id" if self.ordering == "none" else "profile")
+        if self.mem_budget != math.inf and self.ordering != "none":
+            shape = _profile_and_memory  # merges that fit differ by memory too
         by_id = self.ordering == "none"
         local: dict[int, int] = {}
         kinds = []
@@ -412,6 +428,9 @@ class Pairing:
         unknown = np.array([not all(map(_profiled, node)) for node in nodes])
         w[unknown, :] = 0.0
         w[:, unknown] = 0.0
+        if self.mem_budget != math.inf:
+            held = np.array([held_gb(node) for node in nodes])
+            w[np.add.outer(held, held) > self.mem_budget + SLACK] = 0.0
         if self.hysteresis:
             w *= self._bonus_matrix(nodes, bonus)
         return np.triu(w, 1) + np.triu(w, 1).T
@@ -453,6 +472,10 @@ def _partners(pairs: list[tuple[int, int]]) -> dict[int, int]:
     for i, j in pairs:
         partner[i], partner[j] = j, i
     return partner
+
+
+def _profile_and_memory(job: JobView) -> tuple:
+    return job.profile, job.record.gpu_mem_gb
 
 
 def _profiled(job: JobView) -> bool:

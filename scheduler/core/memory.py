@@ -1,0 +1,36 @@
+"""GPU memory that co-located jobs share.
+
+Jobs interleaved on the same GPUs keep their weights, optimizer state and activations there at
+once: a group forms only where its members' memory (each job's need per GPU, as its record
+states it) fits each GPU's memory less the cost model's reserve (the CUDA contexts of several
+processes and the allocator's slack). A job alone needs only its own to fit the GPU, which
+the trace and submit checks hold. A cluster that states no GPU memory bounds no group.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from scheduler.core.model import CostModel
+from scheduler.core.state import JobView
+from specs.spec import ClusterSpec
+
+# a sum of decimal GB may exceed a budget it meets by a rounding hair
+SLACK = 1e-9
+
+
+def group_budget(spec: ClusterSpec, model: CostModel) -> float:
+    """GB the members of a group may hold on each GPU together (inf: not bounded)."""
+    if not spec.gpu_mem_gb:
+        return math.inf
+    return spec.gpu_mem_gb - model.group_mem_reserve_gb
+
+
+def held_gb(jobs: Iterable[JobView]) -> float:
+    """GB the jobs hold on each GPU they share."""
+    return sum(j.record.gpu_mem_gb for j in jobs)
+
+
+def fits(jobs: Iterable[JobView], budget: float) -> bool:
+    """Whether `jobs` may share GPUs within `budget` (see group_budget)."""
+    return budget == math.inf or held_gb(jobs) <= budget + SLACK
