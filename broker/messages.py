@@ -46,7 +46,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
                         "incarnation": (_STR, False), "launches": (_INT, False),
                         "gate_spans": (_LIST, False)},
     "job.finished": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
-                     "ok": (_BOOL, True), "detail": (_STR, False)},
+                     "ok": (_BOOL, True), "detail": (_STR, False),
+                     # the trainer ran out of GPU memory (exit EXIT_OOM)
+                     "oom": (_BOOL, False)},
     # `requested`: the end of a job.stop the scheduler sent (answered `stopping` at once):
     # whether the trainer completed instead (`finished`) and its exit status; without it,
     # the agent stopped the trainer on its own (shutdown)
@@ -70,7 +72,9 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "event.timing": {"job_id": (_INT, True), "stages": (_MAP, True), "iteration_time": (_NUM, True),
                      "iterations": (_NUM, True),
                      # trace seconds from process start to the first iteration after a launch
-                     "restart_overhead": (_NUM, False)},
+                     "restart_overhead": (_NUM, False),
+                     # GB of GPU memory the job holds on each GPU (measured peak, or declared)
+                     "gpu_mem_gb": (_NUM, False)},
     "event.progress": {"job_id": (_INT, True), "iterations": (_NUM, True)},
     "event.job": {"job_id": (_INT, True), "state": (_STR, True), "detail": (_MAP, False)},
     "event.agent": {"node": (_STR, True), "state": (_STR, True)},
@@ -84,7 +88,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 # So every number that senders measure or count is checked here, where it enters, against
 # bounds no honest sender comes near. A violation is a MessageError("bad_value").
 # times, iterations, ids, an agent's CPUs and memory: specs.limits, shared with the traces
-from specs.limits import MAX_CPUS, MAX_ID, MAX_ITERATIONS, MAX_MEM, MAX_SECONDS  # noqa: E402
+from specs.limits import (MAX_CPUS, MAX_GPU_MEM_GB, MAX_ID, MAX_ITERATIONS, MAX_MEM,  # noqa: E402
+                          MAX_SECONDS)
 MAX_GPU_ID = 65_535  # a device index an agent may announce
 MAX_STAGES = 16  # stage names in one timing map (real trainers send 3 or 4)
 
@@ -191,7 +196,8 @@ BOUNDS: dict[str, dict[str, _Check]] = {
     "job.cancel": {"job_id": _JOB_ID},
     "job.stopped": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
     "event.timing": {"job_id": _JOB_ID, "stages": _stage_map, "iteration_time": _SECONDS,
-                     "iterations": _ITERATIONS, "restart_overhead": _SECONDS},
+                     "iterations": _ITERATIONS, "restart_overhead": _SECONDS,
+                     "gpu_mem_gb": _number(0.0, MAX_GPU_MEM_GB)},
     "event.progress": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
 }
 

@@ -3,9 +3,11 @@ this node's, a workload it can run, a sane rank. Refusals are broker.refusal's, 
 the scheduler's handlers."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from broker.refusal import Refusal, all_ints
+from specs.limits import MAX_GPU_MEM_GB
 
 
 def gpus(asked: Any, node: str, own: tuple[int, ...]) -> tuple[int, ...]:
@@ -26,7 +28,7 @@ def workload(w: dict) -> dict[str, Any]:
     if kind == "command":
         from node_agent.user_command import check
 
-        return check(w)
+        return {**check(w), "gpu_mem_gb": gpu_mem(w)}
     if kind == "torch":
         from workloads.registry import TORCH_NAMES
 
@@ -42,7 +44,7 @@ def workload(w: dict) -> dict[str, Any]:
             raise Refusal("bad_workload", f"need a model among {sorted(TORCH_NAMES)}, "
                                           f"iterations > 0, batch_size >= 0; got {w!r}")
         return {"kind": kind, "iterations": total, "model": model, "batch_size": batch,
-                "config": config}
+                "config": config, "gpu_mem_gb": gpu_mem(w)}
     if kind != "emulated":
         raise Refusal("unsupported_workload", f"workload kind {kind!r} is not supported")
     try:
@@ -54,7 +56,20 @@ def workload(w: dict) -> dict[str, Any]:
     if not (total > 0 and tt > 0 and len(stages) == 3 and all(s >= 0 for s in stages)):
         raise Refusal("bad_workload", "need iterations > 0, iteration_time > 0 and three "
                                       f"non-negative stage times, got {w!r}")
-    return {"kind": kind, "iterations": total, "iteration_time": tt, "stages": stages}
+    return {"kind": kind, "iterations": total, "iteration_time": tt, "stages": stages,
+            "gpu_mem_gb": gpu_mem(w)}
+
+
+def gpu_mem(w: Any) -> float:
+    """The GPU memory a workload declares (GB per GPU; 0: none)."""
+    try:
+        value = float(w.get("gpu_mem_gb") or 0.0)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 <= value <= MAX_GPU_MEM_GB:
+        raise Refusal("bad_workload", f"gpu_mem_gb must be a number of GB in "
+                                      f"[0, {MAX_GPU_MEM_GB:g}], got {w.get('gpu_mem_gb')!r}")
+    return value
 
 
 def ranks(msg: Any) -> tuple[int, int]:

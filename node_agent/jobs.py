@@ -22,7 +22,7 @@ from node_agent import launcher
 from node_agent.config import AgentConfig
 from node_agent.gates import Gates
 from trainer import checkpoint
-from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
+from trainer.exits import EXIT_FINISHED, EXIT_OOM, EXIT_STOPPED
 
 
 @dataclass
@@ -96,7 +96,8 @@ class JobTable:
                     if rc > 0 else ""
                 if tail:  # a Python crash ends its stderr with the exception line
                     detail += ": " + tail.splitlines()[-1][-300:]
-                self.outbox.append(("job.finished", dict(base, ok=False, detail=detail)))
+                self.outbox.append(("job.finished", dict(base, ok=False, detail=detail,
+                                                         oom=rc == EXIT_OOM)))
             self.log.info("trainer_exited", job=job_id, exit=rc, iterations=its)
 
     def running(self) -> list[dict[str, Any]]:

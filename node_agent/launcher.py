@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from trainer.exits import EXIT_OOM
+
 from node_agent.config import AgentConfig
 from trainer import ledger, pace
 
@@ -45,6 +47,8 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
               "--time-scale", repr(cfg.time_scale), "--report-every", repr(cfg.report_every),
               "--start-iteration", repr(start), "--run-dir", str(cfg.run_dir)]
     common += ["--client-key", cfg.client_key] if cfg.client_key else []
+    if workload.get("gpu_mem_gb"):  # declared: the emulated trainer reports it
+        common += ["--gpu-mem", repr(workload["gpu_mem_gb"])]
     if workload["kind"] == "emulated":
         cmd = common + ["--iteration-time", repr(workload["iteration_time"]), "--stages",
                         ",".join(repr(s) for s in workload["stages"])]
@@ -116,6 +120,8 @@ def describe_exit(rc: int) -> str:
             return f"killed by {signal.Signals(-rc).name}"
         except ValueError:
             return f"killed by signal {-rc}"
+    if rc == EXIT_OOM:
+        return f"out of GPU memory (exit status {rc})"
     return f"exit status {rc}"
 
 

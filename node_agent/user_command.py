@@ -24,6 +24,8 @@ works unchanged):
   INTERLACE_TIME_SCALE      trace seconds per wall second (telemetry is in trace seconds)
   INTERLACE_NODE            the node's name
   INTERLACE_CLIENT_KEY      the CURVE client key file for a keyed broker (when there is one)
+  INTERLACE_GPU_MEM_GB      GPU memory the job declared, GB per GPU (0: none); its reports say
+                            it until the program measures its own (trainer/api.py)
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def check(w: dict) -> dict[str, Any]:
 
 def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: float,
                 start: float, rank: int, world: int, local_rank: int, rendezvous: dict,
-                gate: Any) -> dict[str, str]:
+                gate: Any, gpu_mem: float = 0.0) -> dict[str, str]:
     """The documented variables for one process of the job (see the module docstring)."""
     visible = ",".join(map(str, gpus))
     own = {
@@ -77,6 +79,7 @@ def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: flo
         "INTERLACE_ENDPOINTS": str(cfg.endpoints_file),
         "INTERLACE_TIME_SCALE": repr(cfg.time_scale), "INTERLACE_NODE": cfg.node,
         "INTERLACE_CLIENT_KEY": cfg.client_key or "",
+        "INTERLACE_GPU_MEM_GB": repr(float(gpu_mem)),
     }
     torch_names = {"RANK": own["INTERLACE_RANK"], "WORLD_SIZE": own["INTERLACE_WORLD_SIZE"],
                    "LOCAL_RANK": own["INTERLACE_LOCAL_RANK"], "CUDA_VISIBLE_DEVICES": visible}
@@ -101,7 +104,8 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                    PYTHONPATH=path,  # trainer.api of this very checkout
                    **environment(cfg, job_id, mine, workload["iterations"], start, rank + i,
-                                 world, i, rendezvous, gate if i == 0 else None))
+                                 world, i, rendezvous, gate if i == 0 else None,
+                                 workload.get("gpu_mem_gb", 0.0)))
         suffix = f".r{rank + i}" if world > 1 else ""
         with open(cfg.trainer_dir / f"{job_id}{suffix}.stderr", "ab") as err:
             try:  # own session, as for the packaged trainers: the agent alone signals it

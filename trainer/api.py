@@ -86,6 +86,7 @@ class Setup:
     client_key: str | None = None
     ledger: Path | None = None
     launch: str = ""
+    gpu_mem_gb: float = 0.0  # GPU memory the job declared (GB per GPU; 0: none)
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> "Setup":
@@ -108,7 +109,7 @@ class Setup:
                    endpoints=(env.get("INTERLACE_ENDPOINTS") or None) if managed else None,
                    client_key=env.get("INTERLACE_CLIENT_KEY") or None,
                    ledger=Path(env["INTERLACE_LEDGER"]) if env.get("INTERLACE_LEDGER") else None,
-                   launch=launch)
+                   launch=launch, gpu_mem_gb=float(env.get("INTERLACE_GPU_MEM_GB") or 0.0))
 
 
 class Autosave:
@@ -173,6 +174,8 @@ class Job:
         self.gate = connect(setup.gate, setup.job_id)
         self._reporter = Reporter(self._telemetry(log), setup.time_scale, self.report_every,
                                   self.clock())
+        if setup.gpu_mem_gb > 0:  # what it declared, until something measures it
+            self._reporter.gpu_memory = lambda: setup.gpu_mem_gb
         if handle_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
 
@@ -258,6 +261,16 @@ class Job:
     @profile.setter
     def profile(self, value: Profile | None) -> None:
         self._reporter.profile = value
+
+    @property
+    def gpu_memory(self) -> Callable[[], float | None]:
+        """What each report says of the GPU memory the job holds (GB per GPU; None:
+        nothing): the declared figure, or what a trainer that measures sets here."""
+        return self._reporter.gpu_memory
+
+    @gpu_memory.setter
+    def gpu_memory(self, value: Callable[[], float | None]) -> None:
+        self._reporter.gpu_memory = value
 
     def timing(self) -> dict[str, Any]:
         """Mean stage and iteration times (wall seconds) measured since the last report."""

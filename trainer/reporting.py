@@ -9,7 +9,7 @@ once it is known.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from trainer.stages import TimingWindow
 
@@ -40,6 +40,9 @@ class Reporter:
         self.window = TimingWindow()
         self.profile: Profile | None = None
         self.restart_overhead: float | None = None  # wall seconds, once measured
+        # GB of GPU memory the job holds on each GPU, or None: nothing to say (a torch
+        # trainer on CUDA measures its peak; others state the declared figure)
+        self.gpu_memory: Callable[[], float | None] = lambda: None
         self._next = now + self.every
         self._reported = False
 
@@ -60,9 +63,10 @@ class Reporter:
         job with no measured iteration since then has none, and says nothing)."""
         if self.telemetry is None:
             return
+        memory = self.gpu_memory()
         if self.profile is not None:
             self.telemetry.publish(iterations, self.profile.stage_map(),
-                                   self.profile.iteration_time)
+                                   self.profile.iteration_time, gpu_mem_gb=memory)
         elif self.window.iterations == 0:
             return
         else:
@@ -71,7 +75,8 @@ class Reporter:
             self.telemetry.publish(
                 iterations, {k: v * scale for k, v in summary["stages"].items()},
                 summary["iteration_time"] * scale,
-                restart_overhead=None if overhead is None else overhead * scale)
+                restart_overhead=None if overhead is None else overhead * scale,
+                gpu_mem_gb=memory)
         self.window.reset()
         self._reported = True
 

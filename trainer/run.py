@@ -65,6 +65,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pace-file", default=None,
                    help="emulated: a file the agent replaces with a new iteration time when the "
                         "job is regrouped on its GPUs (trainer/pace.py); read between chunks")
+    p.add_argument("--gpu-mem", type=float, default=0.0, metavar="GB",
+                   help="GPU memory the job declared (GB per GPU): reported as it is by the "
+                        "emulated trainer, until a torch trainer on CUDA measures its own")
     p.add_argument("--workload", default="emulated", choices=registry.NAMES)
     t = p.add_argument_group("real (torch) workloads")
     t.add_argument("--workload-config", default=None,
@@ -140,7 +143,8 @@ def job_for(args: argparse.Namespace, stop: StopFlag, parent: int, log: Any) -> 
         progress_dir=Path(args.checkpoint_dir), gate=args.gate, endpoints=args.endpoints,
         client_key=args.client_key,
         ledger=ledger_path(args.run_dir, args.node) if args.run_dir else None,
-        launch=f"{args.master_addr}:{args.master_port}" if args.world_size > 1 else "")
+        launch=f"{args.master_addr}:{args.master_port}" if args.world_size > 1 else "",
+        gpu_mem_gb=max(0.0, args.gpu_mem))
     return Job(setup=setup, store=TorchStore(args.checkpoint_dir, args.job_id) if torch else None,
                stop=stop, parent=parent, report_every=args.report_every, handle_sigterm=False,
                started=process_started() if torch else None, log=log)

@@ -27,12 +27,16 @@ class Telemetry:
             self._pub = Publisher(endpoints, f"trainer.{job_id}", join_wait=JOIN_WAIT_S)
 
     def publish(self, iterations: float, stages: dict[str, float],
-                iteration_time: float, restart_overhead: float | None = None) -> None:
+                iteration_time: float, restart_overhead: float | None = None,
+                gpu_mem_gb: float | None = None) -> None:
         """event.progress, then event.timing with the stage means and the iteration time
-        (and the restart overhead this launch paid, when measured)."""
+        (and the restart overhead this launch paid, when measured, and the GPU memory the
+        job holds on each GPU, where known)."""
         if self._pub is None:
             return
         extra = {} if restart_overhead is None else {"restart_overhead": float(restart_overhead)}
+        if gpu_mem_gb is not None:
+            extra["gpu_mem_gb"] = float(gpu_mem_gb)
         try:
             self._pub.publish("event.progress", job_id=self._job_id, iterations=float(iterations))
             self._pub.publish("event.timing", job_id=self._job_id,

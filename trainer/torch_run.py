@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from trainer.api import Job
+from trainer.exits import EXIT_OOM
 
 OVERHEAD_HISTORY = 20  # restart overheads remembered in the checkpoint meta
 
@@ -60,6 +61,8 @@ def run(args: argparse.Namespace, job: Job, log: Any) -> int:
         distributed.init(args.master_addr, args.master_port, world, rank,
                          timeout=args.dist_timeout, device=device)
     failed = False
+    if device.type == "cuda":  # the peak the allocator held: what a co-located job must leave
+        job.gpu_memory = lambda: torch.cuda.max_memory_reserved(device) / 2**30
     try:
         job.clock = make_clock(device)
         config = json.loads(args.workload_config) if args.workload_config else {}
@@ -95,6 +98,10 @@ def run(args: argparse.Namespace, job: Job, log: Any) -> int:
         return train(job, workload, math.ceil(args.iterations), log, state=state, reduce=reduce,
                      finished=lambda: {"timing": job.timing(),
                                        "params_digest": params_digest(workload.model)})
+    except torch.cuda.OutOfMemoryError as err:  # a distinct exit: the job then runs alone
+        failed = True
+        log.error("trainer_out_of_gpu_memory", error=str(err)[:300])
+        return EXIT_OOM
     except BaseException:
         failed = True
         raise

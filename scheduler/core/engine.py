@@ -7,13 +7,14 @@ import math
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from scheduler.core.memory import group_budget
+from scheduler.core.memory import fits, group_budget
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState, Demand
 from scheduler.core.plan_changes import NO_CHANGES, START, STARTS, STOP, PlanChanges, diff
 from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
+from specs.limits import MAX_GPU_MEM_GB
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
@@ -63,6 +64,7 @@ class Core:
         # every plan that changes what runs is checked
         self.check = PlanCheck(spec, group_budget(spec, model))
         self._disturbed = False  # a job stopped or finished since the last round
+        self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
         self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
 
@@ -176,6 +178,41 @@ class Core:
                                   f">= 0, got {seconds!r}")
         job.restart_overhead = value
 
+    def note_gpu_memory(self, job_id: int, gb: float) -> bool:
+        """Its trainers measured the GPU memory the job holds (GB per GPU): it replaces the
+        declared figure, and matchings weigh it from the next round. True when the job
+        shares a GPU with jobs it no longer fits beside: the driver stops it and asks it to
+        run alone (`run_alone`). Refused unless a finite number within MAX_GPU_MEM_GB."""
+        job = self._job(job_id)
+        value = _finite(gb)
+        if value is None or not 0 <= value <= MAX_GPU_MEM_GB:
+            raise SchedulingError(f"job {job_id}: GPU memory must be a finite number of GB in "
+                                  f"[0, {MAX_GPU_MEM_GB:g}], got {gb!r}")
+        if value == job.gpu_mem:
+            return False
+        job.gpu_mem = value
+        self.policy.on_profile(job)  # merges that fitted may not now, and others may
+        return job.status is Status.RUNNING and not self._fits_where_it_runs(job_id)
+
+    def run_alone(self, job_id: int) -> None:
+        """The job ran out of GPU memory beside others: from now on it shares no GPU."""
+        job = self._job(job_id)
+        job.alone = self._lonely = True
+        self.policy.on_profile(job)
+        self.policy.on_change(job)
+
+    def _fits_where_it_runs(self, job_id: int) -> bool:
+        """Whether the jobs on each GPU of `job_id` still fit together (memory.fits)."""
+        budget = self.check.mem_budget
+        mine = {(p.node, g) for p in self.placed[job_id].placement for g in p.gpus}
+        on: dict[tuple[int, int], list[Job]] = {}
+        for other, group in self.placed.items():
+            for piece in group.placement:
+                for gpu in piece.gpus:
+                    if (piece.node, gpu) in mine:
+                        on.setdefault((piece.node, gpu), []).append(self.jobs[other])
+        return all(fits(jobs, budget) for jobs in on.values())
+
     def note_stop_time(self, job_id: int, seconds: float) -> None:
         """How long a stop of this job took before its GPUs were free (a backend measured
         it); a later regroup of it weighs that too. Refused unless finite and >= 0."""
@@ -259,7 +296,8 @@ class Core:
             if changes.kinds or changes.added:
                 self.check.check(policy.name, plan, self.cluster.offline,
                                  policy.runs_unplaced)
-                self.check.check_memory(policy.name, plan, changes.added, self.jobs)
+                self.check.check_memory(policy.name, plan, changes.added, self.jobs,
+                                        self._lonely)
                 self._apply(changes, now)
         self._disturbed = False
         plan = _new_plan(Plan, (groups, plan.wakeup, plan.shared_gpus, changes))

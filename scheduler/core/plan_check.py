@@ -17,7 +17,7 @@ from functools import reduce
 from operator import attrgetter, eq, or_
 from typing import Mapping
 
-from scheduler.core.memory import SLACK, held_gb
+from scheduler.core.memory import fits, held_gb
 from scheduler.core.state import Group, NodeSlice, Plan
 from specs.spec import ClusterSpec
 
@@ -80,20 +80,20 @@ class PlanCheck:
         if not plan.shared_gpus and taken.bit_count() != sum(sizes):
             raise _refuse(policy, "two of its groups are given the same GPU")
 
-    def check_memory(self, policy: str, plan: Plan, added, jobs: Mapping) -> None:
-        """Refuse `plan` where the jobs on one GPU hold more memory than the budget: the
-        members of each group it starts or changes (`added`), or under shared GPUs every
-        group on each GPU. `jobs`: job id -> the core's job."""
+    def check_memory(self, policy: str, plan: Plan, added, jobs: Mapping,
+                     lonely: bool = False) -> None:
+        """Refuse `plan` where the jobs on one GPU may not share it (memory.fits: their memory
+        past the budget, or one that must run alone): the members of each group it starts or
+        changes (`added`), or under shared GPUs every group on each GPU. `jobs`: job id ->
+        the core's job; `lonely`: some job must run alone."""
         budget = self.mem_budget
-        if budget == math.inf:
+        if budget == math.inf and not lonely:
             return
         if not plan.shared_gpus:
             for group in added:
-                if len(group.jobs) > 1:
-                    held = held_gb(jobs[j] for j in group.jobs)
-                    if held > budget + SLACK:
-                        raise _refuse(policy, f"group {list(group.jobs)} holds {held:g} GB "
-                                              f"on each GPU; at most {budget:g} GB may be")
+                if len(group.jobs) > 1 and not fits([jobs[j] for j in group.jobs], budget):
+                    raise _refuse(policy, _crowded(f"group {list(group.jobs)}", group.jobs,
+                                                   jobs, budget))
             return
         on_gpu: dict[tuple[int, int], list[int]] = {}
         for group in plan.groups:
@@ -101,10 +101,9 @@ class PlanCheck:
                 for gpu in piece.gpus:
                     on_gpu.setdefault((piece.node, gpu), []).extend(group.jobs)
         for (node, gpu), members in on_gpu.items():
-            held = held_gb(jobs[j] for j in members)
-            if len(members) > 1 and held > budget + SLACK:
-                raise _refuse(policy, f"jobs {members} hold {held:g} GB on GPU {gpu} of node "
-                                      f"{node}; at most {budget:g} GB may be")
+            if not fits([jobs[j] for j in members], budget):
+                raise _refuse(policy, _crowded(f"GPU {gpu} of node {node}, with jobs "
+                                               f"{members},", members, jobs, budget))
 
     def _offline_bits(self, offline: set[int]) -> int:
         per_node = self.spec.gpus_per_node
@@ -136,6 +135,15 @@ class PlanCheck:
 
 _placement = attrgetter("placement")
 _gpus = attrgetter("num_gpu")
+
+
+def _crowded(what: str, members, jobs: Mapping, budget: float) -> str:
+    """Why jobs may not share GPUs: one must run alone, or their memory is past `budget`."""
+    lone = [j for j in members if jobs[j].alone]
+    if lone:
+        return f"{what} holds job {lone[0]}, which must run alone (it ran out of GPU memory)"
+    held = held_gb(jobs[j] for j in members)
+    return f"{what} holds {held:g} GB on each GPU; at most {budget:g} GB may be"
 
 
 def _refuse(policy: str, why: str) -> PlanError:

@@ -47,6 +47,10 @@ class Job:
     group_key: tuple[int, ...] = ()  # ids of the current group's members
     restart_overhead: float = 0.0  # seconds a (re)start costs it: the cost model's, then measured
     stop_time: float = 0.0  # seconds its last stop took before its GPUs were free (measured)
+    # GPU memory it holds on each GPU (GB): the record's, until its trainers measure it
+    gpu_mem: float = field(init=False)
+    # it must run alone: it ran out of GPU memory beside others once (never grouped again)
+    alone: bool = False
     # the record's id and #GPUs, copied once (the record is frozen): every round reads them
     # for every running job, and a slot is cheaper to read than a property
     id: int = field(init=False, repr=False)
@@ -55,6 +59,7 @@ class Job:
     def __post_init__(self) -> None:
         self.id = self.record.job_id
         self.num_gpu = self.record.num_gpu
+        self.gpu_mem = self.record.gpu_mem_gb
 
     @property
     def submit_time(self) -> float:
@@ -132,6 +137,10 @@ class JobView(Protocol):
     def stop_time(self) -> float: ...
     @property
     def restart_cost(self) -> float: ...
+    @property
+    def gpu_mem(self) -> float: ...
+    @property
+    def alone(self) -> bool: ...
 
 
 _new_tuple = tuple.__new__

@@ -163,7 +163,9 @@ class Handlers:
             state.log.info("stale_report", job_id=job_id, node=name, ok=False)
             return {"finished": False, "ignored": True}
         reason = f"trainer failed on {name}: {msg.get('detail', '')}".rstrip(": ")
-        jobs.requeue(job_id, now, reason, skip=name, iterations=its)
+        oom = bool(msg.get("oom"))  # out of GPU memory: never again beside others
+        jobs.requeue(job_id, now, reason + (" (runs alone from now on)" if oom else ""),
+                     skip=name, iterations=its, alone=oom)
         return {"finished": False, "requeued": True}
 
     def on_stopped(self, msg: Any) -> dict[str, Any]:

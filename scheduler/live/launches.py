@@ -44,9 +44,11 @@ class Launcher:
                     "turns": turns}
         if opt.workload == "torch":
             return {"kind": "torch", "iterations": job.record.iterations, "model": job.model,
-                    "batch_size": 0, "config": dict(opt.torch_config)}
+                    "batch_size": 0, "config": dict(opt.torch_config),
+                    "gpu_mem_gb": job.gpu_mem}
         return {"kind": "emulated", "iterations": job.record.iterations,
-                "iteration_time": want.tt, "stages": stage_list(job.profile)}
+                "iteration_time": want.tt, "stages": stage_list(job.profile),
+                "gpu_mem_gb": job.gpu_mem}
 
     def launch(self, requester: Any, job_id: int, want: Placed,
                outcomes: list[Outcome]) -> None:

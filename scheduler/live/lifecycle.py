@@ -106,6 +106,7 @@ class History(NamedTuple):
     phases: dict[int, Phase]
     launched_on: dict[int, frozenset[str]]
     refused: list[tuple[int, Phase | None, Phase]]
+    alone: frozenset[int] = frozenset()  # jobs that ran out of GPU memory beside others
 
 
 def replay(rows: Iterable[tuple[int, str, str | None, Mapping[str, Any] | None]]) -> History:
@@ -115,6 +116,7 @@ def replay(rows: Iterable[tuple[int, str, str | None, Mapping[str, Any] | None]]
     phases: dict[int, Phase] = {}
     nodes: dict[int, frozenset[str]] = {}
     refused: list[tuple[int, Phase | None, Phase]] = []
+    alone: set[int] = set()
     for job_id, entered, node, detail in rows:
         after, before = Phase(entered), phases.get(job_id)
         if not allowed(before, after):
@@ -123,7 +125,9 @@ def replay(rows: Iterable[tuple[int, str, str | None, Mapping[str, Any] | None]]
         phases[job_id] = after
         if after is LAUNCHING:
             nodes[job_id] = launch_nodes(node, detail)
-    return History(phases, nodes, refused)
+        if isinstance(detail, Mapping) and detail.get("alone") is True:
+            alone.add(job_id)
+    return History(phases, nodes, refused, frozenset(alone))
 
 
 def launch_nodes(node: str | None, detail: Mapping[str, Any] | None) -> frozenset[str]:
@@ -292,12 +296,14 @@ class Lifecycle:
         return True
 
     def requeue(self, job_id: int, now: float, reason: str, skip: str | None = None,
-                iterations: float | None = None) -> bool:
+                iterations: float | None = None, alone: bool = False) -> bool:
         """launching, running or stopping -> queued, outside a plan (an agent lost, a trainer
         failed or vanished, a scheduler restart), resuming from its checkpoint. A job whose
         checkpoint already holds every iteration finished unheard (its agent died before
         passing the trainer's end on): it is finished here, not launched once more. `skip`:
-        the node that reported it, where no trainer is left to stop."""
+        the node that reported it, where no trainer is left to stop. `alone`: it ran out of
+        GPU memory beside others, and runs alone from now on (journaled: a restarted
+        scheduler keeps that)."""
         s = self.state
         if not self._may("requeue", job_id):
             return False
@@ -309,10 +315,13 @@ class Lifecycle:
             s.log.info("job_finished_unheard", job_id=job_id, reason=reason, iterations=done,
                        node=skip)
             return self.finish(job_id, now, done, skip)
+        detail: dict[str, Any] = {"reason": reason, **({"alone": True} if alone else {})}
         if self._enter("requeue", job_id, ts=now, iterations=done, node=skip,
-                       detail={"reason": reason}, preempted=True) is None:
+                       detail=detail, preempted=True) is None:
             return False
         s.core.stop(job_id, now)
+        if alone:
+            s.core.run_alone(job_id)
         s.core.set_remaining(job_id, total - done)
         where = s.ledger.release(job_id, keep=skip)
         self.progress.pop(job_id, None)

@@ -50,6 +50,8 @@ def recover(state: LiveState) -> None:
             state.log.error("job_unschedulable", job_id=job_id, reason=str(err))
             continue
         state.jobs.restore(job_id, phase)
+        if job_id in history.alone:  # it ran out of GPU memory beside others once
+            state.core.run_alone(job_id)
         done = max(entry.iterations_done, state.jobs.checkpoint_of(job_id) or 0.0)
         state.core.set_remaining(job_id, record.iterations - done)
         live += 1

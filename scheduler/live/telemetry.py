@@ -43,6 +43,13 @@ def note_timing(state: LiveState, msg: Any) -> None:
     try:
         if overhead is not None and overhead != job.restart_overhead:
             state.core.set_restart_overhead(job.id, overhead)  # weighs future regroups
+        memory = msg.get("gpu_mem_gb")
+        if memory is not None and state.core.note_gpu_memory(job.id, memory):
+            # it no longer fits beside the jobs on its GPUs: stopped before it runs out
+            state.jobs.requeue(job.id, state.now(), f"needs {memory:g} GB of GPU memory, "
+                                                    "more than fits beside its group: runs alone",
+                               alone=True)
+            return
         profile = state.jobs.profiles.fold(job.id, job.profile, msg["stages"])
         if profile is None:
             return

@@ -218,7 +218,10 @@ def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str
                    "profile": list(job.profile), "preemptions": job.preemptions,
                    "submit": job.submit_time, "first_start": job.first_start,
                    "nodes": [node_name(n) for n in where.nodes] if where else [],
-                   "group": list(where.group) if where else []}
+                   "group": list(where.group) if where else [],
+                   # GPU memory it holds on each GPU (declared or measured), and whether it
+                   # must run alone (it ran out of GPU memory beside others)
+                   "gpu_mem_gb": job.gpu_mem, "runs_alone": job.alone}
         elif job_id in state.jobs.past:
             entry = state.jobs.past[job_id]
             doc = {"job_id": job_id, "state": state.jobs.status_of(job_id),

@@ -202,7 +202,8 @@ def test_launch_runs_to_one_finished_with_telemetry(cluster):
                 break
         probe.close()
 
-        body = cluster.launch(11, total=100)["body"]  # 1 s of wall time at 1000x
+        # declared GPU memory: the emulated trainer reports it as it is
+        body = cluster.launch(11, total=100, gpu_mem_gb=12.5)["body"]  # 1 s of wall at 1000x
         assert body["launched"] is True and body["gpus"] == [0, 1]
         again = cluster.launch(11, total=100)["body"]
         assert again["launched"] is False and again["already_running"] is True
@@ -222,6 +223,7 @@ def test_launch_runs_to_one_finished_with_telemetry(cluster):
     progress = [e["iterations"] for e in events if e.type == "event.progress"]
     assert timing and timing[-1]["stages"] == {"data": 2.0, "gpu": 5.0, "net": 3.0}
     assert timing[-1]["iteration_time"] == 10.0 and timing[-1].sender == "trainer.11"
+    assert {e["gpu_mem_gb"] for e in timing} == {12.5}
     assert progress and progress == sorted(progress) and progress[-1] == 100
 
     mark = len(cluster.sched.records)
@@ -300,6 +302,10 @@ BAD_LAUNCHES = [
     (dict(gpus=[]), "bad_request"),
     (dict(gpus=[0, 0]), "bad_request"),
     (dict(start_iteration=-1), "bad_request"),
+    (dict(workload={"kind": "emulated", "iterations": 5, "iteration_time": 1.0,
+                    "stages": [1, 1, 1], "gpu_mem_gb": -1}), "bad_workload"),
+    (dict(workload={"kind": "emulated", "iterations": 5, "iteration_time": 1.0,
+                    "stages": [1, 1, 1], "gpu_mem_gb": "lots"}), "bad_workload"),
 ]
 
 
@@ -329,6 +335,24 @@ def test_unknown_requests_get_errors_and_the_agent_keeps_serving(cluster):
     cluster.launch(22, total=20)
     done = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 22), "job.finished")[0]
     assert done["ok"] is True and cluster.agent.poll() is None
+
+
+def test_a_trainer_out_of_gpu_memory_is_reported_as_such(cluster):
+    """A program that exits EXIT_OOM (a stand-in for a torch trainer that caught
+    torch.cuda.OutOfMemoryError: no GPU here) is reported failed with `oom`, which the
+    scheduler takes as: run alone from now on."""
+    from trainer.exits import EXIT_OOM
+
+    w = {"kind": "command", "iterations": 10,
+         "argv": [sys.executable, "-c", f"import sys; sys.exit({EXIT_OOM})"]}
+    cluster.to_agent("job.launch", job_id=14, gpus=[0], group=[14], slot=0, workload=w,
+                     start_iteration=0)
+    done = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 14), "job.finished")[0]
+    assert done["ok"] is False and done["oom"] is True
+    assert done["detail"].startswith("out of GPU memory (exit status 4)")
+    cluster.launch(15, total=10)  # an ordinary end says nothing of memory
+    done = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 15), "job.finished")[0]
+    assert done["ok"] is True and "oom" not in done.fields
 
 
 def test_killed_trainer_reports_failure(cluster):

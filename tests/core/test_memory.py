@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scheduler.core.engine import Core
+from scheduler.core.engine import Core, SchedulingError
 from scheduler.core.plan_check import PlanError
 from scheduler.core.policies.base import Policy
 from scheduler.core.state import Group, NodeSlice, Plan
@@ -116,3 +116,44 @@ def test_the_core_refuses_a_group_past_the_memory_of_its_gpus():
     for i in range(2):
         core.submit(dataclasses.replace(job(i), gpu_mem_gb=500.0), 0.0)
     assert core.round(0.0).groups[0].jobs == (0, 1)
+
+
+def _running_pair(gb: float):
+    """A core running jobs 0 and 1 (complementary stages, `gb` each) as one group on the one
+    GPU of an 80 GB cluster, under Muri-L."""
+    from scheduler.sim.simulator import make_core
+
+    core = make_core(with_memory(spec(nodes=1, gpus=1)), "muri-l", get_preset("paper"))
+    for i, stages in enumerate([(0.3, 0.05, 0.05), (0.05, 0.3, 0.05)]):
+        core.submit(dataclasses.replace(job(i, stages=stages, iterations=10**6),
+                                        gpu_mem_gb=gb), 0.0)
+    assert [g.jobs for g in core.round(0.0).groups] in ([(0, 1)], [(1, 0)])
+    return core
+
+
+def test_a_measured_figure_replaces_the_declared_one_and_says_when_it_no_longer_fits():
+    core = _running_pair(10.0)
+    assert core.note_gpu_memory(0, 60.0) is False  # 70 GB: still fits 78
+    assert core.jobs[0].gpu_mem == 60.0
+    assert core.note_gpu_memory(0, 75.0) is True  # 85 GB: stop it, it runs alone
+    for bad in (-1.0, float("nan"), float("inf"), 1e9):
+        with pytest.raises(SchedulingError, match="GPU memory must be a finite number"):
+            core.note_gpu_memory(0, bad)
+    assert core.jobs[0].gpu_mem == 75.0
+
+
+def test_a_job_that_must_run_alone_shares_no_gpu_whatever_its_memory():
+    core = _running_pair(10.0)
+    core.stop(0, 1.0)
+    core.run_alone(0)
+    core.note_gpu_memory(0, 1.0)  # even at 1 GB
+    for t in (2.0, 3.0, 4.0):
+        assert all(len(g.jobs) == 1 for g in core.round(t).groups)
+    # and the core refuses a plan that groups it, on a cluster that states no memory too
+    model = get_preset("default").model
+    plain = Core(spec(nodes=1, gpus=1), _Crowd(model), model)
+    for i in range(2):
+        plain.submit(job(i), 0.0)
+    plain.run_alone(1)
+    with pytest.raises(PlanError, match="holds job 1, which must run alone"):
+        plain.round(0.0)

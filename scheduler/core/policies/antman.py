@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from scheduler.core.memory import SLACK, group_budget, held_gb
+from scheduler.core.memory import fits, group_budget
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status
@@ -105,6 +105,7 @@ class AntMan(Policy):
         self._plan: Plan | None = None
         self._plan_changes = -1
         self._budget = math.inf  # GB the jobs on one GPU may hold together (memory.py)
+        self._lonely = False  # a job must run alone (memory.py): every slot is checked
 
     def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         return sorted(pending, key=self._kept.key)  # stable: the order given among ties
@@ -151,6 +152,7 @@ class AntMan(Policy):
     def on_profile(self, job: JobView) -> None:
         self._groups.clear()  # its group and its neighbours' are timed by its profile
         self._plan = None
+        self._lonely = self._lonely or job.alone
 
     def on_change(self, job: JobView) -> None:
         if job.status is Status.PENDING and (job.id in self.holds or job.id in self.guest_gpus):
@@ -158,22 +160,20 @@ class AntMan(Policy):
 
     # -- guaranteed jobs -------------------------------------------------------------------
     def _free(self, node: int, job: JobView) -> list[int]:
-        """The GPUs of `node` no guaranteed job holds and whose guests' memory leaves
-        room for `job`'s."""
-        budget = self._budget
-        if budget == math.inf:
+        """The GPUs of `node` no guaranteed job holds and whose guests leave room for
+        `job` (memory.fits)."""
+        if self._budget == math.inf and not self._lonely:
             return [i for i, s in enumerate(self.gpus[node]) if s.owner is None]
         return [i for i, s in enumerate(self.gpus[node])
-                if s.owner is None and self._held(s) + job.record.gpu_mem_gb
-                <= budget + SLACK]
+                if s.owner is None and self._room_for(s, job)]
 
-    def _held(self, slot: _Gpu) -> float:
-        """GB of GPU memory the jobs on `slot` hold (its owner and its guests)."""
+    def _room_for(self, slot: _Gpu, job: JobView) -> bool:
+        """Whether `job` may join the jobs on `slot` (its owner and its guests)."""
         by_id = self._by_id
         jobs = [by_id[j] for j in slot.guests if j in by_id]
         if slot.owner is not None and slot.owner in by_id:
             jobs.append(by_id[slot.owner])
-        return held_gb(jobs)
+        return fits(jobs + [job], self._budget)
 
     def _grab(self, job: JobView, hold: _Hold, node: int, count: int) -> int:
         free = self._free(node, job)[:count]
@@ -256,12 +256,11 @@ class AntMan(Policy):
 
     # -- opportunistic jobs ----------------------------------------------------------------
     def _place_opportunistic(self, job: JobView) -> bool:
-        budget, mem = self._budget, job.record.gpu_mem_gb
+        bounded = self._budget != math.inf or self._lonely
         open_gpus = [(slot.load, node, gpu)
                      for node, row in enumerate(self.gpus)
                      for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
-                     and (budget == math.inf
-                          or self._held(slot) + mem <= budget + SLACK)]
+                     and (not bounded or self._room_for(slot, job))]
         if len(open_gpus) < job.num_gpu:
             return False
         open_gpus.sort(key=lambda e: e[0])

@@ -299,6 +299,10 @@ class Pairing:
         for node in nodes:
             if len(node) == 1:  # most candidates: a job alone, its shape hashed once
                 job = node[0]
+                if job.alone:  # merges with none: a kind of its own
+                    kinds.append(local.setdefault(numbers.setdefault(("alone", job.id),
+                                                                     len(numbers)), len(local)))
+                    continue
                 value = shape(job)
                 hit = alone.get(job)
                 if hit is not None and hit[0] is value:
@@ -431,6 +435,9 @@ class Pairing:
         if self.mem_budget != math.inf:
             held = np.array([held_gb(node) for node in nodes])
             w[np.add.outer(held, held) > self.mem_budget + SLACK] = 0.0
+        lone = np.array([any(j.alone for j in node) for node in nodes])
+        w[lone, :] = 0.0
+        w[:, lone] = 0.0
         if self.hysteresis:
             w *= self._bonus_matrix(nodes, bonus)
         return np.triu(w, 1) + np.triu(w, 1).T
@@ -475,7 +482,7 @@ def _partners(pairs: list[tuple[int, int]]) -> dict[int, int]:
 
 
 def _profile_and_memory(job: JobView) -> tuple:
-    return job.profile, job.record.gpu_mem_gb
+    return job.profile, job.gpu_mem
 
 
 def _profiled(job: JobView) -> bool:

@@ -1,0 +1,116 @@
+"""Live GPU memory: the scheduler never launches a group whose memory does not fit its GPUs,
+and a job whose trainer reports more than fits beside its group is stopped and runs alone
+from then on.
+
+The service runs for real against a real broker; fake agents (tests/live/test_service.py,
+test doubles that record launches and stops) stand in for nodes, and the test publishes
+`event.timing` as job 1's trainer would, over the bus.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from broker.client import Publisher
+from scheduler.live.webdata import JournalReader, job_detail
+from tests.helpers import job, spec
+from tests.live.test_service import DEADLINE, harness, wait_for  # noqa: F401  (the fixture)
+
+ONE_GPU_80 = dataclasses.replace(spec(nodes=1, gpus=1), gpu_mem_gb=80.0)
+SHAPES = {1: (0.3, 0.05, 0.05), 2: (0.05, 0.3, 0.05)}  # complementary: Muri pairs them
+
+
+def _submit_pair(h, gb: float) -> None:
+    for job_id, stages in SHAPES.items():  # both queued before the node comes: one plan
+        h.submit(dataclasses.replace(job(job_id, stages=stages, iterations=10**6),
+                                     gpu_mem_gb=gb))
+
+
+def test_jobs_that_fit_share_the_gpu_and_launches_carry_their_memory(harness):
+    h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
+    h.start_scheduler()
+    _submit_pair(h, 30.0)
+    n0 = h.agent("n0", gpus=(0,))
+    launches = [n0.next_launch(), n0.next_launch()]
+    assert [sorted(l["group"]) for l in launches] == [[1, 2], [1, 2]]
+    assert {l["workload"]["gpu_mem_gb"] for l in launches} == {30.0}
+
+
+def test_a_group_whose_memory_does_not_fit_is_never_launched(harness):
+    h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
+    h.start_scheduler()
+    _submit_pair(h, 41.0)  # 82 GB: past 80 GB less the 2 GB reserve
+    n0 = h.agent("n0", gpus=(0,))
+    launches = [n0.next_launch()]
+    # five rounds on: every launch a group of one, one job on the GPU at a time (a job may
+    # take the other's turn; it is stopped first)
+    seen = h.scheduler.state.rounds.count
+    wait_for(lambda: h.scheduler.state.rounds.count >= seen + 5)
+    while not n0.launches.empty():
+        launches.append(n0.launches.get())
+    assert all(l["group"] == [l["job_id"]] for l in launches)
+    assert len(n0.stops.queue) == len(launches) - 1 and len(n0.running) == 1
+    assert {h.job(1)["state"], h.job(2)["state"]} == {"running", "pending"}
+
+
+def test_a_job_that_reports_more_than_fits_beside_its_group_runs_alone(harness):
+    h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
+    h.start_scheduler()
+    _submit_pair(h, 10.0)
+    n0 = h.agent("n0", gpus=(0,))
+    assert {tuple(sorted(n0.next_launch()["group"])) for _ in range(2)} == {(1, 2)}
+
+    trainer = Publisher(h.endpoints, "trainer.1")  # stands in for job 1's trainer
+    try:
+        def stopped() -> bool:
+            trainer.publish("event.timing", job_id=1, stages={"data": 0.3, "gpu": 0.05,
+                                                              "net": 0.05},
+                            iteration_time=0.4, iterations=10.0, gpu_mem_gb=75.0)
+            return not n0.stops.empty()
+
+        wait_for(stopped, step=0.1)
+    finally:
+        trainer.close()
+    core = h.scheduler.state.core
+    assert core.jobs[1].gpu_mem == 75.0 and core.jobs[1].alone
+    # /api/jobs/ID says so
+    reader = JournalReader(str(h.run_dir / "journal.db"))
+    doc = job_detail(h.scheduler.state, reader, 1)
+    assert (doc["gpu_mem_gb"], doc["runs_alone"]) == (75.0, True)
+    assert any("runs alone" in str(e) for e in doc["events"]), doc["events"]
+    # from then on job 1 shares its GPU with no one (even were its memory to shrink back):
+    # every later launch is a group of one
+    core_later = h.scheduler.state
+    with core_later.lock:
+        core.note_gpu_memory(1, 10.0)
+    later = [n0.next_launch()]
+    seen = h.scheduler.state.rounds.count
+    wait_for(lambda: h.scheduler.state.rounds.count >= seen + 5)
+    while not n0.launches.empty():
+        later.append(n0.launches.get())
+    assert all(len(l["group"]) == 1 for l in later)
+
+
+def test_a_job_that_ran_out_of_gpu_memory_in_a_group_runs_alone_from_then_on(harness):
+    h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
+    h.start_scheduler()
+    _submit_pair(h, 10.0)
+    n0 = h.agent("n0", gpus=(0,))
+    assert {tuple(sorted(n0.next_launch()["group"])) for _ in range(2)} == {(1, 2)}
+    # job 1's agent reports its trainer's end: out of GPU memory (EXIT_OOM)
+    reply = h.request("job.finished", job_id=1, node="n0", iterations=5.0, ok=False,
+                      detail="out of GPU memory (exit status 4)", oom=True)
+    assert reply.get("requeued") is True
+    assert h.scheduler.state.core.jobs[1].alone
+    later: list[dict] = []
+
+    def relaunched() -> bool:
+        while not n0.launches.empty():
+            later.append(n0.launches.get())
+        return any(l["job_id"] == 1 for l in later)
+
+    wait_for(relaunched)
+    assert all(len(l["group"]) == 1 for l in later)
+    # the journal keeps the fact: a restarted scheduler runs it alone too
+    h.stop_scheduler()
+    h.start_scheduler()
+    assert h.scheduler.state.core.jobs[1].alone and not h.scheduler.state.core.jobs[2].alone
