@@ -41,7 +41,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     # out when `running` was taken (a launch reply carries its own number, `launch_seq`)
     "agent.register": {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                        "mem": (_NUM, True), "running": (_LIST, False),
-                       "incarnation": (_STR, False), "launches": (_INT, False)},
+                       "incarnation": (_STR, False), "launches": (_INT, False),
+                       "gpu_mem_gb": (_NUM, False)},  # each GPU's memory, where known
     "agent.heartbeat": {"node": (_STR, True), "running": (_LIST, False),
                         "incarnation": (_STR, False), "launches": (_INT, False),
                         "gate_spans": (_LIST, False)},
@@ -190,7 +191,8 @@ _RUNNING = _entries("iterations", _ITERATIONS)
 # type -> {field: check}, applied once the field's type is right
 BOUNDS: dict[str, dict[str, _Check]] = {
     "agent.register": {"gpus": _items(_number(0, MAX_GPU_ID)), "cpus": _number(0, MAX_CPUS),
-                       "mem": _number(0.0, MAX_MEM), "running": _RUNNING, "launches": _COUNT},
+                       "mem": _number(0.0, MAX_MEM), "running": _RUNNING, "launches": _COUNT,
+                       "gpu_mem_gb": _number(0.0, MAX_GPU_MEM_GB)},
     "agent.heartbeat": {"running": _RUNNING, "launches": _COUNT, "gate_spans": _gate_spans},
     "job.finished": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
     "job.cancel": {"job_id": _JOB_ID},

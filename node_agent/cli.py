@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from node_agent.config import AgentConfig
-from specs.limits import MAX_CPUS, MAX_MEM, MAX_TIME_SCALE, MAX_WAIT_S
+from specs.limits import MAX_CPUS, MAX_GPU_MEM_GB, MAX_MEM, MAX_TIME_SCALE, MAX_WAIT_S
 from specs.options import number
 
 
@@ -28,6 +29,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--gpus", required=True, help="GPU indices of this node, e.g. 0,1,2,3")
     p.add_argument("--cpus", type=number(1, MAX_CPUS, integer=True), default=os.cpu_count() or 1)
     p.add_argument("--mem", type=number(0, MAX_MEM), default=0.0, help="memory in GB")
+    p.add_argument("--gpu-mem", type=number(0, MAX_GPU_MEM_GB), default=None, metavar="GB",
+                   help="each GPU's memory in GB (default: what nvidia-smi says of the "
+                        "smallest of --gpus, else not stated); the scheduler refuses an agent "
+                        "with less than its spec's gpu_mem_p_gpu")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
     p.add_argument("--wait-endpoints", type=wait, default=30.0, metavar="S",
                    help="seconds to wait for the endpoints file (the broker may be starting)")
@@ -54,7 +59,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         p.error(f"--gpus must list distinct GPU indices, got {a.gpus!r}")
     from broker.metrics_http import check_arguments as check_metrics_arguments
     check_metrics_arguments(p, a)
-    cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem,
+    gpu_mem = a.gpu_mem if a.gpu_mem is not None else detected_gpu_mem(gpus)
+    cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem, gpu_mem_gb=gpu_mem,
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
@@ -64,6 +70,32 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                       metrics_insecure=a.metrics_insecure,
                       client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
     return cfg, a.log_level
+
+
+def detected_gpu_mem(gpus: Sequence[int], run: Callable[..., Any] = subprocess.run) -> float:
+    """The memory of the smallest of `gpus` as nvidia-smi reports it (GB = GiB, as torch
+    counts), or 0 where there is no nvidia-smi or it says nothing of them."""
+    try:
+        out = run(["nvidia-smi", "--query-gpu=index,memory.total",
+                   "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                  timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0.0
+    return parse_gpu_mem(out, gpus)
+
+
+def parse_gpu_mem(text: str, gpus: Sequence[int]) -> float:
+    """nvidia-smi's `index, memory.total` rows (MiB) -> the smallest of `gpus` in GB."""
+    sizes = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            try:
+                sizes[int(parts[0])] = float(parts[1]) / 1024
+            except ValueError:
+                continue
+    mine = [sizes[g] for g in gpus if g in sizes]
+    return min(mine) if len(mine) == len(gpus) else 0.0
 
 
 def start(argv: Sequence[str] | None = None) -> tuple[AgentConfig, threading.Event, Any]:

@@ -84,8 +84,9 @@ class Link:
         # reports queued are delivered once registered; a job they concern that the scheduler
         # thinks runs here is requeued at registration, and the report then settles it
         beat = self.table.snapshot(reported=False)
+        memory = {"gpu_mem_gb": self.cfg.gpu_mem_gb} if self.cfg.gpu_mem_gb else {}
         outcome = self._send("agent.register", node=self.cfg.node, gpus=list(self.cfg.gpus),
-                             cpus=self.cfg.cpus, mem=self.cfg.mem, **beat)
+                             cpus=self.cfg.cpus, mem=self.cfg.mem, **memory, **beat)
         if outcome == "ok":
             self.registered = True
             self.next_heartbeat = time.monotonic() + self.cfg.heartbeat

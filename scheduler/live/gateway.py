@@ -34,6 +34,7 @@ class AgentSeen:
     mem: float
     last_seen: float  # monotonic wall seconds
     incarnation: str | None = None  # the agent process that registered (None: not told)
+    gpu_mem_gb: float = 0.0  # each of its GPUs' memory (0: not told)
 
 
 class AgentGateway:

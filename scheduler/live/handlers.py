@@ -19,6 +19,10 @@ from scheduler.live import status
 from traces.record import JobRecord, record_from_map
 from traces.validate import validate
 
+# An agent's GPUs may hold this much less than the spec says and still take work: a card sold
+# as 80 GB reports a little less usable memory, which the group reserve (2 GB) covers.
+GPU_MEM_SLACK = 0.05
+
 
 class Handlers:
     def __init__(self, state: LiveState):
@@ -77,10 +81,19 @@ class Handlers:
         if len(gpus) < state.opt.spec.gpus_per_node:
             state.log.warning("agent_short_of_gpus", node=name, gpus=list(gpus),
                               spec_gpus=state.opt.spec.gpus_per_node)
+        gpu_mem = float(msg.get("gpu_mem_gb") or 0.0)
+        planned = state.opt.spec.gpu_mem_gb
+        if gpu_mem and planned and gpu_mem < planned * (1 - GPU_MEM_SLACK):
+            # groups planned for the spec's memory would not fit its GPUs: no work for it
+            state.log.error("agent_short_of_gpu_memory", node=name, gpu_mem_gb=gpu_mem,
+                            spec_gpu_mem_gb=planned)
+            raise Refusal("short_of_gpu_memory",
+                          f"{name}'s GPUs hold {gpu_mem:g} GB; the spec plans groups for "
+                          f"{planned:g} GB (gpu_mem_p_gpu): start it with a spec that says so")
         was = name in state.agents
         state.rounds.awaiting.discard(name)
         state.agents[name] = AgentSeen(tuple(gpus), msg["cpus"], msg["mem"], state.clock(),
-                                       msg.get("incarnation"))
+                                       msg.get("incarnation"), gpu_mem)
         state.core.set_node_online(index, True)
         now = state.now()
         reported = dict(running)

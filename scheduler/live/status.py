@@ -35,7 +35,8 @@ def status(state: LiveState, jobs: bool = True) -> dict[str, Any]:
             "now": state.now(), "policy": state.opt.policy, "rounds": state.rounds.count,
             "counts": state.jobs.status_counts(),
             "agents": {name: {"online": True, "gpus": list(a.gpus),
-                              "last_heartbeat_s": wall - a.last_seen}
+                              "last_heartbeat_s": wall - a.last_seen,
+                              **({"gpu_mem_gb": a.gpu_mem_gb} if a.gpu_mem_gb else {})}
                        for name, a in sorted(state.agents.items())},
             "offline": [node_name(n) for n in sorted(state.core.cluster.offline)],
             "refused": state.refusals.counts(), "round_failures": state.rounds.failures,

@@ -86,7 +86,7 @@ class FakeScheduler:
 
 def agent_command(endpoints_file: Path, run_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "node_agent.agent", "--node", NODE, "--gpus", "0,1",
-            "--cpus", "4", "--mem", "16", "--endpoints", str(endpoints_file),
+            "--cpus", "4", "--mem", "16", "--gpu-mem", "24", "--endpoints", str(endpoints_file),
             "--run-dir", str(run_dir), "--time-scale", "1000", "--heartbeat",
             str(HEARTBEAT_S), "--report-every", "0.05", "--stop-timeout", "5", *extra]
 
@@ -182,6 +182,7 @@ def gone(pid: int) -> bool:
 def test_registers_then_heartbeats(cluster):
     reg = cluster.sched.of("agent.register")[0]
     assert (reg["node"], reg["gpus"], reg["cpus"], reg["mem"]) == (NODE, [0, 1], 4, 16)
+    assert reg["gpu_mem_gb"] == 24  # as told (--gpu-mem): no nvidia-smi to ask here
     assert reg["running"] == []
     assert reg.sender == f"agent.{NODE}"
     beats = cluster.sched.wait_heartbeats(2, after=0)
@@ -479,3 +480,19 @@ def test_a_trainer_that_outlives_its_stop_timeout_is_killed_and_its_reap_recorde
         assert verdict(records, {4: 1e6}).unbounded == 0
     finally:
         c.close()
+
+
+def test_an_agent_reads_its_gpus_memory_from_nvidia_smi_or_is_told():
+    from node_agent.cli import detected_gpu_mem, parse_gpu_mem, parse_args
+
+    rows = "0, 81559\n1, 81559\n2, 40960\n"  # nvidia-smi --query-gpu=index,memory.total (MiB)
+    assert parse_gpu_mem(rows, (0, 1)) == 81559 / 1024
+    assert parse_gpu_mem(rows, (1, 2)) == 40.0  # the smallest of its GPUs
+    assert parse_gpu_mem(rows, (3,)) == 0.0 and parse_gpu_mem("garbage\n", (0,)) == 0.0
+
+    def absent(*args, **kwargs):
+        raise FileNotFoundError("nvidia-smi")
+
+    assert detected_gpu_mem((0,), run=absent) == 0.0  # no GPUs here: not stated
+    base = ["--node", "n0", "--gpus", "0", "--endpoints", "e.json", "--run-dir", "r"]
+    assert parse_args(base + ["--gpu-mem", "80"])[0].gpu_mem_gb == 80.0

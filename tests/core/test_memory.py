@@ -34,15 +34,21 @@ def per_gpu_memory(plan: Plan, jobs) -> dict[tuple[int, int], list[int]]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(trace=traces(), memory=st.lists(st.sampled_from([0.0, 10.0, 30.0, 39.0, 40.0, 50.0,
-                                                        78.0]), min_size=25, max_size=25),
+@given(trace=traces(), shares=st.lists(st.sampled_from([0.0, 0.1, 0.3, 0.48, 0.49, 0.5, 0.7,
+                                                        0.98]), min_size=25, max_size=25),
+       shape=st.sampled_from([(1, 1), (1, 4), (2, 4), (2, 8), (3, 2)]),
+       gpu_mem=st.sampled_from([16.0, 40.0, 80.0, 141.0]),
        policy=st.sampled_from(["muri-s", "muri-l", "antman"]),
        preset=st.sampled_from(["default", "paper"]))
-def test_no_gpu_ever_holds_more_than_its_memory_less_the_reserve(trace, memory, policy,
-                                                                  preset):
-    trace = [dataclasses.replace(r, gpu_mem_gb=m) for r, m in zip(trace, memory)]
+def test_no_gpu_ever_holds_more_than_its_memory_less_the_reserve(trace, shares, shape, gpu_mem,
+                                                                  policy, preset):
+    """Random clusters, traces and memory (each job a share of a GPU's): at every round of
+    every policy that shares GPUs, the jobs on each GPU fit its memory less the reserve."""
+    cluster = with_memory(spec(nodes=shape[0], gpus=shape[1]), gpu_mem)
+    trace = [dataclasses.replace(r, gpu_mem_gb=gpu_mem * share)
+             for r, share in zip(trace, shares) if r.num_gpu <= cluster.total_gpus]
     need = {r.job_id: r.gpu_mem_gb for r in trace}
-    budget = GPU_MEM - get_preset(preset).model.group_mem_reserve_gb
+    budget = gpu_mem - get_preset(preset).model.group_mem_reserve_gb
     worst = []
 
     def look(now, plan, core):
@@ -50,8 +56,7 @@ def test_no_gpu_ever_holds_more_than_its_memory_less_the_reserve(trace, memory, 
             if len(members) > 1:
                 worst.append(sum(need[j] for j in members))
 
-    result = simulate(trace, with_memory(spec(nodes=2, gpus=4)), policy, get_preset(preset),
-                      on_round=look)
+    result = simulate(trace, cluster, policy, get_preset(preset), on_round=look)
     assert all(o.end is not None for o in result.outcomes)
     assert all(total <= budget + 1e-9 for total in worst), max(worst)
 

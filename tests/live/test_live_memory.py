@@ -114,3 +114,19 @@ def test_a_job_that_ran_out_of_gpu_memory_in_a_group_runs_alone_from_then_on(har
     h.stop_scheduler()
     h.start_scheduler()
     assert h.scheduler.state.core.jobs[1].alone and not h.scheduler.state.core.jobs[2].alone
+
+
+def test_an_agent_whose_gpus_hold_less_than_the_spec_plans_for_is_refused(harness):
+    from broker.client import RequestFailed
+    import pytest
+
+    h = harness(spec=ONE_GPU_80, policy="muri-s", round_s=0.2)
+    h.start_scheduler()
+    with pytest.raises(RequestFailed) as err:
+        h.request("agent.register", node="n0", gpus=[0], cpus=8, mem=64.0, gpu_mem_gb=40.0)
+    assert err.value.code == "short_of_gpu_memory"
+    assert "n0's GPUs hold 40 GB; the spec plans groups for 80 GB" in str(err.value)
+    assert "n0" not in h.status()["agents"]
+    # 79.6 GB, what an "80 GB" card reports usable, is taken, and shown
+    h.request("agent.register", node="n0", gpus=[0], cpus=8, mem=64.0, gpu_mem_gb=79.6)
+    assert h.status()["agents"]["n0"]["gpu_mem_gb"] == 79.6
