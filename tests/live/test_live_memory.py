@@ -25,6 +25,16 @@ def _submit_pair(h, gb: float) -> None:
                                      gpu_mem_gb=gb))
 
 
+def _grouped_pair(harness):
+    """A scheduler and node n0 running jobs 1 and 2 (10 GB each) as one group."""
+    h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
+    h.start_scheduler()
+    _submit_pair(h, 10.0)
+    n0 = h.agent("n0", gpus=(0,))
+    assert {tuple(sorted(n0.next_launch()["group"])) for _ in range(2)} == {(1, 2)}
+    return h, n0
+
+
 def test_jobs_that_fit_share_the_gpu_and_launches_carry_their_memory(harness):
     h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
     h.start_scheduler()
@@ -53,11 +63,7 @@ def test_a_group_whose_memory_does_not_fit_is_never_launched(harness):
 
 
 def test_a_job_that_reports_more_than_fits_beside_its_group_runs_alone(harness):
-    h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
-    h.start_scheduler()
-    _submit_pair(h, 10.0)
-    n0 = h.agent("n0", gpus=(0,))
-    assert {tuple(sorted(n0.next_launch()["group"])) for _ in range(2)} == {(1, 2)}
+    h, n0 = _grouped_pair(harness)
 
     trainer = Publisher(h.endpoints, "trainer.1")  # stands in for job 1's trainer
     try:
@@ -91,11 +97,7 @@ def test_a_job_that_reports_more_than_fits_beside_its_group_runs_alone(harness):
 
 
 def test_a_job_that_ran_out_of_gpu_memory_in_a_group_runs_alone_from_then_on(harness):
-    h = harness(spec=ONE_GPU_80, policy="muri-s", preset="paper", round_s=0.2)
-    h.start_scheduler()
-    _submit_pair(h, 10.0)
-    n0 = h.agent("n0", gpus=(0,))
-    assert {tuple(sorted(n0.next_launch()["group"])) for _ in range(2)} == {(1, 2)}
+    h, n0 = _grouped_pair(harness)
     # job 1's agent reports its trainer's end: out of GPU memory (EXIT_OOM)
     reply = h.request("job.finished", job_id=1, node="n0", iterations=5.0, ok=False,
                       detail="out of GPU memory (exit status 4)", oom=True)
