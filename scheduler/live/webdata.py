@@ -45,12 +45,15 @@ def groups(state: LiveState) -> list[dict[str, Any]]:
             job = state.core.jobs.get(j)
             info[str(j)] = {"profile": [round(t, 6) for t in job.profile] if job else [],
                             "model": job.model if job else "",
-                            "num_gpu": job.num_gpu if job else 0}
+                            "num_gpu": job.num_gpu if job else 0,
+                            "gpu_mem_gb": job.gpu_mem if job else 0.0}
         where = {}
         for sl in slices:
             where.setdefault(node_name(sl.node), set()).update(sl.gpus)
         out.append({"members": members, "tt": max(placed[j].tt for j in jobs),
-                    "slots": {n: sorted(g) for n, g in sorted(where.items())}, "jobs": info})
+                    "slots": {n: sorted(g) for n, g in sorted(where.items())}, "jobs": info,
+                    # GPU memory the members hold together on each of its GPUs (GB)
+                    "gpu_mem_gb": round(sum(i["gpu_mem_gb"] for i in info.values()), 3)})
     out.sort(key=lambda g: g["members"])
     return out
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from broker.client import Publisher
-from scheduler.live.webdata import JournalReader, job_detail
+from scheduler.live.webdata import JournalReader, groups, job_detail
 from tests.helpers import job, spec
 from tests.live.test_service import DEADLINE, harness, wait_for  # noqa: F401  (the fixture)
 
@@ -43,6 +43,14 @@ def test_jobs_that_fit_share_the_gpu_and_launches_carry_their_memory(harness):
     launches = [n0.next_launch(), n0.next_launch()]
     assert [sorted(l["group"]) for l in launches] == [[1, 2], [1, 2]]
     assert {l["workload"]["gpu_mem_gb"] for l in launches} == {30.0}
+    # the web view's groups say what the members hold together on each GPU
+
+    def shown():
+        with h.scheduler.state.lock:
+            return [(g["members"], g["gpu_mem_gb"]) for g in groups(h.scheduler.state)]
+
+    wait_for(lambda: len(shown()) == 1 and len(shown()[0][0]) == 2)
+    assert shown()[0][1] == 60.0
 
 
 def test_a_group_whose_memory_does_not_fit_is_never_launched(harness):

@@ -273,6 +273,7 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
                        time_scale=250.0, scheduler_args=["--http", f"127.0.0.1:{port}"])
     records = generate(40, 5, max_gpus=4, backlog=True, median_duration=20000,
                        min_duration=5000, max_duration=40000)
+    records = [dataclasses.replace(r, gpu_mem_gb=8.0) for r in records]  # shown per group
     trace = tmp_path / "trace.csv"
     write_trace(trace, records)
     url = f"http://127.0.0.1:{port}/"
@@ -319,10 +320,12 @@ def test_the_page_shows_the_running_groups_and_the_queue_of_a_live_cluster(tmp_p
     assert any("-" in k for k in drawn), "a group of two or more is drawn"
     multi = [g for g in before["groups"] + after["groups"] if len(g["members"]) > 1]
     assert multi and all(g["occupancy"] for g in multi)
-    # each drawn group of two or more has its occupancy strip, one bar per turn
+    # each drawn group of two or more has its occupancy strip, one bar per turn, and says
+    # the GPU memory its members hold together (8 GB each)
     for members in (k for k in drawn if "-" in k):
         block = dom.split(f'data-members="{members}"', 1)[1].split('class="group"', 1)[0]
         assert 'class="occupancy"' in block and block.count("<rect") >= 2, members
+        assert f"{8.0 * len(members.split('-')):.1f} GB per GPU" in block, block[:500]
     # a group's members run now: none of them is in the queue the same reply shows
     for doc in (before, after):
         queued_ids = {j["job_id"] for j in doc["jobs"] if j["state"] == "pending"}

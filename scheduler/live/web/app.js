@@ -66,8 +66,9 @@ function drawGroups(s) {
       tag.style.background = colour(j);
       title.appendChild(tag);
     });
+    const held = g.gpu_mem_gb ? ` · ${(+g.gpu_mem_gb).toFixed(1)} GB per GPU` : "";
     title.appendChild(document.createTextNode(
-      ` · ${where} · iteration ${(+g.tt).toFixed(3)} s · strip: last ${(+g.window).toFixed(2)} s, ` +
+      ` · ${where}${held} · iteration ${(+g.tt).toFixed(3)} s · strip: last ${(+g.window).toFixed(2)} s, ` +
       (g.occupancy_source === "measured" ? `measured at ${g.measured_on}'s gate` : "model (3 periods)")));
     title.appendChild(el("span", { class: "occupancy-source" }, ` [${g.occupancy_source || "model"}]`));
     div.appendChild(title);
