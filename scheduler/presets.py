@@ -2,7 +2,9 @@
 built-in policies' settings, and whether the simulator runs in the artifact mode.
 
 `default` is the physically sensible model: the restart overhead paid once per start,
-restart, regroup or move; no group slowdown factors; profiles scaled to the solo time;
+restart, regroup or move; groups slowed by the interference factors (model.INTERFERENCE,
+the paper testbed's; the live scheduler refines them from measured paces); profiles scaled
+to the solo time;
 running jobs keep their GPUs; auto-unpack on, so that no group is slower than running alone;
 Muri merges only where a merge shortens expected completions (muri_outlook.py).
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from scheduler.core.model import CostModel
+from scheduler.core.model import INTERFERENCE, CostModel
 from scheduler.core.policies.settings import (MuriSettings, PolicySettings, ThemisSettings,
                                               TiresiasSettings)
 
@@ -54,7 +56,7 @@ PAPER = Preset(
     artifact=True,
 )
 
-DEFAULT = Preset(name="default")
+DEFAULT = Preset(name="default", model=CostModel(group_slowdown=INTERFERENCE))
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (PAPER, DEFAULT)})
 

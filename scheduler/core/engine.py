@@ -4,6 +4,7 @@ carries the time the driver says it is, so the simulator and the live service dr
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -18,6 +19,9 @@ from specs.limits import MAX_GPU_MEM_GB
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
+# the group slowdowns a measurement may set: below 1, the cyclic model was pessimistic (the
+# stage gate can overlap more than its slots); past 4, no longer a pace but a fault
+MIN_SLOWDOWN, MAX_SLOWDOWN = 0.5, 4.0
 
 _new_plan = tuple.__new__  # the core's Plan made as the tuple it is, once a round
 
@@ -212,6 +216,22 @@ class Core:
                     if (piece.node, gpu) in mine:
                         on.setdefault((piece.node, gpu), []).append(self.jobs[other])
         return all(fits(jobs, budget) for jobs in on.values())
+
+    def calibrate_slowdown(self, members: int, factor: float) -> None:
+        """Groups of `members` jobs were measured to run `factor` times the cyclic model's
+        time here (live trainers' paces): the cost model's factor for that size becomes it,
+        and policies plan with it from the next round. Refused unless 2 <= members <= the
+        policy's largest group and factor a finite number in [MIN_SLOWDOWN, MAX_SLOWDOWN]."""
+        value = _finite(factor)
+        if not (isinstance(members, int) and 2 <= members <= max(2, self.policy.max_group)):
+            raise SchedulingError(f"no groups of {members!r} jobs to calibrate")
+        if value is None or not MIN_SLOWDOWN <= value <= MAX_SLOWDOWN:
+            raise SchedulingError(f"a group slowdown must be in [{MIN_SLOWDOWN:g}, "
+                                  f"{MAX_SLOWDOWN:g}], got {factor!r}")
+        slowdown = dict(self.model.group_slowdown)
+        slowdown[members] = value
+        self.model = replace(self.model, group_slowdown=MappingProxyType(slowdown))
+        self.policy.set_model(self.model)
 
     def note_stop_time(self, job_id: int, seconds: float) -> None:
         """How long a stop of this job took before its GPUs were free (a backend measured

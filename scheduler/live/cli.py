@@ -45,6 +45,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                    help=f"{', '.join(policy_names())}, or package.module:Class "
                         "(default: muri-s)".replace("%", "%%"))
     p.add_argument("--preset", default="default", help="model preset (default: default)")
+    p.add_argument("--no-interference", action="store_true",
+                   help="groups at the interleave model's own pace: no interference factor (the preset's: "
+                        "1.33x, 1.5x, 1.37x for groups of 2, 3, 4)")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
     p.add_argument("--run-dir", required=True,
                    help="scheduler.log, journal.db; agents' checkpoints/ are read from here")
@@ -140,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
                       workload=args.workload, torch_config=args.torch_config,
                       metrics=args.metrics, metrics_key=args.metrics_key,
-                      metrics_insecure=args.metrics_insecure)
+                      metrics_insecure=args.metrics_insecure,
+                      interference=not args.no_interference)
     try:
         service = SchedulerService(endpoints, options, log=log)
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above

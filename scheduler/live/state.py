@@ -57,7 +57,8 @@ class LiveState:
         # torch trainers cannot change group where they run: a regroup restarts them, and
         # the preset (which the core and the plan comparison read) says so
         preset = get_preset(options.preset, **(
-            {"regroup_in_place": False} if options.workload == "torch" else {}))
+            {"regroup_in_place": False} if options.workload == "torch" else {}), **(
+            {} if options.interference else {"group_slowdown": {}}))
         self.core = Core(options.spec, make_policy(options.policy, preset), preset.model)
         self.journal = Journal(options.journal_path)
         self.trace = TraceClock(clock, self.journal.clock(), options.time_scale)

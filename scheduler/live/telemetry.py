@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.core.engine import SchedulingError
+from scheduler.core.engine import MAX_SLOWDOWN, MIN_SLOWDOWN, SchedulingError
 from scheduler.live.state import LiveState
 from scheduler.core.state import Status
+
+# how far one measured pace moves a group slowdown toward itself, and the change below which
+# it is left as it is (each change re-plans every group of that size)
+CALIBRATION_STEP, CALIBRATION_TOLERANCE = 0.2, 0.01
 
 
 def pump(state: LiveState, subscriber: Any, wait: float) -> None:
@@ -50,6 +54,7 @@ def note_timing(state: LiveState, msg: Any) -> None:
                                                     "more than fits beside its group: runs alone",
                                alone=True)
             return
+        calibrate(state, job.id, float(msg["iteration_time"]))
         profile = state.jobs.profiles.fold(job.id, job.profile, msg["stages"])
         if profile is None:
             return
@@ -62,6 +67,26 @@ def note_timing(state: LiveState, msg: Any) -> None:
     state.rounds.wake("profile")
     state.log.info("profile_updated", job_id=job.id, profile=[round(t, 6) for t in profile],
                    measured=dict(msg["stages"]))
+
+
+def calibrate(state: LiveState, job_id: int, measured: float) -> None:
+    """A grouped job's measured iteration time against its group's planned one moves the
+    cost model's slowdown for groups of that size toward what it shows (a step of
+    CALIBRATION_STEP of the way): the interference term learns this cluster's contention.
+    An emulated trainer paces itself to the plan, so its reports move nothing."""
+    where = state.ledger.placed.get(job_id)
+    if where is None or len(where.group) < 2 or not measured > 0 or not where.tt > 0:
+        return
+    members = len(where.group)
+    current = state.core.model.slowdown(members)
+    observed = min(max(measured / (where.tt / current), MIN_SLOWDOWN), MAX_SLOWDOWN)
+    factor = current + CALIBRATION_STEP * (observed - current)
+    if abs(factor - current) <= CALIBRATION_TOLERANCE * current:
+        return
+    state.core.calibrate_slowdown(members, factor)
+    state.log.info("interference_calibrated", members=members, factor=round(factor, 4),
+                   was=round(current, 4), observed=round(observed, 4), job_id=job_id)
+    state.rounds.wake("calibration")
 
 
 def publish(state: LiveState, publisher: Any) -> None:

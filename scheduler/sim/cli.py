@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="Muri splits a group slower than its members run one after another "
                         "(the preset's: on under default, off under paper; the artifact's "
                         "--autopack, on in its Fig. 13 runs)")
+    p.add_argument("--no-interference", action="store_true",
+                   help="groups at the interleave model's own pace: no interference factor (the preset's: "
+                        "1.33x, 1.5x, 1.37x for groups of 2, 3, 4)")
     p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the JCT CDF of the policies (any format matplotlib writes: "
@@ -215,6 +218,8 @@ def preset_overrides(args: argparse.Namespace) -> dict:
         overrides["muri_max_group"] = args.max_group
     if args.auto_unpack is not None:
         overrides["muri_auto_unpack"] = args.auto_unpack == "on"
+    if args.no_interference:
+        overrides["group_slowdown"] = {}
     return overrides
 
 

@@ -162,3 +162,20 @@ def test_a_job_that_must_run_alone_shares_no_gpu_whatever_its_memory():
     plain.run_alone(1)
     with pytest.raises(PlanError, match="holds job 1, which must run alone"):
         plain.round(0.0)
+
+
+def test_a_calibrated_slowdown_times_the_next_groups_and_bad_ones_are_refused():
+    from scheduler.core import interleave
+
+    core = _running_pair(10.0)
+    assert core.model.slowdown(2) == get_preset("paper").model.slowdown(2)
+    core.calibrate_slowdown(2, 1.8)
+    assert core.model.slowdown(2) == 1.8 and core.policy.model.slowdown(2) == 1.8
+    group = core.round(1.0).groups[0]
+    jobs = [core.jobs[j] for j in group.jobs]
+    cyclic, _ = interleave.best_order_indices(tuple(j.profile for j in jobs))
+    assert group.tt == pytest.approx(cyclic * 1.8)
+    for members, factor in ((1, 1.2), (5, 1.2), (2, 0.1), (2, 9.0), (2, float("nan"))):
+        with pytest.raises(SchedulingError):
+            core.calibrate_slowdown(members, factor)
+    assert core.model.slowdown(2) == 1.8

@@ -92,7 +92,9 @@ def test_a_job_without_profile_runs_alone_until_measured():
 # The keep bonus is tried under the paper's merge rule (any merge while demand exceeds the
 # cluster), where only efficiency and the bonus decide which groups form; the completion
 # rule would refuse some of these merges for reasons of its own (test_muri_outlook.py).
-EVERY_MERGE = {"muri_merge_rule": "efficiency"}
+# every merge the matching offers, at the cyclic model's pace (no interference factor): these
+# hand-made groups test regrouping and slot order, not whether a group pays
+EVERY_MERGE = {"muri_merge_rule": "efficiency", "group_slowdown": {}}
 
 
 def test_a_restart_that_costs_more_than_the_gain_keeps_the_group():

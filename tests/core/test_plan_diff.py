@@ -198,7 +198,7 @@ def test_a_group_may_take_the_gpus_a_moved_group_left_and_shared_gpus_may_overla
 
 
 def test_a_profile_change_repaces_a_group_where_it_runs():
-    preset = get_preset("default")
+    preset = get_preset("default", group_slowdown={})  # the cyclic model's pace
     core = Core(spec(nodes=1, gpus=1), make_policy("muri-s", preset), preset.model)
     core.submit(record(1, stages=(0.3, 0.1, 0.2, 0.05)), 0.0)
     core.submit(record(2, stages=(0.05, 0.4, 0.05, 0.3)), 0.0)

@@ -189,7 +189,10 @@ def test_a_live_group_s_strip_is_its_gate_s_turns(tmp_path):
     cluster = LiveCluster(tmp_path / "run", str(spec), nodes=1, gpus_per_node=1,
                           time_scale=1.0, scheduler_args=[
                               "--workload", "torch", "--torch-config", config,
-                              "--http", f"127.0.0.1:{port}"])
+                              "--http", f"127.0.0.1:{port}",
+                              # two like bert jobs: a pair pays only at the model's own pace,
+                              # and the test needs one group running
+                              "--no-interference"])
 
     def measured():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as r:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from broker.client import Publisher
+from scheduler.core import interleave
 from scheduler.live.webdata import JournalReader, groups, job_detail
 from tests.helpers import job, spec
 from tests.live.test_service import DEADLINE, harness, wait_for  # noqa: F401  (the fixture)
@@ -140,3 +143,53 @@ def test_an_agent_whose_gpus_hold_less_than_the_spec_plans_for_is_refused(harnes
     # 79.6 GB, what an "80 GB" card reports usable, is taken, and shown
     h.request("agent.register", node="n0", gpus=[0], cpus=8, mem=64.0, gpu_mem_gb=79.6)
     assert h.status()["agents"]["n0"]["gpu_mem_gb"] == 79.6
+
+
+def test_measured_group_paces_calibrate_the_interference_term(harness):
+    """A grouped trainer that reports iterations 1.5x slower than its group was planned
+    moves the slowdown of groups of two toward 1.5x what it was, a step at a time, and the
+    next plans time groups with it."""
+    h, n0 = _grouped_pair(harness)
+    state = h.scheduler.state
+    wait_for(lambda: 1 in state.ledger.placed)
+    with state.lock:
+        planned, before = state.ledger.placed[1].tt, state.core.model.slowdown(2)
+    trainer = Publisher(h.endpoints, "trainer.1")  # stands in for job 1's trainer
+    try:
+        def moved() -> bool:
+            trainer.publish("event.timing", job_id=1, stages={"data": 0.3, "gpu": 0.05,
+                                                              "net": 0.05},
+                            iteration_time=1.5 * planned, iterations=10.0)
+            with state.lock:
+                return state.core.model.slowdown(2) > 1.2 * before
+        wait_for(moved, step=0.05)
+    finally:
+        trainer.close()
+    with state.lock:
+        after = state.core.model.slowdown(2)
+    assert 1.2 * before < after <= 1.5 * before + 1e-9
+    # the policy plans with it: a pair's group time is the cyclic model's times the new factor
+    with state.lock:
+        jobs = [state.core.jobs[1], state.core.jobs[2]]
+        tt, _ = state.core.policy.pairing.group_timing(jobs)
+        cyclic, _ = interleave.best_order_indices(tuple(j.profile for j in jobs))
+    assert tt == pytest.approx(cyclic * after)
+
+
+def test_the_live_scheduler_charges_the_presets_interference_unless_told_not_to(tmp_path):
+    import time
+
+    from scheduler.live.cli import parse_args
+    from scheduler.live.options import Options
+    from scheduler.live.state import LiveState
+    from tests.helpers import Log
+
+    for interference, factor in ((True, 1.33), (False, 1.0)):
+        (tmp_path / str(interference)).mkdir()
+        state = LiveState(Options(spec=ONE_GPU_80, run_dir=tmp_path / str(interference),
+                                  interference=interference), Log(), time.monotonic)
+        assert state.core.model.slowdown(2) == factor
+        state.journal.close()
+    base = ["--spec", "n2g8", "--endpoints", "e.json", "--run-dir", str(tmp_path)]
+    assert parse_args(base + ["--no-interference"])[0].no_interference
+    assert not parse_args(base)[0].no_interference

@@ -74,8 +74,10 @@ def test_scheduler_gauges_match_the_status_reply_and_the_plan(live):
     state, h, metrics = live
     for node in ("n0", "n1"):
         say(h, "agent.register", node=node, gpus=[0, 1], cpus=8, mem=64.0, running=[])
-    for i in range(7):  # 7 one-GPU jobs on 4 GPUs: muri-s interleaves some in pairs
-        say(h, "job.submit", job=record_to_map(job(i, stages=(0.1, 0.2 + i / 100, 0.05))))
+    for i in range(7):  # 7 one-GPU jobs on 4 GPUs: muri-s interleaves some in pairs (data-
+        # and gpu-heavy in turn: such pairs pay even with the interference factor)
+        stages = (0.3, 0.05 + i / 100, 0.05) if i % 2 else (0.05, 0.3 + i / 100, 0.05)
+        say(h, "job.submit", job=record_to_map(job(i, stages=stages)))
     groups = place_plan(state)
     state.jobs.finish(groups[0].jobs[0], state.now() + 50.0, 100.0, "n0")
     state.refusals.refuse("job.submit:bad_job", "tester", "for the test")

@@ -15,8 +15,9 @@ from tests.helpers import job, spec
 from tests.live.test_service import DEADLINE, harness, wait_for  # noqa: F401 (fixture)
 from scheduler.live.journal import Journal
 
-IN_PLACE = get_preset("default")
-RESTARTS = get_preset("default", regroup_in_place=False)
+# at the cyclic model's pace (no interference factor), where the pair below pays
+IN_PLACE = get_preset("default", group_slowdown={})
+RESTARTS = get_preset("default", regroup_in_place=False, group_slowdown={})
 
 # a few placements and groups, so that the same ones are drawn often
 PLACES = st.sampled_from([(NodeSlice(0, (0,)),), (NodeSlice(0, (1,)),),

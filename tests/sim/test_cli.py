@@ -234,3 +234,20 @@ def test_auto_unpack_overrides_the_preset(tmp_path, capsys):
         results[" ".join(extra)] = _avg(capsys)
     assert results["--auto-unpack on"] == results["--max-group 1"]
     assert results["--auto-unpack off"] == results[""] > results["--auto-unpack on"]
+
+
+def test_no_interference_runs_groups_at_the_models_own_pace(tmp_path, capsys):
+    """A complementary pair interleaved on one GPU under the paper preset (every merge):
+    with the interference factor its group runs 1.33x slower than the model says, so both
+    jobs end later than without it; a lone job is the same either way."""
+    run = _two_jobs(tmp_path, "80,10,10", "10,10,80") + ["--policy", "muri-s",
+                                                        "--preset", "paper"]
+    assert main(run) == 0
+    charged = _avg(capsys)
+    assert main(run + ["--no-interference"]) == 0
+    bare = _avg(capsys)
+    assert bare < charged
+    assert main(run + ["--max-group", "1"]) == 0
+    alone = _avg(capsys)
+    assert main(run + ["--max-group", "1", "--no-interference"]) == 0
+    assert _avg(capsys) == alone

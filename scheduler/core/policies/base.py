@@ -93,6 +93,11 @@ class Policy:
     def on_advance(self, job: JobView, now: float) -> None:
         """Time moved on and `job` ran or waited: update bookkeeping (e.g. demotion)."""
 
+    def set_model(self, model: CostModel) -> None:
+        """The core's cost model changed (a group slowdown calibrated from measured paces):
+        plan with it from now on, dropping what was derived from the old one."""
+        self.model = model
+
     def on_profile(self, job: JobView) -> None:
         """A job's measured profile replaced the old one: drop what was derived from it."""
 

@@ -87,6 +87,10 @@ class Muri(Policy):
     def on_profile(self, job: JobView) -> None:
         self.pairing.forget()
 
+    def set_model(self, model) -> None:
+        super().set_model(model)
+        self.pairing.set_model(model)
+
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
         kept = self._kept

@@ -67,6 +67,12 @@ class Pairing:
             self.mem_budget = budget
             self.forget()
 
+    def set_model(self, model: CostModel) -> None:
+        """Another cost model (a calibrated group slowdown): every group time is stale."""
+        self.model = model
+        self._tt_cache.clear()
+        self.forget()
+
     def forget(self) -> None:
         """A profile changed: every remembered weight and matching may be stale."""
         self._weights.clear()
