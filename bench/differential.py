@@ -29,6 +29,7 @@ simulator, are kept in tests/data/differential_traces/) stand in for it.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import dataclasses
 import json
@@ -205,11 +206,11 @@ def late_trace(case: TraceCase, gap: float) -> list[JobRecord]:
             ms = math.floor(end * 1000) + 1
             if ms / 1000 - end <= 1e-4:
                 ms += 1
-            later = [i for i, a in enumerate(arrivals) if a > end]
+            nxt = bisect.bisect_right(arrivals, end)  # the first arrival after it
             # an arrival free to move (none already within a second of this end)
-            if later and arrivals[later[0]] > end + 1.0:
+            if nxt < len(arrivals) and arrivals[nxt] > end + 1.0:
                 submit = _submit_ms(jobs)
-                submit[later[0]] = ms
+                submit[nxt] = ms
                 jobs, placed = _resubmit(jobs, submit), ms / 1000
                 break
         else:

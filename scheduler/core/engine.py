@@ -8,7 +8,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from scheduler.core.memory import fits, group_budget
+from scheduler.core.memory import fits, group_budget, on_each_gpu
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState, Demand
 from scheduler.core.plan_changes import NO_CHANGES, START, STARTS, STOP, PlanChanges, diff
@@ -207,15 +207,11 @@ class Core:
 
     def _fits_where_it_runs(self, job_id: int) -> bool:
         """Whether the jobs on each GPU of `job_id` still fit together (memory.fits)."""
-        budget = self.check.mem_budget
-        mine = {(p.node, g) for p in self.placed[job_id].placement for g in p.gpus}
-        on: dict[tuple[int, int], list[Job]] = {}
-        for other, group in self.placed.items():
-            for piece in group.placement:
-                for gpu in piece.gpus:
-                    if (piece.node, gpu) in mine:
-                        on.setdefault((piece.node, gpu), []).append(self.jobs[other])
-        return all(fits(jobs, budget) for jobs in on.values())
+        mine = on_each_gpu([self.placed[job_id]])
+        # each running group once (its members share one Group value)
+        on = on_each_gpu(set(self.placed.values()))
+        return all(fits([self.jobs[j] for j in on[gpu]], self.check.mem_budget)
+                   for gpu in mine)
 
     def calibrate_slowdown(self, members: int, factor: float) -> None:
         """Groups of `members` jobs were measured to run `factor` times the cyclic model's

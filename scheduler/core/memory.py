@@ -28,6 +28,17 @@ def group_budget(spec: ClusterSpec, model: CostModel) -> float:
     return spec.gpu_mem_gb - model.group_mem_reserve_gb
 
 
+def on_each_gpu(groups: Iterable) -> dict[tuple[int, int], list[int]]:
+    """The job ids on each (node, GPU) the groups are placed on: co-located jobs share each
+    of their GPUs' memory."""
+    on: dict[tuple[int, int], list[int]] = {}
+    for group in groups:
+        for piece in group.placement:
+            for gpu in piece.gpus:
+                on.setdefault((piece.node, gpu), []).extend(group.jobs)
+    return on
+
+
 def held_gb(jobs: Iterable[JobView]) -> float:
     """GB the jobs hold on each GPU they share."""
     return sum(j.gpu_mem for j in jobs)

@@ -17,7 +17,7 @@ from functools import reduce
 from operator import attrgetter, eq, or_
 from typing import Mapping
 
-from scheduler.core.memory import fits, held_gb
+from scheduler.core.memory import fits, held_gb, on_each_gpu
 from scheduler.core.state import Group, NodeSlice, Plan
 from specs.spec import ClusterSpec
 
@@ -95,12 +95,7 @@ class PlanCheck:
                     raise _refuse(policy, _crowded(f"group {list(group.jobs)}", group.jobs,
                                                    jobs, budget))
             return
-        on_gpu: dict[tuple[int, int], list[int]] = {}
-        for group in plan.groups:
-            for piece in group.placement:
-                for gpu in piece.gpus:
-                    on_gpu.setdefault((piece.node, gpu), []).extend(group.jobs)
-        for (node, gpu), members in on_gpu.items():
+        for (node, gpu), members in on_each_gpu(plan.groups).items():
             if not fits([jobs[j] for j in members], budget):
                 raise _refuse(policy, _crowded(f"GPU {gpu} of node {node}, with jobs "
                                                f"{members},", members, jobs, budget))
