@@ -85,6 +85,7 @@ class Muri(Policy):
         return _by_remaining if self.know_duration else _by_attained
 
     def on_profile(self, job: JobView) -> None:
+        self.pairing.lonely = self.pairing.lonely or job.alone
         self.pairing.forget()
 
     def set_model(self, model) -> None:

@@ -60,6 +60,7 @@ class Pairing:
         # GB a group's members may hold on each GPU together (memory.group_budget): a merge
         # past it weighs 0, so no matching proposes it
         self.mem_budget = math.inf
+        self.lonely = False  # some job must run alone (memory.fits): matrices mask it
 
     def set_mem_budget(self, budget: float) -> None:
         """The cluster's group memory budget; what was remembered under another is stale."""
@@ -441,9 +442,10 @@ class Pairing:
         if self.mem_budget != math.inf:
             held = np.array([held_gb(node) for node in nodes])
             w[np.add.outer(held, held) > self.mem_budget + SLACK] = 0.0
-        lone = np.array([any(j.alone for j in node) for node in nodes])
-        w[lone, :] = 0.0
-        w[:, lone] = 0.0
+        if self.lonely:
+            lone = np.array([any(j.alone for j in node) for node in nodes])
+            w[lone, :] = 0.0
+            w[:, lone] = 0.0
         if self.hysteresis:
             w *= self._bonus_matrix(nodes, bonus)
         return np.triu(w, 1) + np.triu(w, 1).T
