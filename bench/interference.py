@@ -23,7 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from fidelity import find_traces  # noqa: E402
 from scheduler.core.model import INTERFERENCE  # noqa: E402
 from scheduler.presets import get_preset  # noqa: E402
 from scheduler.sim.simulator import simulate  # noqa: E402
@@ -37,10 +39,6 @@ MODELS = (("default, no slowdown", "default", {"group_slowdown": {}}),
           ("default, shipped factors", "default", {"group_slowdown": dict(INTERFERENCE)}),
           ("paper", "paper", {}))
 PAIRS = (("muri-s", "srsf"), ("muri-l", "tiresias"))
-
-
-def find(name: str, dirs: list[Path]) -> Path | None:
-    return next((d / f"{name}.csv" for d in dirs if (d / f"{name}.csv").is_file()), None)
 
 
 def run_one(trace: str, path: str, label: str, preset: str, overrides: dict,
@@ -84,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the runs and the ratios here")
     args = ap.parse_args(argv)
     dirs = [*args.trace_dir, REFERENCE]
-    found = {t: p for t in TRACES if (p := find(t, dirs)) is not None}
+    found = find_traces(TRACES, dirs)
     if not found:
         ap.error(f"none of {', '.join(TRACES)} in {', '.join(map(str, dirs))}")
     started, rows = time.perf_counter(), []
