@@ -1,5 +1,7 @@
-"""Cluster shape files: one header and one data row, in Muri's column names (and an optional
-`gpu_mem_p_gpu`: each GPU's memory in GB, which co-located jobs share)."""
+"""Cluster shape files. Muri's form: one header and one data row, in Muri's column names (and
+an optional `gpu_mem_p_gpu`: each GPU's memory in GB, which co-located jobs share): one pool
+of alike nodes. The pooled form (specs/pools.py): a row per node pool, each with its GPU type
+and memory, for mixed clusters."""
 
 from __future__ import annotations
 
@@ -37,8 +39,29 @@ def _where(file: str, line: int | None, field: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """Alike nodes: each with GPUs of one type, CPUs and memory. Nodes are numbered pool by
+    pool in the spec's order; a job's GPUs always lie in one pool."""
+
+    name: str
+    nodes: int
+    gpus_per_node: int  # 0: a pool of CPU-only nodes (they take no training job)
+    cpus_per_node: int
+    mem_per_node: int  # GB
+    gpu_type: str = ""  # "": not stated (the pool holds a job asking for any type)
+    gpu_mem_gb: float = 0.0  # each GPU's memory (GB); 0: not stated
+    nodes_per_switch: int = 0  # a job bigger than a node stays under one switch; 0: the pool
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
-    """A homogeneous cluster: switches hold nodes, nodes hold GPUs, CPUs and memory (GB)."""
+    """A cluster: switches hold nodes, nodes hold GPUs, CPUs and memory (GB). Muri's form
+    states one shape (the fields); a pooled spec (`of_pools`) states `pools`, and the fields
+    then hold the largest node's figures (a node's GPU ids stay below `gpus_per_node`)."""
 
     num_switch: int
     nodes_per_switch: int
@@ -46,6 +69,16 @@ class ClusterSpec:
     cpus_per_node: int
     mem_per_node: int
     gpu_mem_gb: float = 0.0  # each GPU's memory (GB); 0: not stated, groups are not bounded
+    pools: tuple[Pool, ...] = ()  # a pooled spec's pools; () in Muri's form
+
+    @classmethod
+    def of_pools(cls, pools: tuple[Pool, ...]) -> "ClusterSpec":
+        """A spec of these pools (at least one)."""
+        return cls(num_switch=1, nodes_per_switch=sum(p.nodes for p in pools),
+                   gpus_per_node=max(p.gpus_per_node for p in pools),
+                   cpus_per_node=max(p.cpus_per_node for p in pools),
+                   mem_per_node=max(p.mem_per_node for p in pools),
+                   gpu_mem_gb=max(p.gpu_mem_gb for p in pools), pools=tuple(pools))
 
     @property
     def num_nodes(self) -> int:
@@ -53,7 +86,25 @@ class ClusterSpec:
 
     @property
     def total_gpus(self) -> int:
+        if self.pools:
+            return sum(p.gpus for p in self.pools)
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def layout(self) -> tuple[Pool, ...]:
+        """The pools, a Muri-form spec as its one pool (named "default", type unstated)."""
+        if self.pools:
+            return self.pools
+        return (Pool("default", self.num_nodes, self.gpus_per_node, self.cpus_per_node,
+                     self.mem_per_node, "", self.gpu_mem_gb, self.nodes_per_switch),)
+
+    def node_pools(self) -> list[int]:
+        """Each node's pool, as an index into `layout`."""
+        return [i for i, pool in enumerate(self.layout) for _ in range(pool.nodes)]
+
+    def node_gpus(self) -> list[int]:
+        """Each node's number of GPUs."""
+        return [pool.gpus_per_node for pool in self.layout for _ in range(pool.nodes)]
 
 
 def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
@@ -81,6 +132,9 @@ def load_spec(path: str | os.PathLike[str]) -> ClusterSpec:
         raise SpecError(label, [(None, None, "file is empty (expected a header and one row)")])
     header_line, header = rows[0]
     columns = {name.strip(): i for i, name in enumerate(header)}
+    if "pool" in columns:
+        from specs.pools import pooled_spec
+        return pooled_spec(label, rows, columns)
     problems: list[tuple[int | None, str | None, str]] = [
         (header_line, name, "missing column") for name in COLUMNS if name not in columns
     ]

@@ -37,6 +37,8 @@ class JobRecord:
     # GPU memory the job needs on each of its GPUs (GB); 0: not stated. Co-located jobs
     # hold theirs at once, so a group forms only where the sum fits (docs/concepts.md).
     gpu_mem_gb: float = 0.0
+    # GPU types the job may run on (any one of them; all its GPUs of one type); (): any
+    gpu_types: tuple[str, ...] = ()
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -56,6 +58,10 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
         del out["command"], out["workdir"]
     if not record.gpu_mem_gb:
         del out["gpu_mem_gb"]
+    if record.gpu_types:
+        out["gpu_types"] = list(record.gpu_types)
+    else:
+        del out["gpu_types"]
     return out
 
 
@@ -70,4 +76,7 @@ def record_from_map(data: Mapping[str, Any]) -> JobRecord:
     command = fields.get("command")
     if isinstance(command, (list, tuple)):
         fields["command"] = tuple(command)
+    types = fields.get("gpu_types")
+    if isinstance(types, (list, tuple)):
+        fields["gpu_types"] = tuple(types)
     return JobRecord(**fields)
