@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
-from scheduler.core.memory import fits, group_budget, on_each_gpu
+from scheduler.core.memory import Room, on_each_gpu
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState, Demand
 from scheduler.core.plan_changes import NO_CHANGES, START, STARTS, STOP, PlanChanges, diff
@@ -39,12 +39,28 @@ def _finite(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
+class _Asked(NamedTuple):
+    """A record as memory.Room reads a job: before the core makes its Job."""
+
+    record: JobRecord
+    alone: bool = False
+
+    @property
+    def num_gpu(self) -> int:
+        return self.record.num_gpu
+
+    @property
+    def gpu_mem(self) -> float:
+        return self.record.gpu_mem_gb
+
+
 class Core:
     def __init__(self, spec: ClusterSpec, policy: Policy, model: CostModel):
         self.spec = spec
         self.policy = policy
         self.model = model
-        self.cluster = ClusterState(spec, Demand(model.cpu_per_gpu, model.cpu_single_gpu))
+        room = Room.of(spec, model)
+        self.cluster = ClusterState(spec, Demand(model.cpu_per_gpu, model.cpu_single_gpu), room)
         # the model's settings a round or an event reads, once
         self._sticky = model.sticky_placement
         self._in_place = model.regroup_in_place
@@ -66,7 +82,7 @@ class Core:
         self._where: dict[int, tuple[NodeSlice, ...]] = {}
         self._where_view = MappingProxyType(self._where)
         # every plan that changes what runs is checked
-        self.check = PlanCheck(spec, group_budget(spec, model))
+        self.check = PlanCheck(spec, room)
         self._disturbed = False  # a job stopped or finished since the last round
         self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
@@ -79,6 +95,11 @@ class Core:
         if record.num_gpu > self.spec.total_gpus:
             raise SchedulingError(f"job {record.job_id} needs {record.num_gpu} GPUs; "
                                   f"the cluster has {self.spec.total_gpus}")
+        if self.cluster.pooled and not self.cluster.room.pools_for([_Asked(record)]):
+            raise SchedulingError(f"job {record.job_id}: no pool of the cluster holds "
+                                  f"{record.num_gpu} GPUs of type "
+                                  f"{'|'.join(record.gpu_types) or 'any'} with "
+                                  f"{record.gpu_mem_gb:g} GB each")
         model = self.model
         solo = model.solo_time(record.iteration_time)
         profile = model.stage_times(record.stage_times)
@@ -210,7 +231,8 @@ class Core:
         mine = on_each_gpu([self.placed[job_id]])
         # each running group once (its members share one Group value)
         on = on_each_gpu(set(self.placed.values()))
-        return all(fits([self.jobs[j] for j in on[gpu]], self.check.mem_budget)
+        room, pool_of = self.cluster.room, self.cluster.pool_of
+        return all(room.fits_in([self.jobs[j] for j in on[gpu]], pool_of(gpu[0]))
                    for gpu in mine)
 
     def calibrate_slowdown(self, members: int, factor: float) -> None:

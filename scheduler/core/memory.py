@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+from dataclasses import dataclass
+
 from scheduler.core.model import CostModel
 from scheduler.core.state import JobView
 from specs.spec import ClusterSpec
@@ -52,3 +54,60 @@ def fits(jobs: Sequence[JobView], budget: float) -> bool:
     if any(j.alone for j in jobs):
         return False
     return budget == math.inf or held_gb(jobs) <= budget + SLACK
+
+
+@dataclass(frozen=True)
+class Room:
+    """Where jobs may run, and run together: per pool of the cluster (`spec.layout`), its GPU
+    type, its GPUs, each GPU's memory and a group's budget on it (`group_budget`'s rule).
+
+    `simple`: a Muri-form spec (one shape, no GPU type), where only the one budget matters
+    and every job may run anywhere; the hot paths test it first."""
+
+    types: tuple[str, ...]
+    gpus: tuple[int, ...]
+    memory: tuple[float, ...]  # each GPU's GB (inf: not stated)
+    budgets: tuple[float, ...]  # what a group's members may hold on each GPU (inf: any)
+    simple: bool
+
+    @classmethod
+    def of(cls, spec: ClusterSpec, model: CostModel) -> "Room":
+        layout = spec.layout
+        reserve = model.group_mem_reserve_gb
+        return cls(types=tuple(p.gpu_type for p in layout), gpus=tuple(p.gpus for p in layout),
+                   memory=tuple(p.gpu_mem_gb or math.inf for p in layout),
+                   budgets=tuple(p.gpu_mem_gb - reserve if p.gpu_mem_gb else math.inf
+                                 for p in layout),
+                   simple=not spec.pools)
+
+    @property
+    def budget(self) -> float:
+        """A Muri-form spec's one group budget."""
+        return self.budgets[0]
+
+    def pools_for(self, jobs: Sequence[JobView]) -> frozenset[int]:
+        """The pools where `jobs` (one job, or members of one group, all of one size) may
+        run: together where there are several."""
+        together = len(jobs) > 1
+        if together and any(j.alone for j in jobs):
+            return frozenset()
+        need = jobs[0].num_gpu
+        held = held_gb(jobs) if together else max(j.gpu_mem for j in jobs)
+        limits = self.budgets if together else self.memory
+        accepted = [j.record.gpu_types for j in jobs if j.record.gpu_types]
+        return frozenset(
+            p for p, (kind, gpus, limit) in enumerate(zip(self.types, self.gpus, limits))
+            if gpus >= need and held <= limit + SLACK
+            and (not kind or all(kind in types for types in accepted)))
+
+    def fits(self, jobs: Sequence[JobView]) -> bool:
+        """Whether `jobs` may share GPUs somewhere (memory.fits on a Muri-form spec)."""
+        if self.simple:
+            return fits(jobs, self.budgets[0])
+        return len(jobs) < 2 or bool(self.pools_for(jobs))
+
+    def fits_in(self, jobs: Sequence[JobView], pool: int) -> bool:
+        """Whether `jobs` may share the GPUs of a node of `pool` (one job: run there)."""
+        if self.simple:
+            return fits(jobs, self.budgets[0])
+        return pool in self.pools_for(jobs)

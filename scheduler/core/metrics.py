@@ -27,6 +27,8 @@ class JobOutcome:
     running: float | None = None
     alone: float | None = None
     overhead: float | None = None
+    # the GPU types it ran on, in the order first used ("|" between; "": none stated)
+    gpu_type: str = ""
 
     @property
     def jct(self) -> float:
@@ -37,11 +39,11 @@ class JobOutcome:
         return self.start - self.submit
 
     @classmethod
-    def of(cls, job: Job) -> "JobOutcome":
+    def of(cls, job: Job, gpu_type: str = "") -> "JobOutcome":
         return cls(job.id, job.num_gpu, job.model, job.submit_time, job.first_start,
                    job.finish_time, job.preemptions, job.starts, job.attained,
                    job.record.iterations * job.solo_time,
-                   (job.starts + job.relaunches) * job.restart_overhead)
+                   (job.starts + job.relaunches) * job.restart_overhead, gpu_type)
 
 
 @dataclass(frozen=True, slots=True)

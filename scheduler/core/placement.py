@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specs.spec import ClusterSpec
+from scheduler.core.memory import Room
+from scheduler.core.model import CostModel
 from scheduler.core.state import NodeSlice
 
 
@@ -33,42 +35,75 @@ class ClusterState:
     """
 
     __slots__ = ("spec", "demand", "free_mask", "free_count", "free_cpus", "free_total",
-                 "_switches", "_per_node", "_per_switch", "_idle", "_first", "_slices",
-                 "_masks", "_alone_cpus", "offline")
+                 "_switches", "_per_node", "_switch_of", "_idle", "_first", "_slices",
+                 "_masks", "_alone_cpus", "offline", "room", "pooled", "_node_gpus",
+                 "_node_cpus", "_pool_of", "_switch_gpus", "_switch_pool", "_needs")
 
-    def __init__(self, spec: ClusterSpec, demand: Demand = Demand()):
+    def __init__(self, spec: ClusterSpec, demand: Demand = Demand(), room: Room | None = None):
         self.spec = spec
         self.demand = demand
-        self._per_node = spec.gpus_per_node
-        per_switch = self._per_switch = spec.nodes_per_switch
-        self._switches = [range(s * per_switch, (s + 1) * per_switch)
-                          for s in range(spec.num_switch)]
+        # where jobs may run (by pool) and run together; a Muri-form spec's holds any job
+        self.room = room if room is not None else Room.of(spec, CostModel())
+        self.pooled = not self.room.simple  # requests may name the pools they may use
+        self._per_node = spec.gpus_per_node  # the largest node's (GPU ids stay below it)
+        self._node_gpus = spec.node_gpus()
+        self._node_cpus = [p.cpus_per_node for p in spec.layout for _ in range(p.nodes)]
+        self._pool_of = spec.node_pools()
+        # switches: runs of nodes a job bigger than a node spreads within (never past a pool)
+        self._switches: list[range] = []
+        self._switch_gpus: list[int] = []  # each switch's GPUs per node
+        self._switch_pool: list[int] = []
+        start = 0
+        for index, pool in enumerate(spec.layout):
+            per_switch = pool.nodes_per_switch or pool.nodes
+            for first in range(start, start + pool.nodes, per_switch):
+                self._switches.append(range(first, min(first + per_switch, start + pool.nodes)))
+                self._switch_gpus.append(pool.gpus_per_node)
+                self._switch_pool.append(index)
+            start += pool.nodes
+        self._switch_of = [s for s, nodes in enumerate(self._switches) for _ in nodes]
         # (node, free mask, #GPUs) -> (the slice taken there, the mask left): a node has few
         # distinct masks, and a lookup costs less than finding the bits and making the slice
         self._slices: dict[tuple[int, int, int], tuple[tuple[NodeSlice], int]] = {}
         self._masks: dict[tuple[int, ...], int] = {}  # GPU ids -> their bit mask (-1: bad)
         # CPUs a job of g <= gpus_per_node GPUs takes on its one node, by g (asked per job)
         self._alone_cpus = [demand.cpus(g, g) for g in range(self._per_node + 1)]
+        self._needs: dict[tuple, frozenset[int] | None] = {}  # see need()
         self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
         self.reset()
 
     def reset(self) -> None:
-        g, n = self._per_node, self.spec.num_nodes
-        self.free_mask = [(1 << g) - 1] * n  # bit i set: GPU i of the node is free
-        self.free_count = [g] * n
-        self.free_cpus = [self.spec.cpus_per_node] * n
-        self.free_total = g * n
-        self._idle = [self._per_switch] * self.spec.num_switch  # nodes with every GPU free
-        self._first: dict[int, int] = {}  # request size -> no node before this one fits it
+        gpus = self._node_gpus
+        self.free_mask = [(1 << g) - 1 for g in gpus]  # bit i set: GPU i of the node is free
+        self.free_count = list(gpus)
+        self.free_cpus = list(self._node_cpus)
+        self.free_total = self.spec.total_gpus
+        self._idle = [len(nodes) for nodes in self._switches]  # nodes with every GPU free
+        self._first: dict = {}  # request -> no node before this one fits it
         for node in self.offline:
-            if self.free_count[node] == g:
-                self._idle[node // self._per_switch] -= 1
+            if self.free_count[node] == gpus[node]:
+                self._idle[self._switch_of[node]] -= 1
+            self.free_total -= self.free_count[node]
             self.free_mask[node], self.free_count[node], self.free_cpus[node] = 0, 0, 0
-            self.free_total -= g
+
+    def need(self, jobs) -> frozenset[int] | None:
+        """The pools `jobs` (a group's members, or one job) may run in, as `place` takes
+        them; None on a Muri-form spec (anywhere). Remembered by what decides it."""
+        if not self.pooled:
+            return None
+        key = (jobs[0].num_gpu, tuple(j.gpu_mem for j in jobs),
+               tuple(j.record.gpu_types for j in jobs), any(j.alone for j in jobs))
+        found = self._needs.get(key)
+        if found is None:
+            if len(self._needs) > 65536:
+                self._needs.clear()
+            found = self._needs[key] = self.room.pools_for(jobs)
+        return found
 
     def free_when_empty(self) -> int:
         """The free GPUs `reset` leaves (every online node's), without resetting."""
-        return self._per_node * (self.spec.num_nodes - len(self.offline))
+        gpus = self._node_gpus
+        return self.spec.total_gpus - sum(gpus[node] for node in self.offline)
 
     @property
     def free_gpus(self) -> list[list[int]]:
@@ -76,14 +111,22 @@ class ClusterState:
         g = self._per_node
         return [[i for i in range(g) if mask >> i & 1] for mask in self.free_mask]
 
-    def place(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
-        """Consolidated placement within one switch, or None when it does not fit.
+    def pool_of(self, node: int) -> int:
+        """The pool (index into `spec.layout`) node `node` is in."""
+        return self._pool_of[node]
+
+    def place(self, num_gpu: int, pools: frozenset[int] | None = None
+              ) -> tuple[NodeSlice, ...] | None:
+        """Consolidated placement within one switch of one pool, or None when it does not fit.
 
         More than a node's worth takes whole idle nodes plus one node for the rest; less takes
         the first node with room. First fit keeps the choice predictable for operators.
+        `pools` (from `need`): the pools the job may use; None: any.
         """
         if num_gpu > self.free_total:
             return None
+        if pools is not None:
+            return self._place_in(num_gpu, pools)
         if num_gpu > self._per_node:
             return self._place_across(num_gpu)
         cpus = self._alone_cpus[num_gpu] if num_gpu > 0 else self.demand.cpus(num_gpu, num_gpu)
@@ -94,19 +137,43 @@ class ClusterState:
                 first[num_gpu] = node
                 return self._take(node, num_gpu, cpus)
         first[num_gpu] = len(fg)
+        if self.pooled:  # nodes smaller than the largest may still hold it together
+            return self._place_across(num_gpu)
         return None
 
-    def can_place(self, num_gpu: int) -> bool:
-        """Reserve room for a job (admission): what place() takes, without the answer."""
-        return self.place(num_gpu) is not None
+    def _place_in(self, num_gpu: int, pools: frozenset[int]) -> tuple[NodeSlice, ...] | None:
+        """`place` on the nodes of `pools` only: one node where one holds it, else spread
+        over a switch of nodes smaller than the job."""
+        if not pools:
+            return None
+        key = (num_gpu, pools)
+        cpus = self._alone_cpus[num_gpu] if 0 < num_gpu <= self._per_node \
+            else self.demand.cpus(num_gpu, num_gpu)
+        fg, fc, first, pool_of = self.free_count, self.free_cpus, self._first, self._pool_of
+        if num_gpu <= self._per_node:
+            for node in range(first.get(key, 0), len(fg)):
+                if fg[node] >= num_gpu and fc[node] >= cpus and pool_of[node] in pools:
+                    first[key] = node
+                    return self._take(node, num_gpu, cpus)
+            first[key] = len(fg)
+        return self._place_across(num_gpu, pools)
 
-    def _place_across(self, num_gpu: int) -> tuple[NodeSlice, ...] | None:
-        """More than a node's worth: the first switch where _fit finds room."""
-        full_needed = num_gpu // self._per_node
+    def can_place(self, num_gpu: int, pools: frozenset[int] | None = None) -> bool:
+        """Reserve room for a job (admission): what place() takes, without the answer."""
+        return self.place(num_gpu, pools) is not None
+
+    def _place_across(self, num_gpu: int, pools: frozenset[int] | None = None
+                      ) -> tuple[NodeSlice, ...] | None:
+        """More than a node's worth: the first switch (of `pools`, where given, and of nodes
+        smaller than the job) where _fit finds room."""
         for switch, nodes in enumerate(self._switches):
-            if self._idle[switch] < full_needed:
+            per_node = self._switch_gpus[switch]
+            if not 0 < per_node < num_gpu or (pools is not None
+                                               and self._switch_pool[switch] not in pools):
+                continue  # a node holds it whole here (a job spreads only where none can)
+            if self._idle[switch] < num_gpu // per_node:
                 continue  # too few idle nodes here: _fit would not find them
-            found = self._fit(nodes, num_gpu)
+            found = self._fit(nodes, num_gpu, per_node)
             if found is not None:
                 cpus = self.demand.cpus
                 return tuple(self._take(node, count, cpus(count, num_gpu))[0]
@@ -137,14 +204,18 @@ class ClusterState:
         return hit
 
     def _use(self, node: int, count: int, cpus: int) -> None:
-        if count and self.free_count[node] == self._per_node:
-            self._idle[node // self._per_switch] -= 1
+        if count and self.free_count[node] == self._node_gpus[node]:
+            self._idle[self._switch_of[node]] -= 1
         self.free_count[node] -= count
         self.free_cpus[node] -= cpus
         self.free_total -= count
 
-    def keep(self, slices: tuple[NodeSlice, ...], job_gpus: int) -> bool:
-        """Take exactly these GPUs if all are free (a running job staying put)."""
+    def keep(self, slices: tuple[NodeSlice, ...], job_gpus: int,
+             pools: frozenset[int] | None = None) -> bool:
+        """Take exactly these GPUs if all are free (a running job staying put); `pools` (see
+        place): the pools they must lie in."""
+        if pools is not None and any(self._pool_of[s.node] not in pools for s in slices):
+            return False
         if len(slices) != 1:
             if sum(len(s.gpus) for s in slices) != job_gpus:
                 return False
@@ -164,8 +235,8 @@ class ClusterState:
             return False
         self.free_mask[node] = free & ~need
         fg = self.free_count  # _use, inlined
-        if job_gpus > 0 and fg[node] == self._per_node:
-            self._idle[node // self._per_switch] -= 1
+        if job_gpus > 0 and fg[node] == self._node_gpus[node]:
+            self._idle[self._switch_of[node]] -= 1
         fg[node] -= job_gpus
         fc[node] -= cpus
         self.free_total -= job_gpus
@@ -198,9 +269,10 @@ class ClusterState:
             self._use(s.node, len(s.gpus), d.cpus(len(s.gpus), job_gpus))
         return True
 
-    def _fit(self, nodes: range, num_gpu: int) -> list[tuple[int, int]] | None:
-        """More than a node's worth within `nodes`: whole idle nodes, one node for the rest."""
-        g, fg, fc, d = self._per_node, self.free_count, self.free_cpus, self.demand
+    def _fit(self, nodes: range, num_gpu: int, g: int) -> list[tuple[int, int]] | None:
+        """More than a node's worth within `nodes` (of `g` GPUs each): whole idle nodes, one
+        node for the rest."""
+        fg, fc, d = self.free_count, self.free_cpus, self.demand
         full_needed, rest = divmod(num_gpu, g)
         full_cpu = d.cpus(g, num_gpu)
         full = [node for node in nodes if fg[node] == g and fc[node] >= full_cpu][:full_needed]

@@ -299,11 +299,11 @@ def write_jobs_csv(path: Path, outcomes: Sequence[JobOutcome]) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["job_id", "num_gpu", "model", "submit", "start", "end", "jct",
-                    "queueing", "preemptions", "starts"])
+                    "queueing", "preemptions", "starts", "gpu_type"])
         for o in outcomes:
             w.writerow([o.job_id, o.num_gpu, o.model, o.submit, o.start, o.end,
                         o.jct if o.end is not None else "", o.queueing if o.start is not None else "",
-                        o.preemptions, o.starts])
+                        o.preemptions, o.starts, o.gpu_type])
 
 
 def _write_outputs(out: Path, result: SimResult) -> None:

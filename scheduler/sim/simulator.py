@@ -58,12 +58,31 @@ class Simulator:
         accounting = artifact.accounting(self.core.policy) if preset.artifact else Accounting()
         self.cluster = SimulatedCluster(records, self.core.model, accounting, faults, progress)
         # on_round sees every round's plan and the core after it (a sweep's time series)
-        self.loop = Loop(self.core, self.cluster, on_round)
+        self._on_round = on_round
+        # each job's GPU types as it ran on them, on a spec that states pools
+        self.ran_on: dict[int, list[str]] = {}
+        self._types = [spec.layout[p].gpu_type for p in spec.node_pools()] if spec.pools \
+            else None
+        self.loop = Loop(self.core, self.cluster,
+                         on_round if self._types is None else self._note_types)
+
+    def _note_types(self, now: float, plan: Plan, core: Core) -> None:
+        """Where the plan's started and changed groups run: their nodes' GPU types."""
+        types, ran_on = self._types, self.ran_on
+        for group in plan.changes.added if plan.changes is not None else ():
+            kinds = {types[piece.node] for piece in group.placement}
+            for job in group.jobs:
+                seen = ran_on.setdefault(job, [])
+                seen.extend(sorted(k for k in kinds if k and k not in seen))
+        if self._on_round is not None:
+            self._on_round(now, plan, core)
 
     def run(self) -> SimResult:
         started = time.perf_counter()
         self.loop.run()
-        outcomes = [JobOutcome.of(job) for job in self.core.jobs.values()]
+        ran_on = self.ran_on
+        outcomes = [JobOutcome.of(job, "|".join(ran_on.get(job.id, ())))
+                    for job in self.core.jobs.values()]
         wall = time.perf_counter() - started
         utilisation = self.cluster.utilisation
         return SimResult(self.policy_name, self.preset.name, outcomes,

@@ -21,8 +21,8 @@ class DefinitionCluster(ClusterState):
 
     __slots__ = ()
 
-    def place(self, num_gpu):
-        answer = super().place(num_gpu)
+    def place(self, num_gpu, pools=None):
+        answer = super().place(num_gpu, pools)
         if answer is None:
             return None
         return tuple(NodeSlice(piece.node, piece.gpus) for piece in answer)

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from scheduler.core.memory import fits, group_budget
+from scheduler.core.memory import Room
+from scheduler.core.placement import ClusterState
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status
@@ -104,7 +105,11 @@ class AntMan(Policy):
         # jobs run, it is this round's plan too
         self._plan: Plan | None = None
         self._plan_changes = -1
+        self._space: Room | None = None  # where jobs may run, and share GPUs (memory.Room)
         self._budget = math.inf  # GB the jobs on one GPU may hold together (memory.py)
+        self._pools: list[range] = []  # each pool's nodes
+        self._pool_of: list[int] = []
+        self._cluster: ClusterState | None = None
         self._lonely = False  # a job must run alone (memory.py): every slot is checked
 
     def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
@@ -118,8 +123,15 @@ class AntMan(Policy):
 
     def _init(self, ctx: RoundContext) -> None:
         spec = ctx.cluster.spec
-        self._budget = group_budget(spec, self.model)
-        self.gpus = [[_Gpu() for _ in range(spec.gpus_per_node)] for _ in range(spec.num_nodes)]
+        self._cluster = ctx.cluster
+        self._space = ctx.cluster.room
+        self._budget = self._space.budget if self._space.simple else math.inf
+        self._pool_of = spec.node_pools()
+        start = 0
+        for pool in spec.layout:
+            self._pools.append(range(start, start + pool.nodes))
+            start += pool.nodes
+        self.gpus = [[_Gpu() for _ in range(count)] for count in spec.node_gpus()]
 
     def on_finish(self, job: JobView, now: float) -> None:
         if (self._by_id.pop(job.id, None) is not None and job.priority != 0
@@ -162,18 +174,42 @@ class AntMan(Policy):
     def _free(self, node: int, job: JobView) -> list[int]:
         """The GPUs of `node` no guaranteed job holds and whose guests leave room for
         `job` (memory.fits)."""
-        if self._budget == math.inf and not self._lonely:
+        if self._budget == math.inf and not self._lonely and self._space.simple:
             return [i for i, s in enumerate(self.gpus[node]) if s.owner is None]
         return [i for i, s in enumerate(self.gpus[node])
-                if s.owner is None and self._room_for(s, job)]
+                if s.owner is None and self._room_for(s, job, node)]
 
-    def _room_for(self, slot: _Gpu, job: JobView) -> bool:
-        """Whether `job` may join the jobs on `slot` (its owner and its guests)."""
+    def _room_for(self, slot: _Gpu, job: JobView, node: int) -> bool:
+        """Whether `job` may join the jobs on `slot` (its owner and its guests), a GPU of
+        `node` (whose pool's type and memory bound them on a cluster of pools)."""
         by_id = self._by_id
         jobs = [by_id[j] for j in slot.guests if j in by_id]
         if slot.owner is not None and slot.owner in by_id:
             jobs.append(by_id[slot.owner])
-        return fits(jobs + [job], self._budget)
+        return self._space.fits_in(jobs + [job], self._pool_of[node])
+
+    def _nodes_for(self, job: JobView, hold: _Hold) -> tuple[range, int]:
+        """The nodes a guaranteed job takes GPUs from, and their GPUs each: all of a one-shape
+        cluster; on a cluster of pools one pool it may use (a job's GPUs lie in one pool):
+        where it holds GPUs already, else the first with room for it, else the roomiest."""
+        if self._space.simple:
+            return range(len(self.gpus)), len(self.gpus[0])
+        if hold.gpus:
+            pool = self._pool_of[hold.gpus[0][0]]
+        else:
+            best, best_free = None, -1
+            for pool in sorted(self._cluster.need((job,))):
+                free = sum(len(self._free(node, job)) for node in self._pools[pool])
+                if free >= hold.missing:
+                    best = pool
+                    break
+                if free > best_free:
+                    best, best_free = pool, free
+            if best is None:
+                return range(0), 1
+            pool = best
+        nodes = self._pools[pool]
+        return nodes, len(self.gpus[nodes[0]])
 
     def _grab(self, job: JobView, hold: _Hold, node: int, count: int) -> int:
         free = self._free(node, job)[:count]
@@ -190,8 +226,7 @@ class AntMan(Policy):
 
     def _place_guaranteed(self, job: JobView) -> bool:
         hold = self.holds.setdefault(job.id, _Hold(missing=job.num_gpu))
-        per_node = len(self.gpus[0])
-        nodes = range(len(self.gpus))
+        nodes, per_node = self._nodes_for(job, hold)
         if job.num_gpu <= per_node:
             if hold.missing == job.num_gpu:
                 best, best_free = None, 0
@@ -256,11 +291,18 @@ class AntMan(Policy):
 
     # -- opportunistic jobs ----------------------------------------------------------------
     def _place_opportunistic(self, job: JobView) -> bool:
-        bounded = self._budget != math.inf or self._lonely
+        bounded = self._budget != math.inf or self._lonely or not self._space.simple
         open_gpus = [(slot.load, node, gpu)
                      for node, row in enumerate(self.gpus)
                      for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
-                     and (not bounded or self._room_for(slot, job))]
+                     and (not bounded or self._room_for(slot, job, node))]
+        if not self._space.simple:  # one pool's: the one whose least loaded GPUs load least
+            by_pool: dict[int, list] = {}
+            for entry in open_gpus:
+                by_pool.setdefault(self._pool_of[entry[1]], []).append(entry)
+            fitting = [sorted(found, key=_load)[:job.num_gpu] for found in by_pool.values()
+                       if len(found) >= job.num_gpu]
+            open_gpus = min(fitting, key=lambda found: sum(map(_load, found)), default=[])
         if len(open_gpus) < job.num_gpu:
             return False
         open_gpus.sort(key=lambda e: e[0])
@@ -384,3 +426,7 @@ class AntMan(Policy):
                 found.add(slot.owner)
             found.update(g for g in slot.guests if g != job.id)
         return found
+
+
+def _load(entry: tuple) -> float:
+    return entry[0]

@@ -138,7 +138,7 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[JobView]]
     last round's answers where this round asks the same.
     """
     cluster = ctx.cluster
-    if not ctx.previous and replay is not None:
+    if not ctx.previous and replay is not None and not cluster.pooled:
         replay.start(cluster)
         result = [replay.place(cluster, gpus) for gpus, _ in units]
         replay.finish()
@@ -164,25 +164,31 @@ def _sticky(cluster, units: Sequence[tuple[int, Sequence[JobView]]],
     placed in order (None where nothing fits)."""
     cluster.reset()
     keep = cluster.keep
+    # the pools each unit may use (cluster.need: None on a one-shape cluster, anywhere)
+    pools = [cluster.need(members) for _, members in units] if cluster.pooled \
+        else [None] * len(units)
     result: list = [None] * len(units)
     for i, (gpus, members) in enumerate(units):
         if i == cut:
             break
-        result[i] = _kept(keep, gpus, members, previous) or cluster.place(gpus)
+        result[i] = _kept(keep, gpus, members, previous, pools[i]) \
+            or cluster.place(gpus, pools[i])
     for i in range(cut, len(units)):
         gpus, members = units[i]
-        result[i] = _kept(keep, gpus, members, previous)
+        result[i] = _kept(keep, gpus, members, previous, pools[i])
     for i in range(cut, len(units)):
         if result[i] is None:
-            result[i] = cluster.place(units[i][0])
+            result[i] = cluster.place(units[i][0], pools[i])
     return result
 
 
-def _kept(keep, gpus: int, members: Sequence[JobView], previous: Mapping[int, tuple]):
-    """The GPUs a member of the unit runs on, taken again if all are free; else None."""
+def _kept(keep, gpus: int, members: Sequence[JobView], previous: Mapping[int, tuple],
+          pools: frozenset[int] | None):
+    """The GPUs a member of the unit runs on, taken again if all are free (and in `pools`,
+    where given); else None."""
     for job in members:
         where = previous.get(job.record.job_id)  # ctx.where(job), inlined
-        if where is not None and keep(where, gpus):
+        if where is not None and keep(where, gpus, pools):
             return where
     return None
 
@@ -314,7 +320,11 @@ def greedy(cluster: ClusterState, order: Iterable[JobView], sizes: Mapping[int, 
 
     Skips what cannot fit without asking the cluster: a request bigger than the free GPUs,
     or (when requests are monotone, see order.fits_monotone) no smaller than one that failed;
-    and stops when that holds for every job left."""
+    and stops when that holds for every job left. On a cluster of pools each job asks only
+    for the pools it may use (see ClusterState.need), and no request says more of another.
+    """
+    if cluster.pooled:
+        return _greedy_in_pools(cluster, order)
     if sizes is None:
         order = list(order)
         sizes = {}
@@ -370,6 +380,26 @@ def greedy(cluster: ClusterState, order: Iterable[JobView], sizes: Mapping[int, 
         positions.append(position)
     replay.free_total = free_total
     replay.finish()
+    return chosen, where, positions
+
+
+def _greedy_in_pools(cluster: ClusterState, order: Iterable[JobView]
+                     ) -> tuple[list[JobView], list, list[int]]:
+    """`greedy` on a cluster of pools: each job where its pools have room, if they do; the
+    walk ends when no GPU is free."""
+    cluster.reset()
+    need, place = cluster.need, cluster.place
+    chosen: list[JobView] = []
+    where: list = []
+    positions: list[int] = []
+    for position, job in enumerate(order):
+        if cluster.free_total == 0:
+            break
+        slices = place(job.num_gpu, need((job,)))
+        if slices is not None:
+            chosen.append(job)
+            where.append(slices)
+            positions.append(position)
     return chosen, where, positions
 
 

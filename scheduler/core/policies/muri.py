@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from scheduler.core.memory import fits, group_budget
 from scheduler.core.policies.base import Policy, RoundContext, place_units
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.policies.muri_outlook import Outlook, outlook
@@ -106,7 +105,7 @@ class Muri(Policy):
             if len(kept) != len(ctx.queue):  # a caller that did not report every job
                 kept.rebuild(self._carried(ctx.queue))
             queue, sizes = kept.sync(), kept.sizes
-        self.pairing.set_mem_budget(group_budget(ctx.cluster.spec, self.model))
+        self.pairing.set_room(ctx.cluster.room)
         admitted, read = self._admit(ctx, queue, sizes)
         required = sum(len(jobs) * gpus for gpus, jobs in admitted.items())
         total = ctx.cluster.spec.total_gpus
@@ -178,7 +177,10 @@ class Muri(Policy):
         # Room only shrinks here, and a request that did not fit means no bigger one fits
         # (more GPUs, no fewer CPUs each): skip those without searching the nodes again,
         # and stop once no job left could fit (the walk then costs what is admitted).
-        monotone = fits_monotone(self.model)
+        # on a cluster of pools a job asks for its pools only: a failed request says nothing
+        # of another job's
+        monotone = fits_monotone(self.model) and not cluster.pooled
+        need = cluster.need
         smallest_failed = float("inf")
         k = self.k
         read = 0
@@ -196,7 +198,7 @@ class Muri(Policy):
             lo = chosen.setdefault(gpus, 0)
             if gpus >= smallest_failed or index < lo:
                 continue  # too big, or reserved by a job before it (a class's first jobs)
-            if not cluster.can_place(gpus):
+            if not cluster.can_place(gpus, need((job,))):
                 if monotone:
                     smallest_failed = gpus
                 continue
@@ -252,7 +254,7 @@ class Muri(Policy):
         """The no-matching ablation: each admitted block of k consecutive jobs is one group
         while the demand exceeds the cluster (a job whose GPU memory does not fit beside the
         block's first ones stays alone)."""
-        budget = self.pairing.mem_budget
+        room = self.pairing.room
         packings: dict[int, list[Packing]] = {}
         for gpus, jobs in admitted.items():
             out = packings.setdefault(gpus, [])
@@ -260,7 +262,7 @@ class Muri(Policy):
                 block = jobs[start:start + self.k]
                 head = [block[0]]
                 for job in block[1:]:
-                    if required > total and fits(head + [job], budget):
+                    if required > total and room.fits(head + [job]):
                         head.append(job)
                         required -= gpus
                     else:
@@ -288,7 +290,7 @@ class Muri(Policy):
         cluster.reset()
         kept: dict[int, list[Packing]] = {}
         for _, gpus, group in candidates:
-            if cluster.can_place(gpus):
+            if cluster.can_place(gpus, cluster.need(group)):
                 kept.setdefault(gpus, []).append(group)
         return kept
 
@@ -327,7 +329,7 @@ class Muri(Policy):
             group = home.get(job)
             if group is None or id(group) in placed:
                 continue
-            slices = cluster.place(job.num_gpu)
+            slices = cluster.place(job.num_gpu, cluster.need(group))
             if slices is None:
                 continue
             placed.add(id(group))

@@ -14,7 +14,7 @@ from operator import attrgetter
 import numpy as np
 
 from scheduler.core import interleave
-from scheduler.core.memory import SLACK, fits, held_gb
+from scheduler.core.memory import SLACK, Room, held_gb
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import (max_weight_pairs, max_weight_pairs_dense,
                                      max_weight_pairs_edges)
@@ -57,15 +57,21 @@ class Pairing:
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
         self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
-        # GB a group's members may hold on each GPU together (memory.group_budget): a merge
-        # past it weighs 0, so no matching proposes it
-        self.mem_budget = math.inf
+        # where groups may form (memory.Room: the GB a group's members may hold on each GPU,
+        # by pool, and the pools' GPU types): a merge that fits nowhere weighs 0, so no
+        # matching proposes it
+        self.room = Room(("",), (0,), (math.inf,), (math.inf,), True)
         self.lonely = False  # some job must run alone (memory.fits): matrices mask it
 
-    def set_mem_budget(self, budget: float) -> None:
-        """The cluster's group memory budget; what was remembered under another is stale."""
-        if budget != self.mem_budget:
-            self.mem_budget = budget
+    @property
+    def mem_budget(self) -> float:
+        """A one-shape cluster's group budget (inf on a cluster of pools: see `room`)."""
+        return self.room.budget if self.room.simple else math.inf
+
+    def set_room(self, room: Room) -> None:
+        """The cluster's room; what was remembered under another is stale."""
+        if room != self.room:
+            self.room = room
             self.forget()
 
     def set_model(self, model: CostModel) -> None:
@@ -128,7 +134,7 @@ class Pairing:
         """Busy stage time over slot time of the group `jobs` (in this member order: the
         float sum follows it), 0 when a member has no profile yet or the members' GPU
         memory does not fit together."""
-        if not fits(jobs, self.mem_budget):
+        if not self.room.fits(jobs):
             return 0.0
         tt, _ = self.group_timing(jobs)
         if tt > 0 and all(map(_profiled, jobs)):
@@ -298,7 +304,9 @@ class Pairing:
             tt_rows.clear()
             alone.clear()
         shape = attrgetter("id" if self.ordering == "none" else "profile")
-        if self.mem_budget != math.inf and self.ordering != "none":
+        if not self.room.simple and self.ordering != "none":
+            shape = _profile_memory_and_types  # merges that fit differ by memory and types
+        elif self.mem_budget != math.inf and self.ordering != "none":
             shape = _profile_and_memory  # merges that fit differ by memory too
         by_id = self.ordering == "none"
         local: dict[int, int] = {}
@@ -442,6 +450,8 @@ class Pairing:
         if self.mem_budget != math.inf:
             held = np.array([held_gb(node) for node in nodes])
             w[np.add.outer(held, held) > self.mem_budget + SLACK] = 0.0
+        if not self.room.simple:
+            w[~self._fit_matrix(nodes)] = 0.0
         if self.lonely:
             lone = np.array([any(j.alone for j in node) for node in nodes])
             w[lone, :] = 0.0
@@ -449,6 +459,24 @@ class Pairing:
         if self.hysteresis:
             w *= self._bonus_matrix(nodes, bonus)
         return np.triu(w, 1) + np.triu(w, 1).T
+
+    def _fit_matrix(self, nodes: list[Packing]) -> np.ndarray:
+        """Which merges of two candidates fit some pool (memory.Room.pools_for, for every
+        pair at once): a pool whose type every member accepts, with GPUs enough for them
+        and memory enough for them together."""
+        room = self.room
+        held = np.array([held_gb(node) for node in nodes])
+        total = np.add.outer(held, held)
+        need = nodes[0][0].num_gpu if nodes else 0
+        ok = np.zeros((len(nodes), len(nodes)), dtype=bool)
+        for kind, gpus, budget in zip(room.types, room.gpus, room.budgets):
+            if gpus < need:
+                continue
+            accepts = np.array([not kind or all(not j.record.gpu_types
+                                                or kind in j.record.gpu_types for j in node)
+                                for node in nodes])
+            ok |= np.logical_and.outer(accepts, accepts) & (total <= budget + SLACK)
+        return ok
 
     def _bonus_matrix(self, nodes: list[Packing],
                       bonus: list[float] | None = None) -> np.ndarray:
@@ -491,6 +519,10 @@ def _partners(pairs: list[tuple[int, int]]) -> dict[int, int]:
 
 def _profile_and_memory(job: JobView) -> tuple:
     return job.profile, job.gpu_mem
+
+
+def _profile_memory_and_types(job: JobView) -> tuple:
+    return job.profile, job.gpu_mem, job.record.gpu_types
 
 
 def _profiled(job: JobView) -> bool:

@@ -140,7 +140,7 @@ class Tiresias(Policy):
         # largest first, admission order among equal sizes (a stable sort)
         order = sorted(range(len(chosen)), key=[-job.num_gpu for job in chosen].__getitem__)
         chosen = [chosen[i] for i in order]
-        if not ctx.previous:  # place_units' replay, without the units
+        if not ctx.previous and not ctx.cluster.pooled:  # place_units' replay, without units
             placements = self._replay.place_all(ctx.cluster, [job.num_gpu for job in chosen])
         else:
             placements = place_units(ctx, [(job.num_gpu, (job,)) for job in chosen])
