@@ -35,6 +35,7 @@ ENTRY = {  # console script -> module:function (setup.cfg's entry points)
     "interlace-feed": "traces.feeder:main",
     "interlace-tail": "scheduler.tools.tail:main",
     "interlace-slurm": "scheduler.tools.slurm.cli:main",
+    "interlace-spec": "specs.cli:main",
 }
 # runs an entry point as its console script does; reports its peak memory (KB) at exit on
 # the descriptor HOSTILE_FD (VmHWM: this program's own; getrusage's maxrss would keep the
@@ -77,6 +78,8 @@ def _files(folder: Path) -> None:
     (folder / "junk.key").write_bytes(bytes(range(256)) * 2)
     for name, row in ROWS.items():
         (folder / name).write_text(f"{SPEC_HEADER}\n{row}\n")
+    (folder / "nodes.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,96000,393216,8,G2\nn1,32000,262144,0,\n")
     (folder / "huge.csv").write_text(
         f"{HEADER}\n0,4,0,999999999999999999,resnet18,32,1000,0,1e305,1,1,1,0\n")
     (folder / "late.csv").write_text(f"{HEADER}\n0,4,1e305,100,resnet18,32,1000,0,10,1,1,1,0\n")
@@ -185,6 +188,11 @@ CASES = [  # (id, argv, what the one line must name, lines on stderr)
     ("slurm-submit-nodes", ["interlace-slurm", "submit", "--nodes", "-1"], "--nodes", 1),
     ("slurm-run-time-scale", ["interlace-slurm", "run", "--time-scale", "nan"],
      "--time-scale", 1),
+    ("spec-import-fifo", ["interlace-spec", "import", "openb", "fifo", "--out", "new.csv"],
+     "not a regular file", 1),
+    ("spec-import-gpu-mem", ["interlace-spec", "import", "openb", "nodes.csv", "--out",
+                             "new.csv", "--gpu-mem", "G2=inf"], "--gpu-mem", 1),
+    ("spec-show-big", ["interlace-spec", "show", "big.csv"], "num_gpu_p_node", 2),
 ]
 
 
@@ -407,6 +415,10 @@ TOOLS = {
                                "--gpus-per-node", "1", "--cpus", "1", "--mem", "1",
                                "--time-scale", "1"],
                               ["--gpus-per-node", "--cpus", "--mem", "--time-scale"], []),
+    "interlace-spec import": ("specs.cli:main",
+                              ["import", "openb", "nodes.csv", "--out", "OUT/s.csv"], [],
+                              ["nodes.csv"]),
+    "interlace-spec show": ("specs.cli:main", ["show", "s.csv", "--json"], [], ["s.csv"]),
     "interlace-slurm submit": ("scheduler.tools.slurm.cli:main", ["submit", "--nodes", "1"],
                                ["--nodes", "--gpus-per-node", "--emulate-gpus", "--warn"], []),
 }
