@@ -37,7 +37,7 @@ class ClusterState:
     __slots__ = ("spec", "demand", "free_mask", "free_count", "free_cpus", "free_total",
                  "_switches", "_per_node", "_switch_of", "_idle", "_first", "_slices",
                  "_masks", "_alone_cpus", "offline", "room", "pooled", "_node_gpus",
-                 "_node_cpus", "_pool_of", "_switch_gpus", "_switch_pool", "_needs")
+                 "_node_cpus", "_pool_of", "_switch_gpus", "_switch_pool", "_needs", "_solo")
 
     def __init__(self, spec: ClusterSpec, demand: Demand = Demand(), room: Room | None = None):
         self.spec = spec
@@ -68,7 +68,10 @@ class ClusterState:
         self._masks: dict[tuple[int, ...], int] = {}  # GPU ids -> their bit mask (-1: bad)
         # CPUs a job of g <= gpus_per_node GPUs takes on its one node, by g (asked per job)
         self._alone_cpus = [demand.cpus(g, g) for g in range(self._per_node + 1)]
-        self._needs: dict[tuple, frozenset[int] | None] = {}  # see need()
+        self._needs: dict[tuple, frozenset[int]] = {}  # see need()
+        # a job (by identity) -> (its memory, whether alone, the pools it may run in alone):
+        # every round asks for each job placed
+        self._solo: dict = {}
         self.offline: set[int] = set()  # nodes that take no work (agent missing or dead)
         self.reset()
 
@@ -91,6 +94,14 @@ class ClusterState:
         them; None on a Muri-form spec (anywhere). Remembered by what decides it."""
         if not self.pooled:
             return None
+        if len(jobs) == 1:
+            job = jobs[0]
+            hit = self._solo.get(job)
+            if hit is None or hit[0] != job.gpu_mem or hit[1] != job.alone:
+                if len(self._solo) > 200_000:
+                    self._solo.clear()
+                hit = self._solo[job] = (job.gpu_mem, job.alone, self.room.pools_for(jobs))
+            return hit[2]
         key = (jobs[0].num_gpu, tuple(j.gpu_mem for j in jobs),
                tuple(j.record.gpu_types for j in jobs), any(j.alone for j in jobs))
         found = self._needs.get(key)
