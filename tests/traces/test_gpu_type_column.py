@@ -1,9 +1,11 @@
 """The GPU types a job accepts (`gpu_type`, `T` or `T|T...`): an optional column that reads
 back as written; a bad cell, or a job no pool of a pooled spec can hold, is one line naming
-file, line and field. Expected messages are worked out here from each test's own data."""
+file, line and field; the openb importer fills types and memory shares. Expected messages
+and figures are worked out here from each test's own data."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from specs.fit import pools_for
 from specs.spec import load_spec
 from traces import read_trace, write_trace
+from traces.cli import main as trace_main
 from traces.errors import TraceError
 from traces.muri_csv import TraceWriter
 from traces.validate import validate
@@ -179,3 +182,58 @@ def test_a_muri_spec_and_a_pool_of_unstated_type_take_any_type(tmp_path):
     # Muri's own wording stays for its specs: the cluster's total, and its GPUs' memory
     [big] = validate([typed(2, ("A100",), gpus=5)], spec=spec(nodes=1, gpus=4))
     assert big.message.startswith("a job needs more GPUs than the cluster's 4 (up to 5")
+
+
+# -- openb import ---------------------------------------------------------------------------
+OPENB_HEAD = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+              "creation_time,deletion_time,scheduled_time")
+PODS = [
+    "p1,8000,30720,1,1000,V100M16|V100M32|V100M32,LS,Succeeded,100,3700,100",  # types only
+    "p2,4000,15360,1,500,,LS,Succeeded,200,3800,200",  # half of any: 0.5 x 16 = 8.0
+    "p3,4000,15360,1,460,G2,LS,Succeeded,300,3900,300",  # 0.46 x 24 (assumed) = 11.04
+    # G3 and V100M32 both 32 GB: 0.25 x 32 = 8.0, V100M32's (disclosed) figure, not G3's
+    "p4,4000,15360,1,250,G3|V100M32,LS,Succeeded,400,4000,400",
+    "p5,8000,30720,2,1000,A10|T4,LS,Succeeded,500,4100,500",  # whole GPUs: no memory
+    "p6,4000,15360,1,300,A100,LS,Succeeded,600,4200,600",  # A100's memory unknown: none
+    "p7,4000,15360,1,810,T4|P100,LS,Succeeded,700,4300,700",  # 0.81 x 16 = 12.96 of T4
+    "p8,4000,15360,1,1000,V100 M16,LS,Succeeded,800,4400,800",  # not a type: malformed
+]
+
+
+def test_openb_import_fills_types_and_memory_shares(tmp_path, capsys):
+    src, out = tmp_path / "openb_pod_list_x.csv", tmp_path / "o.csv"
+    src.write_text(OPENB_HEAD + "\n" + "\n".join(PODS) + "\n")
+    assert trace_main(["import", "openb", str(src), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    records = read_trace(out)
+    assert [r.gpu_types for r in records] == [
+        ("V100M16", "V100M32"), (), ("G2",), ("G3", "V100M32"), ("A10", "T4"), ("A100",),
+        ("T4", "P100")]
+    assert [r.gpu_mem_gb for r in records] == [0.0, 8.0, 11.04, 8.0, 0.0, 0.0, 12.96]
+    assert [r.num_gpu for r in records] == [1, 1, 1, 1, 2, 1, 1]
+    gpu = json.loads((tmp_path / "o.csv.summary.json").read_text())["gpu"]
+    assert gpu["jobs_with_types"] == 6 and gpu["jobs_with_memory_from_share"] == 4
+    assert gpu["shares_of"] == {"any": {"jobs": 1, "gb": 16.0},
+                                "G2": {"jobs": 1, "gb": 24.0, "assumed": True},
+                                "T4": {"jobs": 1, "gb": 16.0},
+                                "V100M32": {"jobs": 1, "gb": 32.0}}
+    assert gpu["jobs_on_assumed_memory"] == 1  # p3's G2
+    assert gpu["assumed_gb"] == {"G2": 24.0, "G3": 32.0}
+    assert "whole-GPU pod states no memory" in gpu["facts"]
+    assert f"{'jobs with GPU types':<30}{6:>10}" in err
+    assert f"{'jobs with memory from a share':<30}{4:>10}" in err
+    assert "G2 24 GB, G3 32 GB" in err
+    assert "gpu_spec: 'V100 M16' is not a GPU type name" in \
+        json.dumps(json.loads((tmp_path / "o.csv.summary.json").read_text())["examples"])
+
+
+def test_other_formats_say_they_state_no_type_or_memory(tmp_path, capsys):
+    data = Path(__file__).resolve().parents[1] / "data" / "imports" / "helios_cluster_log.csv"
+    out = tmp_path / "h.csv"
+    assert trace_main(["import", "helios", str(data), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    gpu = json.loads((tmp_path / "h.csv.summary.json").read_text())["gpu"]
+    assert gpu["jobs_with_types"] == 0 and gpu["jobs_with_memory_from_share"] == 0
+    assert "no GPU type or memory" in gpu["facts"] and "no GPU type or memory" in err
+    header = out.read_text().splitlines()[0]
+    assert "gpu_type" not in header and "gpu_mem_gb" not in header
