@@ -1,7 +1,7 @@
 """The GPU types a job accepts (`gpu_type`, `T` or `T|T...`): an optional column that reads
 back as written; a bad cell, or a job no pool of a pooled spec can hold, is one line naming
-file, line and field; the openb importer fills types and memory shares. Expected messages
-and figures are worked out here from each test's own data."""
+file, line and field; the openb importer fills types and memory shares; interlace-submit
+states them. Expected messages and figures are worked out here from each test's own data."""
 from __future__ import annotations
 
 import dataclasses
@@ -237,3 +237,20 @@ def test_other_formats_say_they_state_no_type_or_memory(tmp_path, capsys):
     assert "no GPU type or memory" in gpu["facts"] and "no GPU type or memory" in err
     header = out.read_text().splitlines()[0]
     assert "gpu_type" not in header and "gpu_mem_gb" not in header
+
+
+# -- interlace-submit -----------------------------------------------------------------------
+def test_interlace_submit_states_the_jobs_gpu_types(capsys):
+    from scheduler.tools.jobs import _submit_parser, make_record
+
+    base = ["--gpus", "2", "--iterations", "10"]
+    args = _submit_parser().parse_args(base + ["--gpu-type", "V100M16|V100M32|V100M16"])
+    assert make_record(args, 7, [], "").gpu_types == ("V100M16", "V100M32")
+    assert make_record(_submit_parser().parse_args(base), 7, [], "").gpu_types == ()
+    for bad, why in (("A 100", "'A 100' is not a GPU type name"),
+                     ("T4|", "has an empty type in 'T4|'")):
+        with pytest.raises(SystemExit) as exit_:
+            _submit_parser().parse_args(base + ["--gpu-type", bad])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and len(err) == 1
+        assert "--gpu-type" in err[0] and why in err[0]
