@@ -30,6 +30,7 @@ MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE  # GPUs one job may ask for
 MAX_CPUS = 1_000_000  # cores of one node (an agent's announcement, a spec's column)
 MAX_MEM = 1_000_000_000  # memory of one node (GB)
 MAX_GPU_MEM_GB = 100_000.0  # memory of one GPU, or what a job needs on each (GB)
+MAX_GPU_TYPES = 64  # GPU types one job may accept (a real list names a handful)
 
 # -- command-line options ---------------------------------------------------------------------
 MAX_WAIT_S = 3600.0  # any option that is a wait or timeout: an hour is already a hang

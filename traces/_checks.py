@@ -7,8 +7,11 @@ The checks take already-parsed values, each paired with the text to show back to
 from __future__ import annotations
 
 import math
+import re
 from typing import Container, Mapping, Sequence
 
+from specs.fit import POOL_TOO_LARGE, TOO_LARGE, Fit
+from specs.gpu_types import types_problem
 from specs.limits import (MAX_BATCH_SIZE, MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS,
                           MAX_SECONDS, MAX_TRACE_SECONDS, show)
 from traces.errors import Problem
@@ -32,7 +35,7 @@ REQUIRED_COLUMNS = (
     "resource_time_1",
     "resource_time_2",
 )
-OPTIONAL_COLUMNS = ("resource_time_3", "priority", "gpu_mem_gb")
+OPTIONAL_COLUMNS = ("resource_time_3", "priority", "gpu_mem_gb", "gpu_type")
 STAGE_COLUMNS = ("resource_time_0", "resource_time_1", "resource_time_2", "resource_time_3")
 
 # integer fields and their smallest and largest allowed values
@@ -52,28 +55,41 @@ TIME_FIELDS: Mapping[str, tuple[bool, float]] = {
 }
 
 
-TOO_LARGE = "job needs {} GPUs but the cluster has only {}"
 # said once per file, so a trace made for a bigger cluster is one line, not one per job
 TOO_LARGE_HINT = ("give --spec a cluster of at least {} GPUs, or make the trace for this one "
                   "(interlace-trace generate --max-gpus {})")
+POOL_TOO_LARGE_HINT = ("give --spec a pool of at least {} GPUs, or make the trace for this "
+                       "cluster (interlace-trace generate --max-gpus {})")
+# TOO_LARGE and POOL_TOO_LARGE as made, with the job's GPU count
+_TOO_LARGE = re.compile(r"job needs (\d+) GPUs but the (?:cluster has only|largest pool has) "
+                        r"\d+")
 
 
-def fold_too_large(problems: list[Problem], total_gpus: int | None) -> list[Problem]:
-    """The problems with every job too large for the cluster said in one line, at the first
-    such job, with the way out: 21 lines saying the same thing hide the fix."""
-    if total_gpus is None:
+def fold_too_large(problems: list[Problem], fit: Fit | None) -> list[Problem]:
+    """The problems with every job too large for the cluster (for a pooled spec, for its
+    largest pool, whatever the job's type) said in one line, at the first such job, with the
+    way out: 21 lines saying the same thing hide the fix."""
+    if fit is None:
         return problems
-    large = TOO_LARGE.split("{}")[0]
-    too_large = [p for p in problems if p.field == "num_gpu" and p.message.startswith(large)]
+    too_large: list[tuple[Problem, int]] = []
+    for p in problems:
+        match = _TOO_LARGE.fullmatch(p.message) if p.field == "num_gpu" else None
+        if match:
+            too_large.append((p, int(match.group(1))))
     if not too_large:
         return problems
-    first = too_large[0]
-    most = max(int(p.message.removeprefix(large).split()[0]) for p in too_large)
+    first = too_large[0][0]
+    most = max(n for _, n in too_large)
     jobs = f"{len(too_large)} jobs need" if len(too_large) > 1 else "a job needs"
-    line = Problem(first.file, first.line, first.field,
-                   f"{jobs} more GPUs than the cluster's {total_gpus} (up to {most}; the first "
-                   "here): " + TOO_LARGE_HINT.format(most, total_gpus))
-    folded = {id(p) for p in too_large[1:]}
+    if fit.pooled:
+        message = (f"{jobs} more GPUs than the cluster's largest pool holds ({fit.largest}; "
+                   f"up to {most}, the first here): "
+                   + POOL_TOO_LARGE_HINT.format(most, fit.largest))
+    else:
+        message = (f"{jobs} more GPUs than the cluster's {fit.total_gpus} (up to {most}; the "
+                   "first here): " + TOO_LARGE_HINT.format(most, fit.total_gpus))
+    line = Problem(first.file, first.line, first.field, message)
+    folded = {id(p) for p, _ in too_large[1:]}
     return [line if p is first else p for p in problems if id(p) not in folded]
 
 
@@ -115,15 +131,16 @@ def check_job(
     stage_fields: Sequence[str],
     *,
     known_models: Container[str],
-    total_gpus: int | None,
-    gpu_mem: float = 0.0,
+    fit: Fit | None = None,
 ) -> list[Finding]:
-    """Every problem of one job, as (field, message) pairs in column order. `gpu_mem`: each
-    GPU's memory in GB (0: the cluster does not say), which a job's own need must fit."""
+    """Every problem of one job, as (field, message) pairs in column order. `fit`: the
+    cluster's pools (specs/fit.py), which the job's GPU count, types and memory must fit.
+    The types come as `gpu_type` (a trace cell, already split) or `gpu_types` (a record)."""
     found: list[Finding] = []
     model: str | None = None
     counts: dict[str, int] = {}
     iteration_time: float | None = None
+    misfit = _misfit(values, fit)
 
     for name in SCALAR_ORDER:
         if name not in values:
@@ -136,8 +153,8 @@ def check_job(
                 found.append((name, f"must be a {kind} integer, got {shown}"))
             elif value > maximum:
                 found.append((name, f"must be at most {show(maximum)}, got {shown}"))
-            elif name == "num_gpu" and total_gpus is not None and value > total_gpus:
-                found.append((name, TOO_LARGE.format(value, total_gpus)))
+            elif name == "num_gpu" and "size" in misfit:
+                found.append((name, misfit["size"]))
             else:
                 counts[name] = value  # type: ignore[assignment]
         elif name in TIME_FIELDS:
@@ -195,8 +212,38 @@ def check_job(
             found.append(("gpu_mem_gb", f"must be a non-negative number of GB, got {shown}"))
         elif value > MAX_GPU_MEM_GB:
             found.append(("gpu_mem_gb", f"must be at most {show(MAX_GPU_MEM_GB)} GB, got {shown}"))
-        elif gpu_mem and value > gpu_mem:
-            found.append(("gpu_mem_gb", f"job needs {shown} GB on each GPU but the cluster's "
-                                        f"GPUs hold {show(gpu_mem)} GB"))
+        elif "memory" in misfit:
+            found.append(("gpu_mem_gb", misfit["memory"]))
 
+    for name in ("gpu_type", "gpu_types"):
+        if name in values:
+            value, shown = values[name]
+            message = types_problem(value, shown) or misfit.get("type")
+            if message:
+                found.append((name, message))
+
+    return found
+
+
+def _misfit(values: Mapping[str, Value], fit: Fit | None) -> dict[str, str]:
+    """Why no pool of the cluster holds the job, by what is at fault ("type", "memory",
+    "size"; specs/fit.py), judged on the job's valid values: a bad memory counts as none
+    stated, a bad GPU count as one GPU (its own problem is said apart), bad types as no
+    judgement at all (where it may run depends on them)."""
+    if fit is None:
+        return {}
+    types: object = ()
+    for name in ("gpu_type", "gpu_types"):
+        if name in values:
+            types = values[name][0]
+            if types_problem(types, ""):
+                return {}
+    count = values.get("num_gpu", (None, ""))[0]
+    valid_count = is_int(count) and 1 <= count <= MAX_GPUS  # type: ignore[operator]
+    memory = values.get("gpu_mem_gb", (0.0, ""))
+    mem = memory[0] if is_number(memory[0]) and 0 <= memory[0] <= MAX_GPU_MEM_GB else 0.0  # type: ignore[operator]
+    found = dict(fit.misfit(count if valid_count else 1, types, mem,  # type: ignore[arg-type]
+                            memory[1] if mem else None))
+    if not valid_count:
+        found.pop("size", None)
     return found

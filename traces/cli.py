@@ -182,7 +182,8 @@ def _same_file(out: Path, src: Path) -> bool:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from traces.importers import FORMATS, Inputs, Options, RowRules, run_import, summary_path
+    from traces.importers import (FORMATS, GPU_FACTS, Inputs, Options, RowRules, run_import,
+                                  summary_path)
     from traces.importers.assign import ModelRuleError, parse_model_rule
     from traces.importers.pipeline import summary_table
     from traces.importers.source import open_problem
@@ -223,7 +224,8 @@ def _import(args: argparse.Namespace) -> int:
         models=model_rule, seed=args.seed, since=args.since, until=args.until,
         limit=args.limit, progress=True if args.progress else None)
     try:
-        summary = run_import(args.format, FORMATS[args.format], inputs, args.out, options)
+        summary = run_import(args.format, FORMATS[args.format], inputs, args.out, options,
+                             gpu_facts=GPU_FACTS.get(args.format))
     except OSError as exc:
         print(f"{getattr(exc, 'filename', None) or args.out}: cannot write: "
               f"{exc.strerror or exc}", file=sys.stderr)

@@ -13,6 +13,8 @@ import os
 from decimal import Decimal, InvalidOperation
 from typing import Container, Iterable, Sequence
 
+from specs.fit import Fit
+from specs.gpu_types import parse_types
 from specs.limits import InputFileError, read_regular
 from traces._checks import (
     INT_FIELDS,
@@ -116,8 +118,7 @@ def parse_trace(
     """Records of the clean rows plus every problem in the file: the core of read and validate."""
     label = os.fspath(path)
     known = MODELS if known_models is None else known_models
-    total_gpus = None if spec is None else int(getattr(spec, "total_gpus"))
-    gpu_mem = float(getattr(spec, "gpu_mem_gb", 0.0) or 0.0)
+    fit = None if spec is None else Fit(spec)
 
     text, problem = _read_text(path, label)
     if problem is not None:
@@ -147,8 +148,7 @@ def parse_trace(
                 )
                 continue
             record, job_id, row_problems = _read_row(
-                row, columns, label, line, known=known, total_gpus=total_gpus,
-                gpu_mem=gpu_mem,
+                row, columns, label, line, known=known, fit=fit,
             )
             problems.extend(row_problems)
             if job_id is not None:
@@ -167,7 +167,7 @@ def parse_trace(
         problems.append(Problem(label, last_line + 1, None, f"malformed CSV: {exc}"))
     if columns is None:
         problems.append(Problem(label, None, None, "file is empty (expected a header row)"))
-    return records, fold_too_large(problems, total_gpus)
+    return records, fold_too_large(problems, fit)
 
 
 def _read_header(
@@ -194,8 +194,7 @@ def _read_row(
     line: int,
     *,
     known: Container[str],
-    total_gpus: int | None,
-    gpu_mem: float = 0.0,
+    fit: Fit | None = None,
 ) -> tuple[JobRecord | None, int | None, list[Problem]]:
     """(record or None when unusable, job id when readable, problems in column order)."""
     problems: list[Problem] = []
@@ -225,10 +224,15 @@ def _read_row(
         except ValueError:
             problems.append(Problem(label, line, "gpu_mem_gb",
                                     f"must be a number of GB, got {text.strip()!r}"))
+    if "gpu_type" in columns and row[columns["gpu_type"]].strip():  # empty: any type
+        text = row[columns["gpu_type"]]
+        types, message = parse_types(text)
+        if message:
+            problems.append(Problem(label, line, "gpu_type", message))
+        else:
+            values["gpu_type"] = (types, repr(text.strip()))
 
-    for field, message in check_job(
-        values, stage_fields, known_models=known, total_gpus=total_gpus, gpu_mem=gpu_mem
-    ):
+    for field, message in check_job(values, stage_fields, known_models=known, fit=fit):
         problems.append(Problem(label, line, field, message))
 
     def rank(problem: Problem) -> int:
@@ -255,6 +259,7 @@ def _read_row(
         stage_times=tuple(values[n][0] for n in stage_fields),  # type: ignore[misc]
         priority=values["priority"][0] if "priority" in values else 0,  # type: ignore[arg-type]
         gpu_mem_gb=float(values["gpu_mem_gb"][0]) if "gpu_mem_gb" in values else 0.0,  # type: ignore[arg-type]
+        gpu_types=values["gpu_type"][0] if "gpu_type" in values else (),  # type: ignore[arg-type]
     )
     return record, job_id, problems
 
@@ -267,7 +272,8 @@ def read_trace(
 ) -> list[JobRecord]:
     """All jobs of a Muri CSV in file order, or TraceError listing every problem at once.
 
-    `spec` (anything with `total_gpus`) adds the check that each job fits the cluster;
+    `spec` (a ClusterSpec, or anything with `total_gpus`) adds the check that some pool of
+    the cluster holds each job (specs/fit.py);
     `known_models` defaults to the MODELS catalogue.
     """
     records, problems = parse_trace(path, spec=spec, known_models=known_models)
@@ -283,8 +289,9 @@ def write_trace(path: PathLike, records: Iterable[JobRecord]) -> None:
         _check_stages(record)
     four = any(len(r.stage_times) == 4 for r in records)
     memory = any(r.gpu_mem_gb for r in records)
+    types = any(r.gpu_types for r in records)
     with open(path, "w", encoding="utf-8", newline="") as out:
-        writer = TraceWriter(out, four_stages=four, memory=memory)
+        writer = TraceWriter(out, four_stages=four, memory=memory, types=types)
         for r in records:
             writer.write(r)
 
@@ -303,13 +310,15 @@ class TraceWriter:
     ignores them) for facts a trace carries beyond Muri's schema, such as user and tenant."""
 
     def __init__(self, out, *, four_stages: bool = False, memory: bool = False,
-                 extra: Sequence[str] = ()):
+                 types: bool = False, extra: Sequence[str] = ()):
         self._stage_columns = STAGE_COLUMNS if four_stages else STAGE_COLUMNS[:3]
         self._memory = memory  # a gpu_mem_gb column (GB; empty where a job states none)
+        self._types = types  # a gpu_type column (T or T|T...; empty where a job takes any)
         self._extra = tuple(extra)
         self._writer = csv.writer(out, lineterminator="\n")
         self._writer.writerow([*REQUIRED_COLUMNS[:9], *self._stage_columns, "priority",
-                               *(["gpu_mem_gb"] if memory else []), *self._extra])
+                               *(["gpu_mem_gb"] if memory else []),
+                               *(["gpu_type"] if types else []), *self._extra])
 
     def write(self, r: JobRecord, extra: Sequence[str] = ()) -> None:
         _check_stages(r)
@@ -319,7 +328,10 @@ class TraceWriter:
             raise ValueError(f"job {r.job_id}: expected {len(self._extra)} extra values")
         if r.gpu_mem_gb and not self._memory:
             raise ValueError(f"job {r.job_id}: GPU memory in a trace without gpu_mem_gb")
+        if r.gpu_types and not self._types:
+            raise ValueError(f"job {r.job_id}: GPU types in a trace without gpu_type")
         memory = ([repr(r.gpu_mem_gb) if r.gpu_mem_gb else ""] if self._memory else [])
+        types = ["|".join(r.gpu_types)] if self._types else []
         stages = [_format_ms(t) for t in r.stage_times]
         stages += [""] * (len(self._stage_columns) - len(stages))
         self._writer.writerow(
@@ -336,6 +348,7 @@ class TraceWriter:
                 *stages,
                 str(r.priority),
                 *memory,
+                *types,
                 *extra,
             ]
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Container, Iterable
 
+from specs.fit import Fit
 from traces._checks import Value, check_job, fold_too_large
 from traces.errors import Problem
 from traces.models import MODELS
@@ -24,8 +25,9 @@ def validate(
     """Every problem found (empty when clean); never raises for bad input.
 
     A path is checked exactly as read_trace would check it, and a file without a job is a
-    problem (nothing to schedule; interlace-sim refuses it too). `spec` (anything with
-    `total_gpus`, and `gpu_mem_gb` where it states one) adds the fits-the-cluster checks; `known_models` defaults to MODELS.
+    problem (nothing to schedule; interlace-sim refuses it too). `spec` (a ClusterSpec, or
+    anything with `total_gpus` and maybe `gpu_mem_gb`) adds the check that some pool of the
+    cluster holds each job (specs/fit.py); `known_models` defaults to MODELS.
     """
     if isinstance(records_or_path, (str, os.PathLike)):
         records, problems = parse_trace(records_or_path, spec=spec, known_models=known_models)
@@ -33,12 +35,11 @@ def validate(
             problems.append(no_jobs_problem(records_or_path))
         return problems
     known = MODELS if known_models is None else known_models
-    total_gpus = None if spec is None else int(getattr(spec, "total_gpus"))
-    gpu_mem = float(getattr(spec, "gpu_mem_gb", 0.0) or 0.0)
+    fit = None if spec is None else Fit(spec)
     problems: list[Problem] = []
     first_position: dict[object, int] = {}
     for position, record in enumerate(records_or_path, start=1):
-        problems.extend(_check_record(record, position, known, total_gpus, gpu_mem))
+        problems.extend(_check_record(record, position, known, fit))
         job_id = getattr(record, "job_id", None)
         try:
             first = first_position.setdefault(job_id, position)
@@ -51,7 +52,7 @@ def validate(
                     f"duplicate job_id {job_id!r} (first at record {first})",
                 )
             )
-    return fold_too_large(problems, total_gpus)
+    return fold_too_large(problems, fit)
 
 
 def no_jobs_problem(path: str | os.PathLike[str]) -> Problem:
@@ -61,13 +62,12 @@ def no_jobs_problem(path: str | os.PathLike[str]) -> Problem:
 
 
 def _check_record(
-    record: JobRecord, position: int, known: Container[str], total_gpus: int | None,
-    gpu_mem: float = 0.0,
+    record: JobRecord, position: int, known: Container[str], fit: Fit | None = None,
 ) -> list[Problem]:
     values: dict[str, Value] = {}
     for name in (
         "job_id", "num_gpu", "submit_time", "iterations", "model_name", "batch_size",
-        "duration", "interval", "iteration_time", "priority", "gpu_mem_gb",
+        "duration", "interval", "iteration_time", "priority", "gpu_mem_gb", "gpu_types",
     ):
         value = getattr(record, name, None)
         values[name] = (value, repr(value))
@@ -86,8 +86,6 @@ def _check_record(
             stage_fields.append(name)
             values[name] = (value, repr(value))
 
-    for field, message in check_job(
-        values, stage_fields, known_models=known, total_gpus=total_gpus, gpu_mem=gpu_mem
-    ):
+    for field, message in check_job(values, stage_fields, known_models=known, fit=fit):
         problems.append(Problem(RECORDS_LABEL, position, field, message))
     return problems

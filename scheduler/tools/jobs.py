@@ -23,6 +23,7 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
+from specs.gpu_types import parse_types
 from specs.limits import (MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_RETRIES,
                           MAX_SECONDS, MAX_WAIT_S)
 from specs.options import OneLineParser, number
@@ -34,10 +35,19 @@ from traces.validate import validate
 ID_TRIES = 20  # ids tried when another submitter took the one chosen meanwhile
 # the option behind each field of the job record, to name it when the record is refused
 OPTION_OF = {"num_gpu": "--gpus", "iterations": "--iterations",
-             "iteration_time": "--iteration-time", "duration": "--iterations x --iteration-time"}
+             "iteration_time": "--iteration-time", "duration": "--iterations x --iteration-time",
+             "gpu_mem_gb": "--gpu-mem", "gpu_types": "--gpu-type"}
 
 
 JOB_ID = number(0, MAX_ID, integer=True)  # the message schema's bound on a job id
+
+
+def gpu_types(text: str) -> tuple[str, ...]:
+    """An argparse type: GPU types joined by `|`, as a trace's gpu_type cell states them."""
+    types, problem = parse_types(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return types
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -71,7 +81,7 @@ def make_record(args: argparse.Namespace, job_id: int, command: Sequence[str],
                      batch_size=profile.batch_size, duration=args.iterations * tt, interval=0.0,
                      iteration_time=tt, stage_times=tuple(stages), priority=args.priority,
                      command=tuple(command), workdir=workdir if command else "",
-                     gpu_mem_gb=float(args.gpu_mem))
+                     gpu_mem_gb=float(args.gpu_mem), gpu_types=tuple(args.gpu_type))
 
 
 def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -145,6 +155,9 @@ def _submit_parser() -> argparse.ArgumentParser:
                    metavar="GB", help="GPU memory the job needs on each of its GPUs; jobs "
                                       "share a GPU only where theirs fit (default 0: not "
                                       "stated); the scheduler refuses more than a GPU holds")
+    p.add_argument("--gpu-type", type=gpu_types, default=(), metavar="T[|T...]",
+                   help="GPU types the job may run on, all its GPUs of one of them (default: "
+                        "any); the scheduler refuses a job no pool of its spec can hold")
     p.add_argument("--job-id", type=JOB_ID, default=None,
                    help="the job's id (default: one above the highest the scheduler knows)")
     _common(p)

@@ -9,5 +9,9 @@ from traces.importers.rules import RowRules
 
 # format name -> reader (each module's docstring documents its schema and rules)
 FORMATS = {"philly": philly.read, "helios": helios.read, "pai": pai.read, "openb": openb.read}
+# what a format states of a job's GPUs beyond their count (run_import's summary repeats it);
+# the others state nothing more (pipeline.NO_GPU_FACTS)
+GPU_FACTS = {"openb": openb.GPU_FACTS}
 
-__all__ = ["FORMATS", "Bound", "Inputs", "Options", "RowRules", "run_import", "summary_path"]
+__all__ = ["FORMATS", "GPU_FACTS", "Bound", "Inputs", "Options", "RowRules", "run_import",
+           "summary_path"]

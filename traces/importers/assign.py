@@ -126,7 +126,8 @@ def net_scale(gpus: int) -> float:
 
 def make_record(job_id: int, gpus: int, submit: float, interval: float, duration: float,
                 model: str, priority: int = 0,
-                catalogue: Mapping[str, ModelProfile] = MODELS) -> JobRecord:
+                catalogue: Mapping[str, ModelProfile] = MODELS, *,
+                gpu_types: tuple[str, ...] = (), gpu_mem_gb: float = 0.0) -> JobRecord:
     """The Muri job: the model's stages (net scaled to the GPU count), at least one
     iteration, and the run time those iterations take (within half an iteration of the log's)."""
     profile = catalogue[model]
@@ -147,4 +148,6 @@ def make_record(job_id: int, gpus: int, submit: float, interval: float, duration
         iteration_time=iteration_ms / 1000,
         stage_times=stages,
         priority=priority,
+        gpu_mem_gb=gpu_mem_gb,
+        gpu_types=gpu_types,
     )

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO
 
+from specs.gpu_types import ASSUMED, GPU_MEM_GB
+from specs.limits import show
 from traces.importers.assign import ModelRule, choose_model, make_record, parse_model_rule
 from traces.importers.progress import Bar
 from traces.importers.rules import ADJUSTMENTS, REASONS, Ledger, RowRules, apply_row_rules
@@ -26,6 +28,8 @@ from traces.muri_csv import TraceWriter
 EXTRA_COLUMNS = ("user", "tenant", "source_id", "status", "workload")
 
 Reader = Callable[["Inputs", Progress], Iterator[Row]]
+# what the summary says of a format that gives no GPU facts beyond the count
+NO_GPU_FACTS = "the log states no GPU type or memory: jobs accept any type and state no memory"
 
 
 @dataclass(frozen=True)
@@ -69,13 +73,16 @@ def summary_path(out: Path) -> Path:
 
 
 def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Options,
-               *, stream: TextIO | None = None) -> dict:
-    """Write `out` and its summary; return the summary. TraceError for an unusable input."""
+               *, stream: TextIO | None = None, gpu_facts: str | None = None) -> dict:
+    """Write `out` and its summary; return the summary. TraceError for an unusable input.
+    `gpu_facts`: what the format states of a job's GPUs beyond their count (GPU_FACTS of
+    traces.importers), which the summary repeats; None: nothing."""
     ledger = Ledger()
     total = sum(_size(p) for p in inputs.all_files())
     bar = Bar("reading", total, enabled=options.progress, stream=stream)
     spill = Spill(options.temp_dir)
     first_seen: float | None = None
+    stated = {"types": False, "memory": False}  # whether the trace needs these columns
     try:
         for row in reader(inputs, bar):
             submit = getattr(row, "submit", None)
@@ -86,18 +93,23 @@ def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Opt
                 file_of = job.where.rsplit(":", 1)[0]
                 spill.add(job.submit, f"{file_of}\0{job.key}",  # type: ignore[arg-type]
                           (job.key, job.duration, int(job.gpus), job.user, job.tenant,
-                           job.status, job.workload, job.priority, job.where))
+                           job.status, job.workload, job.priority, job.where,
+                           job.gpu_types, job.gpu_mem_gb, job.share_of))
+                stated["types"] = stated["types"] or bool(job.gpu_types)
+                stated["memory"] = stated["memory"] or bool(job.gpu_mem_gb)
         bar(total)
         bar.close()
         duplicate = spill.duplicates()
         written = Bar("writing", spill.count, enabled=options.progress, stream=stream,
                       unit="k rows", scale=1e3)
-        models = _write(out, spill, duplicate, ledger, options, first_seen, written)
+        models, gpu = _write(out, spill, duplicate, ledger, options, first_seen, written,
+                             stated)
         written.close()
     finally:
         bar.close()  # a bar cut short by an error still ends its line before the message
         spill.close()
-    summary = _summary(fmt, inputs, out, options, ledger, models, first_seen)
+    summary = _summary(fmt, inputs, out, options, ledger, models, first_seen,
+                       _gpu_summary(gpu_facts, gpu))
     with open(summary_path(out), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
         handle.write("\n")
@@ -112,22 +124,26 @@ def _size(path: Path) -> int:
 
 
 def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
-           first_seen: float | None, bar: Bar) -> dict[str, int]:
+           first_seen: float | None, bar: Bar, stated: dict[str, bool]
+           ) -> tuple[dict[str, int], dict]:
+    """Write the kept rows; (jobs per model, what the written jobs state of their GPUs)."""
     since = options.since.resolve(first_seen) if options.since and first_seen is not None else None
     until = options.until.resolve(first_seen) if options.until and first_seen is not None else None
     models: dict[str, int] = {}
+    gpu = {"with_types": 0, "with_memory": 0, "on_assumed_memory": 0, "shares_of": {}}
     part = out.with_name(out.name + ".part")
     first = previous = None
     done = 0
     try:
         with open(part, "w", encoding="utf-8", newline="") as handle:
-            writer = TraceWriter(handle, extra=EXTRA_COLUMNS)
+            writer = TraceWriter(handle, memory=stated["memory"], types=stated["types"],
+                                 extra=EXTRA_COLUMNS)
             for row in spill.merged():
                 done += 1
                 if done % 8192 == 0:
                     bar(done)
                 (submit, seq, _, key, duration, gpus, user, tenant, status, workload, priority,
-                 where) = row
+                 where, types, memory, share_of) = row
                 if duplicate[seq]:
                     ledger.drop("duplicate", where, f"job {key} again")
                     continue
@@ -142,7 +158,17 @@ def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
                 relative = round(submit - first, 3)
                 model = choose_model(options.models, options.seed, key, gpus, duration, workload)
                 record = make_record(ledger.kept, gpus, relative,
-                                     round(relative - previous, 3), duration, model, priority)
+                                     round(relative - previous, 3), duration, model, priority,
+                                     gpu_types=tuple(types), gpu_mem_gb=memory)
+                gpu["with_types"] += bool(types)
+                if memory:
+                    gpu["with_memory"] += 1
+                    basis, gb, assumed = share_of
+                    gpu["on_assumed_memory"] += assumed
+                    shown = gpu["shares_of"].setdefault(basis, {"jobs": 0, "gb": gb})
+                    shown["jobs"] += 1
+                    if assumed:
+                        shown["assumed"] = True
                 previous = relative
                 writer.write(record, (user, tenant, key, status, workload))
                 models[model] = models.get(model, 0) + 1
@@ -152,7 +178,7 @@ def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
         if part.exists():
             part.unlink()
     bar(spill.count)
-    return models
+    return models, gpu
 
 
 def _iso(seconds: float | None) -> str | None:
@@ -164,8 +190,21 @@ def _iso(seconds: float | None) -> str | None:
         return None
 
 
+def _gpu_summary(facts: str | None, gpu: dict) -> dict:
+    """What the written jobs state of their GPUs, and on what grounds: the format's own
+    words, and for memory from a share, the figure each share is of and which figures are
+    this project's assumptions (specs/gpu_types.py)."""
+    out: dict = {"facts": facts or NO_GPU_FACTS, "jobs_with_types": gpu["with_types"],
+                 "jobs_with_memory_from_share": gpu["with_memory"]}
+    if facts is not None:
+        out["shares_of"] = dict(sorted(gpu["shares_of"].items()))
+        out["jobs_on_assumed_memory"] = gpu["on_assumed_memory"]
+        out["assumed_gb"] = {t: GPU_MEM_GB[t] for t in sorted(ASSUMED)}
+    return out
+
+
 def _summary(fmt: str, inputs: Inputs, out: Path, options: Options, ledger: Ledger,
-             models: dict[str, int], first_seen: float | None) -> dict:
+             models: dict[str, int], first_seen: float | None, gpu: dict) -> dict:
     assert ledger.balanced(), "every row read is kept or dropped once"
     return {
         "format": fmt,
@@ -182,6 +221,7 @@ def _summary(fmt: str, inputs: Inputs, out: Path, options: Options, ledger: Ledg
         "model_rule": options.models.describe(),
         "seed": options.seed,
         "first_submit_utc": _iso(first_seen),
+        "gpu": gpu,
         "options": {
             "since": None if options.since is None else vars(options.since),
             "until": None if options.until is None else vars(options.until),
@@ -199,4 +239,14 @@ def summary_table(summary: dict) -> Sequence[str]:
     rows = [("rows read", summary["rows_read"]), ("kept", summary["kept"])]
     rows += [("dropped " + k, n) for k, n in summary["dropped"].items() if n]
     rows += [("adjusted " + k, n) for k, n in summary["adjusted"].items() if n]
-    return [f"{label:<30}{count:>10}" for label, count in rows]
+    lines = [f"{label:<30}{count:>10}" for label, count in rows]
+    gpu = summary["gpu"]
+    if "shares_of" not in gpu:  # the format gives no GPU facts
+        return lines + [f"GPU types and memory: {gpu['facts']}"]
+    lines += [f"{label:<30}{count:>10}" for label, count in (
+        ("jobs with GPU types", gpu["jobs_with_types"]),
+        ("jobs with memory from a share", gpu["jobs_with_memory_from_share"]),
+        ("  of them on an assumed figure", gpu["jobs_on_assumed_memory"]))]
+    assumed = ", ".join(f"{t} {show(gb)} GB" for t, gb in gpu["assumed_gb"].items())
+    return lines + [f"GPU types and memory: {gpu['facts']}",
+                    f"assumed GPU memory (undisclosed types; specs/gpu_types.py): {assumed}"]

@@ -46,6 +46,11 @@ class SourceJob:
     workload: str = ""
     priority: int = 0
     skipped_attempts: int = 0  # Philly: attempts without usable times, left out of the sum
+    gpu_types: tuple[str, ...] = ()  # the GPU types it accepts; (): any
+    gpu_mem_gb: float = 0.0  # GPU memory it needs on each GPU; 0: not stated
+    # where `gpu_mem_gb` is a share of a GPU's memory, for the summary: (the type it is a
+    # share of, "any" where the job names none; that memory in GB; whether it is assumed)
+    share_of: tuple[str, float, bool] | tuple[()] = ()
 
 
 @dataclass(frozen=True, slots=True)
