@@ -1,20 +1,30 @@
 """The live scheduler with a pooled spec: each node is its own pool's shape.
 
 Registration goes over real sockets (a real broker, the scheduler service; the test speaks as
-an agent), so a refusal is what an agent would be answered. Every expected figure comes from
-POOLS below, not from the code under test.
+an agent), so a refusal is what an agent would be answered. The metrics, the web view's data
+and /api/jobs/ID are read from a real LiveState with placements the test builds itself, and
+every expected figure comes from POOLS below, not from the code under test.
 """
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from broker.client import RequestFailed
 from scheduler.core.engine import Core
+from scheduler.core.state import NodeSlice
+from scheduler.live.ledger import Placed
+from scheduler.live.metrics import SchedulerMetrics
+from scheduler.live.options import Options
 from scheduler.live.queue_view import projection
+from scheduler.live.state import LiveState
+from scheduler.live.webdata import JournalReader, cluster, job_detail
 from scheduler.plugins import make_policy
 from scheduler.presets import get_preset
 from specs.spec import ClusterSpec, Pool
-from tests.helpers import job, spec
+from tests.helpers import Log, job, spec
+from tests.live.test_metrics import scrape
 from tests.live.test_service import harness  # noqa: F401  (the fixture)
 from tests.live.test_telemetry_guard import logged  # noqa: F401  (the fixture)
 
@@ -80,6 +90,73 @@ def test_a_muri_form_spec_states_no_type_and_checks_its_gpu_count(harness):  # n
 
 
 # -- what the scheduler shows of the pools -----------------------------------------------------
+@pytest.fixture
+def pooled(tmp_path):
+    state = LiveState(Options(spec=POOLED, policy="srsf", run_dir=tmp_path), Log(),
+                      time.monotonic)
+    metrics = SchedulerMetrics(state)
+    state.metrics = metrics
+    yield state, metrics
+    state.journal.close()
+
+
+# (job ids sharing the GPUs, their slices): n0 and n1 are T4, n2 V100M32, n4 unstated
+PLACED = [((1, 2), (NodeSlice(0, (0, 1)),)),  # a pair on two T4s: 2 GPUs, not 4
+          ((3,), (NodeSlice(0, (2, 3)), NodeSlice(1, (0, 1, 2, 3)))),  # 6 T4s on two nodes
+          ((4,), (NodeSlice(2, (0, 1, 2, 3, 4)),)),  # 5 of the V100s
+          ((5,), (NodeSlice(4, (1,)),))]  # 1 GPU of no stated type
+
+
+def test_gpus_and_busy_gpus_by_type_follow_the_pools_and_the_placements(pooled):
+    state, metrics = pooled
+    for group, slices in PLACED:
+        for j in group:
+            record = job(j, num_gpu=sum(len(s.gpus) for s in slices))
+            assert state.jobs.submit(record, 0.0)
+    for group, slices in PLACED:
+        where = Placed(group, 1.0, slices)
+        for j in group:
+            assert state.jobs.launch(j, where, 0.0) and state.jobs.launched(j, where, {}, {},
+                                                                            0.0)
+    got = scrape(metrics.registry)
+    # the spec: T4 2 nodes x 4, V100M32 1 x 8, the CPU pool none, the unstated pool 1 x 2
+    assert got["interlace_gpus_by_type"] == {
+        (("gpu_type", "T4"),): 8, (("gpu_type", "V100M32"),): 8, (("gpu_type", "unstated"),): 2}
+    assert got["interlace_gpus"][()] == 18  # unchanged: every pool's GPUs
+    # busy: the pair's 2 T4s once + job 3's 6 T4s; 5 V100s; 1 unstated
+    assert got["interlace_gpus_busy_by_type"] == {
+        (("gpu_type", "T4"),): 8, (("gpu_type", "V100M32"),): 5, (("gpu_type", "unstated"),): 1}
+    # job 4 ends: its type shows 0 busy, still listed
+    state.jobs.finish(4, state.now(), 100.0, "n2")
+    got = scrape(metrics.registry)
+    assert got["interlace_gpus_busy_by_type"][(("gpu_type", "V100M32"),)] == 0
+    assert got["interlace_gpus_busy_by_type"][(("gpu_type", "T4"),)] == 8
+    # /api/jobs/ID: the type of the pool a running job runs on, where the pool states one
+    reader = JournalReader(str(state.opt.journal_path))
+    try:
+        assert job_detail(state, reader, 3)["gpu_type"] == "T4"
+        assert job_detail(state, reader, 1)["gpu_type"] == "T4"
+        assert "gpu_type" not in job_detail(state, reader, 5)  # its pool states none
+        assert "gpu_type" not in job_detail(state, reader, 4)  # finished: runs nowhere
+    finally:
+        reader.close()
+
+
+def test_the_web_views_grid_gives_each_node_its_own_gpus_and_type(pooled, tmp_path):
+    state, _ = pooled
+    assert cluster(state) == {"nodes": ["n0", "n1", "n2", "n3", "n4"],
+                              "node_gpus": [4, 4, 8, 0, 2],
+                              "node_types": ["T4", "T4", "V100M32", "", ""]}
+    (tmp_path / "muri").mkdir()
+    muri = LiveState(Options(spec=spec(nodes=2, gpus=4), run_dir=tmp_path / "muri"), Log(),
+                     time.monotonic)
+    try:  # a Muri-form spec's nodes are alike: the old key stays
+        assert cluster(muri) == {"nodes": ["n0", "n1"], "node_gpus": [4, 4],
+                                 "node_types": ["", ""], "gpus_per_node": 4}
+    finally:
+        muri.journal.close()
+
+
 def test_the_queue_projection_counts_each_online_nodes_own_gpus():
     preset = get_preset("default")
     core = Core(POOLED, make_policy("fifo", preset), preset.model)
