@@ -42,7 +42,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "agent.register": {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                        "mem": (_NUM, True), "running": (_LIST, False),
                        "incarnation": (_STR, False), "launches": (_INT, False),
-                       "gpu_mem_gb": (_NUM, False)},  # each GPU's memory, where known
+                       "gpu_mem_gb": (_NUM, False),  # each GPU's memory, where known
+                       "gpu_type": (_STR, False)},  # its GPUs' type as specs name it, if known
     "agent.heartbeat": {"node": (_STR, True), "running": (_LIST, False),
                         "incarnation": (_STR, False), "launches": (_INT, False),
                         "gate_spans": (_LIST, False)},
@@ -91,6 +92,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 # times, iterations, ids, an agent's CPUs and memory: specs.limits, shared with the traces
 from specs.limits import (MAX_CPUS, MAX_GPU_MEM_GB, MAX_ID, MAX_ITERATIONS, MAX_MEM,  # noqa: E402
                           MAX_SECONDS)
+from specs.pools import NAME  # noqa: E402  (pool names and GPU types)
 MAX_GPU_ID = 65_535  # a device index an agent may announce
 MAX_STAGES = 16  # stage names in one timing map (real trainers send 3 or 4)
 
@@ -108,6 +110,15 @@ def _number(lo: float, hi: float) -> _Check:
             return f"must be in [{lo:g}, {hi:g}], got {value!r}"
         return None
     return check
+
+
+def _name(value: Any) -> str | None:
+    """A name as a spec's pools and GPU types are written (specs.pools.NAME): bounded, so a
+    name from the wire is safe to log, label a metric with and compare."""
+    if isinstance(value, str) and not NAME.fullmatch(value):
+        return ("must be 1-64 letters, digits or _.+- starting with a letter or digit, "
+                f"got {value[:80]!r}")
+    return None
 
 
 def _items(check: _Check) -> _Check:
@@ -192,7 +203,7 @@ _RUNNING = _entries("iterations", _ITERATIONS)
 BOUNDS: dict[str, dict[str, _Check]] = {
     "agent.register": {"gpus": _items(_number(0, MAX_GPU_ID)), "cpus": _number(0, MAX_CPUS),
                        "mem": _number(0.0, MAX_MEM), "running": _RUNNING, "launches": _COUNT,
-                       "gpu_mem_gb": _number(0.0, MAX_GPU_MEM_GB)},
+                       "gpu_mem_gb": _number(0.0, MAX_GPU_MEM_GB), "gpu_type": _name},
     "agent.heartbeat": {"running": _RUNNING, "launches": _COUNT, "gate_spans": _gate_spans},
     "job.finished": {"job_id": _JOB_ID, "iterations": _ITERATIONS},
     "job.cancel": {"job_id": _JOB_ID},

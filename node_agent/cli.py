@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
 
 from node_agent.config import AgentConfig
 from specs.limits import MAX_CPUS, MAX_GPU_MEM_GB, MAX_MEM, MAX_TIME_SCALE, MAX_WAIT_S
@@ -33,6 +35,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                    help="each GPU's memory in GB (default: what nvidia-smi says of the "
                         "smallest of --gpus, else not stated); the scheduler refuses an agent "
                         "with less than its spec's gpu_mem_p_gpu")
+    p.add_argument("--gpu-type", type=gpu_type_option, default=None, metavar="NAME",
+                   help="its GPUs' type as the spec's pools name it, e.g. T4 or V100M32 "
+                        "(default: from nvidia-smi, else torch with CUDA, else not stated); "
+                        "the scheduler refuses an agent whose type is not its node's pool's")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
     p.add_argument("--wait-endpoints", type=wait, default=30.0, metavar="S",
                    help="seconds to wait for the endpoints file (the broker may be starting)")
@@ -60,7 +66,14 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     from broker.metrics_http import check_arguments as check_metrics_arguments
     check_metrics_arguments(p, a)
     gpu_mem = a.gpu_mem if a.gpu_mem is not None else detected_gpu_mem(gpus)
+    gpu_type = a.gpu_type
+    if gpu_type is None:
+        try:
+            gpu_type = detected_gpu_type(gpus)
+        except ValueError as err:
+            p.error(str(err))
     cfg = AgentConfig(node=a.node, gpus=gpus, cpus=a.cpus, mem=a.mem, gpu_mem_gb=gpu_mem,
+                      gpu_type=gpu_type,
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
@@ -96,6 +109,91 @@ def parse_gpu_mem(text: str, gpus: Sequence[int]) -> float:
                 continue
     mine = [sizes[g] for g in gpus if g in sizes]
     return min(mine) if len(mine) == len(gpus) else 0.0
+
+
+def gpu_type_option(text: str) -> str:
+    """An argparse type: a GPU type as a spec's pools name one (specs.pools.NAME)."""
+    from specs.pools import NAME
+
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"must be 1-64 letters, digits or _.+- (starting with a letter or digit), "
+            f"as the spec's gpu_type, got {text!r}")
+    return text
+
+
+# nvidia-smi's names of the types real cluster lists name (specs/gpu_types.py), as named there
+SMI_TYPES: Mapping[str, str] = MappingProxyType({
+    "Tesla T4": "T4", "NVIDIA T4": "T4",
+    "Tesla P100-PCIE-16GB": "P100", "Tesla P100-SXM2-16GB": "P100",
+    "Tesla V100-SXM2-16GB": "V100M16", "Tesla V100-PCIE-16GB": "V100M16",
+    "Tesla V100-SXM2-32GB": "V100M32", "Tesla V100-PCIE-32GB": "V100M32",
+    "NVIDIA A10": "A10",
+})
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.+-]")
+
+
+def gpu_type_name(device_name: str) -> str:
+    """A GPU type from the name nvidia-smi or torch gives the device: the spec's name for a
+    type in SMI_TYPES, else the name with spaces (and anything else a type may not hold) as
+    '-', cut to 64 characters; "" for a name that leaves nothing."""
+    name = device_name.strip()
+    if name in SMI_TYPES:
+        return SMI_TYPES[name]
+    name = _NOT_IN_NAME.sub("-", name)[:64]
+    from specs.pools import NAME
+
+    return name if NAME.fullmatch(name) else ""
+
+
+def detected_gpu_type(gpus: Sequence[int], run: Callable[..., Any] = subprocess.run,
+                      device_names: Callable[[Sequence[int]], list[str]] | None = None) -> str:
+    """The type of `gpus` as nvidia-smi names them, else as torch with CUDA does; "" where
+    neither can say (emulated agents state theirs with --gpu-type). ValueError when they are
+    not all of one type: a node's pool has one."""
+    names = smi_gpu_names(gpus, run)
+    if names is None:
+        names = (device_names or torch_gpu_names)(gpus)
+    types = sorted({gpu_type_name(n) for n in names} - {""})
+    if len(types) > 1:
+        raise ValueError(f"--gpus {','.join(map(str, gpus))} are of types {', '.join(types)}; "
+                         "give the agent GPUs of one type, or say which with --gpu-type")
+    return types[0] if types else ""
+
+
+def smi_gpu_names(gpus: Sequence[int], run: Callable[..., Any] = subprocess.run
+                  ) -> list[str] | None:
+    """nvidia-smi's name of each of `gpus`; None without nvidia-smi or when it does not list
+    them all."""
+    try:
+        out = run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
+                  capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = {}
+    for line in out.splitlines():
+        index, sep, name = line.partition(",")
+        if sep and index.strip().isdigit() and name.strip():
+            names[int(index)] = name.strip()
+    return [names[g] for g in gpus] if all(g in names for g in gpus) else None
+
+
+def torch_gpu_names(gpus: Sequence[int]) -> list[str]:
+    """torch's name of each of `gpus` where a GPU driver is present and torch has CUDA; []
+    otherwise. Without a driver torch is not imported: it takes seconds, and an emulated
+    agent (no GPU) would pay them at every start."""
+    if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia")):
+        return []
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return []
+        count = torch.cuda.device_count()
+        return [torch.cuda.get_device_name(g) for g in gpus] if all(
+            0 <= g < count for g in gpus) else []
+    except Exception:  # a broken CUDA install: say nothing rather than fail to start
+        return []
 
 
 def start(argv: Sequence[str] | None = None) -> tuple[AgentConfig, threading.Event, Any]:

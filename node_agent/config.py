@@ -27,6 +27,7 @@ class AgentConfig:
     metrics_key: str | None = None  # the secret non-loopback scrapers must send (--metrics-key)
     metrics_insecure: bool = False  # allow a non-loopback metrics host keyless
     gpu_mem_gb: float = 0.0  # each of its GPUs' memory (GB; 0: not known), told the scheduler
+    gpu_type: str = ""  # its GPUs' type as the spec names it ("": not known), told the scheduler
 
     @property
     def name(self) -> str:

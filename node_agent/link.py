@@ -15,6 +15,13 @@ from node_agent.jobs import JobTable
 TRANSIENT_CODES = frozenset({"no_service"})  # the broker, not the scheduler, said no: try again
 
 
+def gpus_told(cfg: AgentConfig) -> dict[str, Any]:
+    """What a registration says of the GPUs besides their ids: memory and type, each only
+    where known (the scheduler reads an absent field as not stated, and checks nothing)."""
+    return {**({"gpu_mem_gb": cfg.gpu_mem_gb} if cfg.gpu_mem_gb else {}),
+            **({"gpu_type": cfg.gpu_type} if cfg.gpu_type else {})}
+
+
 class Link:
     """The main thread's conversation with the scheduler about `table`'s jobs."""
 
@@ -84,13 +91,13 @@ class Link:
         # reports queued are delivered once registered; a job they concern that the scheduler
         # thinks runs here is requeued at registration, and the report then settles it
         beat = self.table.snapshot(reported=False)
-        memory = {"gpu_mem_gb": self.cfg.gpu_mem_gb} if self.cfg.gpu_mem_gb else {}
+        told = gpus_told(self.cfg)
         outcome = self._send("agent.register", node=self.cfg.node, gpus=list(self.cfg.gpus),
-                             cpus=self.cfg.cpus, mem=self.cfg.mem, **memory, **beat)
+                             cpus=self.cfg.cpus, mem=self.cfg.mem, **told, **beat)
         if outcome == "ok":
             self.registered = True
             self.next_heartbeat = time.monotonic() + self.cfg.heartbeat
-            self.log.info("registered", gpus=list(self.cfg.gpus))
+            self.log.info("registered", gpus=list(self.cfg.gpus), **told)
         return self.registered
 
     def deliver(self, once: bool = False) -> bool:

@@ -35,6 +35,7 @@ class AgentSeen:
     last_seen: float  # monotonic wall seconds
     incarnation: str | None = None  # the agent process that registered (None: not told)
     gpu_mem_gb: float = 0.0  # each of its GPUs' memory (0: not told)
+    gpu_type: str = ""  # its GPUs' type ("": not told)
 
 
 class AgentGateway:

@@ -27,6 +27,8 @@ GPU_MEM_SLACK = 0.05
 class Handlers:
     def __init__(self, state: LiveState):
         self.state = state
+        # node -> the reason its agent's registration was last refused for (logged once)
+        self._shape_said: dict[str, str] = {}
 
     def handle(self, msg: Any) -> dict[str, Any]:
         """Answer one request; Refusal for anything malformed or not applicable."""
@@ -78,22 +80,13 @@ class Handlers:
         if not all_ints(gpus):
             raise Refusal("bad_request", f"gpus must be a list of ints, got {gpus!r}")
         running = running_list(msg.get("running") or [])
-        if len(gpus) < state.opt.spec.gpus_per_node:
-            state.log.warning("agent_short_of_gpus", node=name, gpus=list(gpus),
-                              spec_gpus=state.opt.spec.gpus_per_node)
         gpu_mem = float(msg.get("gpu_mem_gb") or 0.0)
-        planned = state.opt.spec.gpu_mem_gb
-        if gpu_mem and planned and gpu_mem < planned * (1 - GPU_MEM_SLACK):
-            # groups planned for the spec's memory would not fit its GPUs: no work for it
-            state.log.error("agent_short_of_gpu_memory", node=name, gpu_mem_gb=gpu_mem,
-                            spec_gpu_mem_gb=planned)
-            raise Refusal("short_of_gpu_memory",
-                          f"{name}'s GPUs hold {gpu_mem:g} GB; the spec plans groups for "
-                          f"{planned:g} GB (gpu_mem_p_gpu): start it with a spec that says so")
+        gpu_type = msg.get("gpu_type") or ""
+        self._check_node_shape(name, index, len(gpus), gpu_mem, gpu_type)
         was = name in state.agents
         state.rounds.awaiting.discard(name)
         state.agents[name] = AgentSeen(tuple(gpus), msg["cpus"], msg["mem"], state.clock(),
-                                       msg.get("incarnation"), gpu_mem)
+                                       msg.get("incarnation"), gpu_mem, gpu_type)
         state.core.set_node_online(index, True)
         now = state.now()
         reported = dict(running)
@@ -112,12 +105,54 @@ class Handlers:
                 state.jobs.requeue(job_id, now, f"not running on re-registered {name}",
                                    skip=name)
         state.log.info("agent_registered", node=name, gpus=list(gpus), cpus=msg["cpus"],
-                       mem=msg["mem"], again=was, kept=kept, strays=strays, lost=lost)
+                       mem=msg["mem"], again=was, kept=kept, strays=strays, lost=lost,
+                       **({"gpu_type": gpu_type} if gpu_type else {}))
         state.outbox.append(("event.agent", {"node": name, "state": "registered"}))
         state.journal.log_event("agent_registered", now, node=name,
                                 detail={"gpus": list(gpus), "strays": strays, "lost": lost})
         state.rounds.wake("agent")
         return {"registered": True, "node": name, "strays": strays}
+
+    def _check_node_shape(self, name: str, index: int, gpus: int, gpu_mem: float,
+                          gpu_type: str) -> None:
+        """Refuse an agent that cannot hold what the spec plans for its node: fewer GPUs than
+        the node's pool gives it (a placement there would name GPUs it lacks), GPUs with less
+        memory than the pool's (groups planned for that memory would not fit), or GPUs of
+        another type than the pool states (jobs that asked for that type would run on
+        another). What the agent does not state is not checked. The refused agent asks again
+        every heartbeat: its refusal is logged once, until it registers or the reason
+        changes."""
+        state = self.state
+        pool = state.nodes.pool(index)
+        # a Muri-form spec is one pool named by no one: name the spec's column instead
+        gives, plans = ((f"pool {pool.name}", f"pool {pool.name}") if state.opt.spec.pools
+                        else ("the spec", "gpu_mem_p_gpu"))
+        refusal = None
+        if gpus < pool.gpus_per_node:
+            refusal = ("agent_short_of_gpus", {"gpus": gpus, "spec_gpus": pool.gpus_per_node},
+                       Refusal("short_of_gpus", f"{name} lists {gpus} of the "
+                               f"{pool.gpus_per_node} GPUs {gives} gives it: start it with "
+                               "--gpus naming them all"))
+        elif gpu_mem and pool.gpu_mem_gb and gpu_mem < pool.gpu_mem_gb * (1 - GPU_MEM_SLACK):
+            refusal = ("agent_short_of_gpu_memory",
+                       {"gpu_mem_gb": gpu_mem, "spec_gpu_mem_gb": pool.gpu_mem_gb},
+                       Refusal("short_of_gpu_memory", f"{name}'s GPUs hold {gpu_mem:g} GB; "
+                               f"the spec plans groups for {pool.gpu_mem_gb:g} GB ({plans}): "
+                               "start it with a spec that says so"))
+        elif gpu_type and pool.gpu_type and gpu_type != pool.gpu_type:
+            refusal = ("agent_wrong_gpu_type",
+                       {"gpu_type": gpu_type, "spec_gpu_type": pool.gpu_type},
+                       Refusal("wrong_gpu_type", f"{name}'s GPUs are {gpu_type}; the spec's "
+                               f"pool {pool.name} expects {pool.gpu_type}: start it on a "
+                               f"node of {pool.gpu_type}s, or with a spec that says so"))
+        if refusal is None:
+            self._shape_said.pop(name, None)
+            return
+        event, detail, err = refusal
+        if self._shape_said.get(name) != err.reason:
+            self._shape_said[name] = err.reason
+            state.log.error(event, node=name, pool=pool.name, reason=err.reason, **detail)
+        raise err
 
     def on_heartbeat(self, msg: Any) -> dict[str, Any]:
         state = self.state

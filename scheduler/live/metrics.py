@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from scheduler.core.interleave import efficiency
 from scheduler.core.profiles import LAYOUTS
 from scheduler.core.state import Status
+from scheduler.live.nodes import UNSTATED
 
 # round phases are milliseconds to seconds; JCT and queueing delay are trace seconds (minutes
 # to weeks); journal commits are fsyncs (sub-ms to tens of ms); stage times are per iteration
@@ -136,6 +137,7 @@ class StateCollector(Collector):
             launched = [(where, tuple(core.jobs[j].profile for j in where.group
                                       if j in core.jobs)) for where in groups.values()]
             total_gpus = core.spec.total_gpus
+            nodes = state.nodes
             agents = len(state.agents)
             offline = len(core.cluster.offline)
             rounds, failures = state.rounds.count, state.rounds.failures
@@ -144,6 +146,7 @@ class StateCollector(Collector):
         eff_sum: Counter[int] = Counter()
         eff_n: Counter[int] = Counter()
         allocated = busy = 0.0
+        busy_by_type = nodes.busy_by_type(s for where, _ in launched for s in where.slices)
         known, self._groups = self._groups, {}
         for key in launched:
             figures = known.get(key)
@@ -175,6 +178,19 @@ class StateCollector(Collector):
         yield GaugeMetricFamily("interlace_gpus", "GPUs in the cluster spec", value=total_gpus)
         yield GaugeMetricFamily("interlace_gpus_allocated",
                                 "GPUs held by running groups", value=allocated)
+        spec_types = nodes.gpus_by_type()
+        by_type = GaugeMetricFamily("interlace_gpus_by_type", "GPUs in the cluster spec, by "
+                                    f"its pools' GPU type ({UNSTATED}: a pool that states "
+                                    "none)", labels=["gpu_type"])
+        for name in sorted(spec_types):
+            by_type.add_metric([name], spec_types[name])
+        yield by_type
+        busy_type = GaugeMetricFamily("interlace_gpus_busy_by_type", "GPUs held by running "
+                                      "groups, by their node's pool's GPU type",
+                                      labels=["gpu_type"])
+        for name in sorted(set(spec_types) | set(busy_by_type)):  # 0 where none is busy
+            busy_type.add_metric([name], busy_by_type.get(name, 0))
+        yield busy_type
         yield GaugeMetricFamily(
             "interlace_gpu_utilisation_ratio", "Predicted share of the cluster's GPU time spent "
             "computing: running groups' GPU stage time over their iteration time, per GPU",

@@ -12,13 +12,15 @@ Expected start, in wall seconds from now (None when it cannot be projected). Ass
 * waiting jobs start strictly in position order, each once enough GPUs are free (no
   backfill, no interleaving with a running group, no preemption, no future arrivals), and
   then run alone for remaining iterations x their solo iteration time;
-* the GPUs of the nodes whose agents are online; a job larger than those never starts (None).
-It ignores placement (a job may need its GPUs on fewer nodes), so it can be optimistic.
+* the GPUs of the nodes whose agents are online, each node its own pool's count; a job
+  larger than those never starts (None).
+It ignores placement (a job may need its GPUs on fewer nodes, or in one pool, or of the
+types it asked for), so it can be optimistic.
 """
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, Sequence
 
 from scheduler.core.state import Status
 
@@ -29,11 +31,13 @@ def pending_order(core: Any) -> list[Any]:
     return core.policy.queue_order([j for j in core.queue if j.status is Status.PENDING])
 
 
-def projection(core: Any, time_scale: float) -> dict[int, tuple[int, float | None]]:
-    """job id -> (position, expected start in wall seconds from now or None), pending only."""
-    spec = core.spec
-    online = spec.num_nodes - len(core.cluster.offline)
-    capacity = online * spec.gpus_per_node
+def projection(core: Any, time_scale: float, node_gpus: Sequence[int] | None = None
+               ) -> dict[int, tuple[int, float | None]]:
+    """job id -> (position, expected start in wall seconds from now or None), pending only.
+    `node_gpus`: each node's GPUs (the spec's `node_gpus()`, which is built when not given)."""
+    if node_gpus is None:
+        node_gpus = core.spec.node_gpus()
+    capacity = core.spec.total_gpus - sum(node_gpus[n] for n in core.cluster.offline)
     releases: list[tuple[float, int]] = []  # (trace seconds from now, GPUs freed)
     busy = 0
     for group in core.plan_now.groups:

@@ -7,6 +7,7 @@ agent while holding it. It holds parts, not rules:
 | part | what it is |
 |---|---|
 | `opt`, `log`, `clock`, `now()` | what it was told, where it logs, wall and trace time |
+| `nodes` | each node's pool: its GPUs, GPU memory and type (nodes.py) |
 | `core` | the scheduling core: what is planned |
 | `journal` | the durable record (journal.py) |
 | `ledger` | where trainers run and which launches are out (ledger.py) |
@@ -29,6 +30,7 @@ from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger
 from scheduler.live.lifecycle import Lifecycle
 from scheduler.live.metrics import NoMetrics
+from scheduler.live.nodes import NodeLayout
 from scheduler.live.options import Options
 from scheduler.live.rounds import Rounds
 from scheduler.live.stopwaits import StopWaits
@@ -53,6 +55,7 @@ class LiveState:
         from broker.client import RefusalLog
 
         self.opt, self.log, self.clock = options, log, clock
+        self.nodes = NodeLayout.of(options.spec)
         self.lock = threading.RLock()
         # torch trainers cannot change group where they run: a regroup restarts them, and
         # the preset (which the core and the plan comparison read) says so

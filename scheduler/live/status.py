@@ -36,7 +36,8 @@ def status(state: LiveState, jobs: bool = True) -> dict[str, Any]:
             "counts": state.jobs.status_counts(),
             "agents": {name: {"online": True, "gpus": list(a.gpus),
                               "last_heartbeat_s": wall - a.last_seen,
-                              **({"gpu_mem_gb": a.gpu_mem_gb} if a.gpu_mem_gb else {})}
+                              **({"gpu_mem_gb": a.gpu_mem_gb} if a.gpu_mem_gb else {}),
+                              **({"gpu_type": a.gpu_type} if a.gpu_type else {})}
                        for name, a in sorted(state.agents.items())},
             "offline": [node_name(n) for n in sorted(state.core.cluster.offline)],
             "refused": state.refusals.counts(), "round_failures": state.rounds.failures,
@@ -50,7 +51,7 @@ def _jobs(state: LiveState) -> list[dict[str, Any]]:
     before it from the journal."""
     listed = []
     # position and expected start of each pending job: O(jobs log jobs), per query only
-    queue = projection(state.core, state.opt.time_scale)
+    queue = projection(state.core, state.opt.time_scale, state.nodes.gpus_of)
     for job_id, job in state.core.jobs.items():
         where = state.ledger.placed.get(job_id)
         listed.append({

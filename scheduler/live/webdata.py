@@ -173,6 +173,18 @@ class JournalReader:
             self._db = None
 
 
+def cluster(state: LiveState) -> dict[str, Any]:
+    """The grid the page draws: each node with its own pool's GPU count and GPU type ("" where
+    the pool states none). A Muri-form spec's nodes are alike: it keeps `gpus_per_node`."""
+    nodes, spec = state.nodes, state.opt.spec
+    out: dict[str, Any] = {"nodes": [node_name(i) for i in range(spec.num_nodes)],
+                           "node_gpus": list(nodes.gpus_of),
+                           "node_types": [nodes.pools[p].gpu_type for p in nodes.pool_of]}
+    if not spec.pools:
+        out["gpus_per_node"] = spec.gpus_per_node
+    return out
+
+
 def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     """The /api/status document."""
     with state.lock:  # one read: a round between the reply and the groups would show a
@@ -197,8 +209,7 @@ def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     pending.sort(key=lambda j: j["position"])
     body["jobs"] = [j for j in body.get("jobs", []) if j["state"] != "pending"] + pending
     body["groups"] = running_groups
-    body["cluster"] = {"nodes": [node_name(i) for i in range(state.opt.spec.num_nodes)],
-                       "gpus_per_node": state.opt.spec.gpus_per_node}
+    body["cluster"] = cluster(state)
     try:
         body["events"] = reader.recent_events()
         body["jcts"] = reader.jcts()
@@ -225,6 +236,9 @@ def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str
                    # GPU memory it holds on each GPU (declared or measured), and whether it
                    # must run alone (it ran out of GPU memory beside others)
                    "gpu_mem_gb": job.gpu_mem, "runs_alone": job.alone}
+            gpu_type = state.nodes.placement_type(where.slices) if where else ""
+            if gpu_type:  # the type of the pool it runs on, where the spec states one
+                doc["gpu_type"] = gpu_type
         elif job_id in state.jobs.past:
             entry = state.jobs.past[job_id]
             doc = {"job_id": job_id, "state": state.jobs.status_of(job_id),

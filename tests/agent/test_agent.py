@@ -5,6 +5,7 @@ sends; tests wait for records with deadlines (a condition variable), never for f
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -86,7 +87,8 @@ class FakeScheduler:
 
 def agent_command(endpoints_file: Path, run_dir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "node_agent.agent", "--node", NODE, "--gpus", "0,1",
-            "--cpus", "4", "--mem", "16", "--gpu-mem", "24", "--endpoints", str(endpoints_file),
+            "--cpus", "4", "--mem", "16", "--gpu-mem", "24", "--gpu-type", "A10",
+            "--endpoints", str(endpoints_file),
             "--run-dir", str(run_dir), "--time-scale", "1000", "--heartbeat",
             str(HEARTBEAT_S), "--report-every", "0.05", "--stop-timeout", "5", *extra]
 
@@ -183,6 +185,7 @@ def test_registers_then_heartbeats(cluster):
     reg = cluster.sched.of("agent.register")[0]
     assert (reg["node"], reg["gpus"], reg["cpus"], reg["mem"]) == (NODE, [0, 1], 4, 16)
     assert reg["gpu_mem_gb"] == 24  # as told (--gpu-mem): no nvidia-smi to ask here
+    assert reg["gpu_type"] == "A10"  # as told (--gpu-type)
     assert reg["running"] == []
     assert reg.sender == f"agent.{NODE}"
     beats = cluster.sched.wait_heartbeats(2, after=0)
@@ -496,3 +499,62 @@ def test_an_agent_reads_its_gpus_memory_from_nvidia_smi_or_is_told():
     assert detected_gpu_mem((0,), run=absent) == 0.0  # no GPUs here: not stated
     base = ["--node", "n0", "--gpus", "0", "--endpoints", "e.json", "--run-dir", "r"]
     assert parse_args(base + ["--gpu-mem", "80"])[0].gpu_mem_gb == 80.0
+
+
+# nvidia-smi's (and torch's) device names -> the types a spec's pools name
+SMI_NAMES = [("Tesla T4", "T4"), ("Tesla V100-SXM2-32GB", "V100M32"),
+             ("Tesla V100-SXM2-16GB", "V100M16"), ("NVIDIA A10", "A10"),
+             ("Tesla P100-PCIE-16GB", "P100"), ("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"),
+             ("NVIDIA GeForce RTX 3090", "NVIDIA-GeForce-RTX-3090"), ("  Tesla T4 ", "T4"),
+             ("GPU (rev/2)", "GPU--rev-2-"), ("", "")]
+
+
+@pytest.mark.parametrize("device, gpu_type", SMI_NAMES)
+def test_a_device_name_becomes_the_type_a_spec_names(device, gpu_type):
+    from node_agent.cli import gpu_type_name
+    from specs.pools import NAME
+
+    assert gpu_type_name(device) == gpu_type
+    assert gpu_type == "" or NAME.fullmatch(gpu_type)  # a spec (and the schema) takes it
+
+
+def test_an_agent_reads_its_gpus_type_from_nvidia_smi_else_torch_or_is_told(capsys):
+    from node_agent.cli import detected_gpu_type, parse_args
+    from node_agent.config import AgentConfig
+    from node_agent.link import gpus_told
+
+    def smi(text):
+        def run(argv, **kwargs):
+            assert argv[:2] == ["nvidia-smi", "--query-gpu=index,name"]
+            return subprocess.CompletedProcess(argv, 0, stdout=text)
+        return run
+
+    def absent(*args, **kwargs):
+        raise FileNotFoundError("nvidia-smi")
+
+    def no_torch(gpus):
+        raise AssertionError("torch asked though nvidia-smi answered")
+
+    rows = "0, Tesla V100-SXM2-32GB\n1, Tesla V100-SXM2-32GB\n2, Tesla T4\n"
+    assert detected_gpu_type((0, 1), run=smi(rows), device_names=no_torch) == "V100M32"
+    assert detected_gpu_type((2,), run=smi(rows), device_names=no_torch) == "T4"
+    with pytest.raises(ValueError, match="of types T4, V100M32"):
+        detected_gpu_type((1, 2), run=smi(rows), device_names=no_torch)
+    # no nvidia-smi, or one that does not list the agent's GPUs: torch's names
+    assert detected_gpu_type((0,), run=absent, device_names=lambda g: ["NVIDIA A10"]) == "A10"
+    assert detected_gpu_type((5,), run=smi(rows), device_names=lambda g: ["Tesla T4"]) == "T4"
+    # neither: not stated, and a registration then says nothing of it
+    assert detected_gpu_type((0,), run=absent, device_names=lambda g: []) == ""
+    cfg = AgentConfig(node="n0", gpus=(0,), cpus=1, mem=1.0, endpoints_file="e",
+                      run_dir=Path("r"))
+    assert gpus_told(cfg) == {}
+    assert gpus_told(dataclasses.replace(cfg, gpu_type="T4", gpu_mem_gb=16.0)) == {
+        "gpu_type": "T4", "gpu_mem_gb": 16.0}
+
+    base = ["--node", "n0", "--gpus", "0", "--endpoints", "e.json", "--run-dir", "r"]
+    assert parse_args(base + ["--gpu-type", "V100M32"])[0].gpu_type == "V100M32"
+    for bad in ("V100 M32", "-T4", "x" * 65, ""):
+        with pytest.raises(SystemExit):
+            parse_args(base + [f"--gpu-type={bad}"])
+        err = capsys.readouterr().err
+        assert "argument --gpu-type: must be 1-64 letters" in err and repr(bad) in err

@@ -77,6 +77,13 @@ def test_structural_bounds_are_enforced():
     assert _verdict(_message("agent.heartbeat", running=[{"job_id": 1, "iterations": 1e16}])) \
         == "agent.heartbeat:bad_value"
     assert _verdict(_message("agent.register", gpus=[0, 65_536])) == "agent.register:bad_value"
+    # an agent's GPU type: a name as specs write one (specs.pools.NAME), 64 characters at most
+    for gpu_type in ("V100M32", "NVIDIA-H100-80GB-HBM3", "x" * 64):
+        assert _verdict(_message("agent.register", gpu_type=gpu_type)) is None, gpu_type
+    for gpu_type in ("", "x" * 65, "V100 M32", "-T4", "T4\n"):
+        assert _verdict(_message("agent.register", gpu_type=gpu_type)) \
+            == "agent.register:bad_value", gpu_type
+    assert _verdict(_message("agent.register", gpu_type=4)) == "agent.register:bad_field"
     assert _verdict(_message("event.progress", job_id=1.0)) == "event.progress:bad_field"
     assert _verdict(_message("event.progress", job_id=True)) == "event.progress:bad_field"
 

@@ -136,6 +136,7 @@ def test_prometheus_scrapes_the_scheduler_and_an_agent_and_agrees_with_status(me
     assert prom.one("interlace_job_queueing_delay_seconds_count") == len(short)
     assert prom.one("interlace_agents_alive") == len(status["agents"]) == 2
     assert prom.one("interlace_gpus") == 16
+    assert prom.one('interlace_gpus_by_type{gpu_type="unstated"}') == 16  # n2g8 names no type
     assert prom.one("interlace_round_seconds_count") >= 1
     assert prom.one("interlace_round_planning_seconds_count") >= 1
     assert prom.one("interlace_journal_write_seconds_count") >= 2 * len(short)
@@ -163,6 +164,8 @@ def test_prometheus_scrapes_the_scheduler_and_an_agent_and_agrees_with_status(me
     groups = {tuple(j["group"]) for j in running}
     assert prom.one("interlace_gpus_allocated") == sum(
         next(j["num_gpu"] for j in running if j["job_id"] == g[0]) for g in groups)
+    assert prom.one('interlace_gpus_busy_by_type{gpu_type="unstated"}') == \
+        prom.one("interlace_gpus_allocated")
     sizes = {dict(k)["size"]: v for k, v in prom.query("interlace_groups").items()}
     want = {}
     for g in groups:

@@ -246,6 +246,29 @@ def test_the_queue_shows_expected_start_when_the_reply_has_it_and_a_dash_otherwi
 
 
 
+@needs_chromium
+def test_the_grid_draws_each_node_with_its_own_gpus_and_type(tmp_path):
+    """A pooled spec's nodes differ: each row has its own pool's GPU cells, and its GPU type
+    where the pool states one."""
+    from specs.spec import ClusterSpec, Pool
+
+    pools = (Pool("t4", 2, 4, 32, 128, "T4", 16.0), Pool("v100", 1, 8, 64, 256, "V100M32"),
+             Pool("any", 1, 2, 16, 64))
+    state = LiveState(Options(spec=ClusterSpec.of_pools(pools), run_dir=tmp_path),
+                      structlog.get_logger("test"), time.monotonic)
+    view = WebView(state, "127.0.0.1", 0).start()
+    try:
+        dom = _dump_dom(view.url)
+    finally:
+        view.close()
+    rows = dict(re.findall(r'<div class="node" data-node="(n\d+)"[^>]*>(.*?)</div>(?=<div '
+                           r'class="node"|</div>)', dom))
+    drawn = {node: (row.count('class="gpu"'), re.findall(r'class="node-type"[^>]*>([^<]*)<', row))
+             for node, row in rows.items()}
+    assert drawn == {"n0": (4, ["T4"]), "n1": (4, ["T4"]), "n2": (8, ["V100M32"]),
+                     "n3": (2, [])}, drawn
+
+
 def _dump_dom(url: str, budget_ms: int = 8000) -> str:
     out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                           f"--virtual-time-budget={budget_ms}", "--dump-dom", url],

@@ -35,19 +35,23 @@ function drawCluster(s) {
     for (const gpu of gpus) byGpu[`${node}/${gpu}`] = g;
   const box = document.getElementById("cluster");
   const frag = document.createDocumentFragment();
-  for (const node of s.cluster.nodes) {
-    const row = el("div", { class: "node", "data-node": node });
+  s.cluster.nodes.forEach((node, i) => {
+    // each node its own pool's GPUs and type (a Muri-form spec: all alike, no type)
+    const gpus = s.cluster.node_gpus ? s.cluster.node_gpus[i] : s.cluster.gpus_per_node;
+    const type = s.cluster.node_types ? s.cluster.node_types[i] : "";
+    const row = el("div", { class: "node", "data-node": node, "data-gpus": gpus });
     const online = node in s.agents;
     row.appendChild(el("span", { class: "node-name" + (online ? "" : " muted") }, node));
-    for (let gpu = 0; gpu < s.cluster.gpus_per_node; gpu++) {
+    if (type) row.appendChild(el("span", { class: "node-type", title: `${node}'s GPU type` }, type));
+    for (let gpu = 0; gpu < gpus; gpu++) {
       const g = byGpu[`${node}/${gpu}`];
-      const cell = el("div", { class: "gpu", title: `${node} GPU ${gpu}` },
+      const cell = el("div", { class: "gpu", title: `${node} GPU ${gpu}${type ? " (" + type + ")" : ""}` },
                       g ? g.members.join("→") : "");
       if (g) { cell.style.background = colour(g.members[0]); cell.setAttribute("data-group", g.members.join("-")); }
       row.appendChild(cell);
     }
     frag.appendChild(row);
-  }
+  });
   box.replaceChildren(frag);
 }
 
