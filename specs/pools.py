@@ -17,7 +17,7 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from specs.limits import MAX_CPUS, MAX_GPU_MEM_GB, MAX_GPUS_PER_NODE, MAX_MEM, MAX_NODES, show
-from specs.spec import ClusterSpec, Pool, SpecError
+from specs.shape import ClusterSpec, Pool, SpecError
 
 COLUMNS = ("pool", "nodes", "gpus_per_node", "gpu_type", "gpu_mem_gb", "cpus_per_node",
            "mem_per_node")

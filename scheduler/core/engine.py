@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Iterable, Mapping, NamedTuple
+from typing import Iterable, Mapping
 
 from scheduler.core.memory import Room, on_each_gpu
 from scheduler.core.model import CostModel
@@ -16,6 +16,7 @@ from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
 from specs.limits import MAX_GPU_MEM_GB
+from specs.fit import Fit
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
@@ -37,21 +38,6 @@ def _finite(value: object) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return number if math.isfinite(number) else None
-
-
-class _Asked(NamedTuple):
-    """A record as memory.Room reads a job: before the core makes its Job."""
-
-    record: JobRecord
-    alone: bool = False
-
-    @property
-    def num_gpu(self) -> int:
-        return self.record.num_gpu
-
-    @property
-    def gpu_mem(self) -> float:
-        return self.record.gpu_mem_gb
 
 
 class Core:
@@ -83,6 +69,7 @@ class Core:
         self._where_view = MappingProxyType(self._where)
         # every plan that changes what runs is checked
         self.check = PlanCheck(spec, room)
+        self._fit = Fit(spec)  # which pools hold a job submitted (specs.fit's rule)
         self._disturbed = False  # a job stopped or finished since the last round
         self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
@@ -95,11 +82,11 @@ class Core:
         if record.num_gpu > self.spec.total_gpus:
             raise SchedulingError(f"job {record.job_id} needs {record.num_gpu} GPUs; "
                                   f"the cluster has {self.spec.total_gpus}")
-        if self.cluster.pooled and not self.cluster.room.pools_for([_Asked(record)]):
-            raise SchedulingError(f"job {record.job_id}: no pool of the cluster holds "
-                                  f"{record.num_gpu} GPUs of type "
-                                  f"{'|'.join(record.gpu_types) or 'any'} with "
-                                  f"{record.gpu_mem_gb:g} GB each")
+        if self.cluster.pooled:
+            why = self._fit.misfit(record.num_gpu, record.gpu_types, record.gpu_mem_gb)
+            if why:
+                raise SchedulingError(f"job {record.job_id}: no pool of the cluster holds it: "
+                                      + "; ".join(message for _, message in why))
         model = self.model
         solo = model.solo_time(record.iteration_time)
         profile = model.stage_times(record.stage_times)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from scheduler.core.model import CostModel
 from scheduler.core.state import JobView
-from specs.spec import ClusterSpec
+from specs.fit import accepts, holds
+from specs.spec import ClusterSpec, Pool
 
 # a sum of decimal GB may exceed a budget it meets by a rounding hair
 SLACK = 1e-9
@@ -58,26 +59,23 @@ def fits(jobs: Sequence[JobView], budget: float) -> bool:
 
 @dataclass(frozen=True)
 class Room:
-    """Where jobs may run, and run together: per pool of the cluster (`spec.layout`), its GPU
-    type, its GPUs, each GPU's memory and a group's budget on it (`group_budget`'s rule).
+    """Where jobs may run, and run together: the cluster's pools (`spec.layout`), and for
+    each the GB a group's members may hold on each of its GPUs (`group_budget`'s rule). A
+    job alone may run where specs.fit's rule says a pool holds it.
 
     `simple`: a Muri-form spec (one shape, no GPU type), where only the one budget matters
     and every job may run anywhere; the hot paths test it first."""
 
-    types: tuple[str, ...]
-    gpus: tuple[int, ...]
-    memory: tuple[float, ...]  # each GPU's GB (inf: not stated)
+    pools: tuple[Pool, ...]
     budgets: tuple[float, ...]  # what a group's members may hold on each GPU (inf: any)
     simple: bool
 
     @classmethod
     def of(cls, spec: ClusterSpec, model: CostModel) -> "Room":
-        layout = spec.layout
         reserve = model.group_mem_reserve_gb
-        return cls(types=tuple(p.gpu_type for p in layout), gpus=tuple(p.gpus for p in layout),
-                   memory=tuple(p.gpu_mem_gb or math.inf for p in layout),
+        return cls(pools=spec.layout,
                    budgets=tuple(p.gpu_mem_gb - reserve if p.gpu_mem_gb else math.inf
-                                 for p in layout),
+                                 for p in spec.layout),
                    simple=not spec.pools)
 
     @property
@@ -88,17 +86,18 @@ class Room:
     def pools_for(self, jobs: Sequence[JobView]) -> frozenset[int]:
         """The pools where `jobs` (one job, or members of one group, all of one size) may
         run: together where there are several."""
-        together = len(jobs) > 1
-        if together and any(j.alone for j in jobs):
+        first = jobs[0]
+        if len(jobs) == 1:
+            return frozenset(p for p, pool in enumerate(self.pools)
+                             if holds(pool, first.num_gpu, first.record.gpu_types,
+                                      first.gpu_mem))
+        if any(j.alone for j in jobs):
             return frozenset()
-        need = jobs[0].num_gpu
-        held = held_gb(jobs) if together else max(j.gpu_mem for j in jobs)
-        limits = self.budgets if together else self.memory
-        accepted = [j.record.gpu_types for j in jobs if j.record.gpu_types]
+        held = held_gb(jobs)
         return frozenset(
-            p for p, (kind, gpus, limit) in enumerate(zip(self.types, self.gpus, limits))
-            if gpus >= need and held <= limit + SLACK
-            and (not kind or all(kind in types for types in accepted)))
+            p for p, (pool, budget) in enumerate(zip(self.pools, self.budgets))
+            if holds(pool, first.num_gpu, (), 0.0) and held <= budget + SLACK
+            and all(accepts(j.record.gpu_types, pool) for j in jobs))
 
     def fits(self, jobs: Sequence[JobView]) -> bool:
         """Whether `jobs` may share GPUs somewhere (memory.fits on a Muri-form spec)."""

@@ -127,7 +127,7 @@ class PlanCheck:
                     f"a type not every member accepts ({'|'.join(sorted(types))})")
         return _crowded(f"{what} on node {node} of pool {pool.name!r}", members, jobs,
                         self.room.budgets[self._pool_of[node]] if len(members) > 1
-                        else self.room.memory[self._pool_of[node]])
+                        else pool.gpu_mem_gb)
 
     def _offline_bits(self, offline: set[int]) -> int:
         per_node, sizes = self.spec.gpus_per_node, self._node_gpus

@@ -15,6 +15,7 @@ import numpy as np
 
 from scheduler.core import interleave
 from scheduler.core.memory import SLACK, Room, held_gb
+from specs.fit import accepts, holds
 from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import (max_weight_pairs, max_weight_pairs_dense,
                                      max_weight_pairs_edges)
@@ -60,7 +61,7 @@ class Pairing:
         # where groups may form (memory.Room: the GB a group's members may hold on each GPU,
         # by pool, and the pools' GPU types): a merge that fits nowhere weighs 0, so no
         # matching proposes it
-        self.room = Room(("",), (0,), (math.inf,), (math.inf,), True)
+        self.room = Room((), (math.inf,), True)
         self.lonely = False  # some job must run alone (memory.fits): matrices mask it
 
     @property
@@ -469,13 +470,12 @@ class Pairing:
         total = np.add.outer(held, held)
         need = nodes[0][0].num_gpu if nodes else 0
         ok = np.zeros((len(nodes), len(nodes)), dtype=bool)
-        for kind, gpus, budget in zip(room.types, room.gpus, room.budgets):
-            if gpus < need:
+        for pool, budget in zip(room.pools, room.budgets):
+            if not holds(pool, need, (), 0.0):
                 continue
-            accepts = np.array([not kind or all(not j.record.gpu_types
-                                                or kind in j.record.gpu_types for j in node)
+            allowed = np.array([all(accepts(j.record.gpu_types, pool) for j in node)
                                 for node in nodes])
-            ok |= np.logical_and.outer(accepts, accepts) & (total <= budget + SLACK)
+            ok |= np.logical_and.outer(allowed, allowed) & (total <= budget + SLACK)
         return ok
 
     def _bonus_matrix(self, nodes: list[Packing],
