@@ -160,7 +160,7 @@ def test_the_web_views_grid_gives_each_node_its_own_gpus_and_type(pooled, tmp_pa
 def test_the_queue_projection_counts_each_online_nodes_own_gpus():
     preset = get_preset("default")
     core = Core(POOLED, make_policy("fifo", preset), preset.model)
-    core.submit(job(1, num_gpu=10), 0.0)  # 18 GPUs; 10 once the V100 node (8) is offline
+    core.submit(job(1, num_gpu=8), 0.0)  # 18 GPUs; 10 once the V100 node (8) is offline
     core.submit(job(2, num_gpu=1), 0.0)
     core.set_node_online(2, False)
     assert projection(core, 1.0)[1] == (1, 0.0)
