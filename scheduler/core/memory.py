@@ -24,13 +24,6 @@ from specs.spec import ClusterSpec, Pool
 SLACK = 1e-9
 
 
-def group_budget(spec: ClusterSpec, model: CostModel) -> float:
-    """GB the members of a group may hold on each GPU together (inf: not bounded)."""
-    if not spec.gpu_mem_gb:
-        return math.inf
-    return spec.gpu_mem_gb - model.group_mem_reserve_gb
-
-
 def on_each_gpu(groups: Iterable) -> dict[tuple[int, int], list[int]]:
     """The job ids on each (node, GPU) the groups are placed on: co-located jobs share each
     of their GPUs' memory."""
@@ -48,8 +41,8 @@ def held_gb(jobs: Iterable[JobView]) -> float:
 
 
 def fits(jobs: Sequence[JobView], budget: float) -> bool:
-    """Whether `jobs` may share GPUs within `budget` (see group_budget): none of them must
-    run alone, and their memory fits."""
+    """Whether `jobs` may share GPUs within `budget` (a GPU's memory less the cost model's
+    reserve; see Room): none of them must run alone, and their memory fits."""
     if len(jobs) < 2:
         return True
     if any(j.alone for j in jobs):
@@ -60,8 +53,8 @@ def fits(jobs: Sequence[JobView], budget: float) -> bool:
 @dataclass(frozen=True)
 class Room:
     """Where jobs may run, and run together: the cluster's pools (`spec.layout`), and for
-    each the GB a group's members may hold on each of its GPUs (`group_budget`'s rule). A
-    job alone may run where specs.fit's rule says a pool holds it.
+    each the GB a group's members may hold on each of its GPUs (the GPU's memory less the
+    cost model's reserve). A job alone may run where specs.fit's rule says a pool holds it.
 
     `simple`: a Muri-form spec (one shape, no GPU type), where only the one budget matters
     and every job may run anywhere; the hot paths test it first."""
