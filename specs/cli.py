@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from specs import SpecError, available_specs, load_spec, spec_path
+from specs.gpu_speed import by_family, source
 from specs.gpu_types import ASSUMED, GPU_MEM_GB, parse_override
 from specs.limits import show
 from specs.openb import NodeListError, pools_of, read_node_list
@@ -216,7 +217,9 @@ def _show(args: argparse.Namespace) -> int:
                        "cpus_per_node": p.cpus_per_node, "mem_per_node": p.mem_per_node,
                        "nodes_per_switch": p.nodes_per_switch or None} for p in pools],
             "nodes": spec.num_nodes, "gpus": spec.total_gpus,
-            "gpus_by_type": _gpus_by_type(pools), "cpu_only_nodes": cpu_only}))
+            "gpus_by_type": _gpus_by_type(pools), "cpu_only_nodes": cpu_only,
+            "gpu_speed": {kind: {**by_family(kind), "source": source(kind)}
+                          for kind in _gpus_by_type(pools) if kind != UNSTATED}}))
         return 0
     head = ("pool", "nodes", "GPUs/node", "type", "GB/GPU", "CPUs/node", "mem/node GB",
             "nodes/switch")
@@ -234,6 +237,14 @@ def _show(args: argparse.Namespace) -> int:
     print(f"GPUs: {spec.total_gpus}")
     print("GPUs by type: " + ", ".join(f"{kind} {gpus}"
                                        for kind, gpus in _gpus_by_type(pools).items()))
+    kinds = [kind for kind in _gpus_by_type(pools) if kind != UNSTATED]
+    if kinds:
+        print("GPU stage speed (a V100 = 1), by model family:")
+        width = max(len(kind) for kind in kinds)
+        for kind in kinds:
+            figures = ", ".join(f"{family} {value:.2f}"
+                                for family, value in by_family(kind).items())
+            print(f"  {kind:<{width}}  {figures}  ({source(kind)})")
     return 0
 
 

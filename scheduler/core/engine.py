@@ -14,6 +14,7 @@ from scheduler.core.placement import ClusterState, Demand
 from scheduler.core.plan_changes import NO_CHANGES, START, STARTS, STOP, PlanChanges, diff
 from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
+from scheduler.core.speed import TypeSpeeds
 from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
 from specs.limits import MAX_GPU_MEM_GB
 from specs.fit import Fit
@@ -23,6 +24,9 @@ from traces.record import JobRecord
 # the group slowdowns a measurement may set: below 1, the cyclic model was pessimistic (the
 # stage gate can overlap more than its slots); past 4, no longer a pace but a fault
 MIN_SLOWDOWN, MAX_SLOWDOWN = 0.5, 4.0
+# the GPU speeds a measurement may set (a V100 being 1): from a K80's slowest to well past
+# the fastest GPU sold; outside, a broken measurement
+MIN_SPEED, MAX_SPEED = 0.05, 50.0
 
 _new_plan = tuple.__new__  # the core's Plan made as the tuple it is, once a round
 
@@ -46,7 +50,9 @@ class Core:
         self.policy = policy
         self.model = model
         room = Room.of(spec, model)
-        self.cluster = ClusterState(spec, Demand(model.cpu_per_gpu, model.cpu_single_gpu), room)
+        self.speeds = TypeSpeeds(spec, model.gpu_speed)
+        self.cluster = ClusterState(spec, Demand(model.cpu_per_gpu, model.cpu_single_gpu), room,
+                                    self.speeds)
         # the model's settings a round or an event reads, once
         self._sticky = model.sticky_placement
         self._in_place = model.regroup_in_place
@@ -238,6 +244,24 @@ class Core:
         self.model = replace(self.model, group_slowdown=MappingProxyType(slowdown))
         self.policy.set_model(self.model)
 
+    def calibrate_speed(self, model: str, gpu_type: str, speed: float) -> None:
+        """`gpu_type` was measured to run `model`'s GPU stage at `speed` (a V100 being 1):
+        it replaces the shipped figure from the next round, for placement and the interleave
+        model. Refused unless a finite number in [MIN_SPEED, MAX_SPEED] for a type the
+        cluster has."""
+        value = _finite(speed)
+        if gpu_type not in self.speeds.types or not gpu_type:
+            raise SchedulingError(f"no GPU type {gpu_type!r} in the cluster to calibrate")
+        if value is None or not MIN_SPEED <= value <= MAX_SPEED:
+            raise SchedulingError(f"a GPU speed must be in [{MIN_SPEED:g}, {MAX_SPEED:g}], "
+                                  f"got {speed!r}")
+        measured = dict(self.model.gpu_speed)
+        measured[(str(model), gpu_type)] = value
+        self.model = replace(self.model, gpu_speed=MappingProxyType(measured))
+        self.speeds = TypeSpeeds(self.spec, self.model.gpu_speed)
+        self.cluster.set_speeds(self.speeds)
+        self.policy.set_model(self.model)
+
     def note_stop_time(self, job_id: int, seconds: float) -> None:
         """How long a stop of this job took before its GPUs were free (a backend measured
         it); a later regroup of it weighs that too. Refused unless finite and >= 0."""
@@ -307,6 +331,8 @@ class Core:
         plan = policy.plan(RoundContext(now, tuple(self.queue), self.cluster, self.model,
                                         where))
         groups = plan.groups
+        if self.speeds.active:  # each group at the pace of the GPU type it landed on
+            groups = self.speeds.retime(groups, self.jobs)
         if not self._disturbed and groups == self.plan_now.groups:
             # the groups of the last round, equal one by one, and no job stopped or finished
             # since: every status, group and counter is as it was

@@ -31,7 +31,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from scheduler.core import interleave_kernels as kernels
+import scheduler.core.interleave_kernels as kernels
 from scheduler.core.interleave_kernels import STEADY_REL_TOL
 
 Profile = tuple  # tuple[float, ...]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from specs.spec import ClusterSpec
 from scheduler.core.memory import Room
 from scheduler.core.model import CostModel
+from scheduler.core.speed import TypeSpeeds
 from scheduler.core.state import NodeSlice
 
 
@@ -37,10 +38,14 @@ class ClusterState:
     __slots__ = ("spec", "demand", "free_mask", "free_count", "free_cpus", "free_total",
                  "_switches", "_per_node", "_switch_of", "_idle", "_first", "_slices",
                  "_masks", "_alone_cpus", "offline", "room", "pooled", "_node_gpus",
-                 "_node_cpus", "_pool_of", "_switch_gpus", "_switch_pool", "_needs", "_solo")
+                 "_node_cpus", "_pool_of", "_switch_gpus", "_switch_pool", "_needs", "_solo",
+                 "speeds")
 
-    def __init__(self, spec: ClusterSpec, demand: Demand = Demand(), room: Room | None = None):
+    def __init__(self, spec: ClusterSpec, demand: Demand = Demand(), room: Room | None = None,
+                 speeds: TypeSpeeds | None = None):
         self.spec = spec
+        # GPU types' speeds: where they differ, a job tries the pools it runs fastest in first
+        self.speeds = speeds if speeds is not None and speeds.active else None
         self.demand = demand
         # where jobs may run (by pool) and run together; a Muri-form spec's holds any job
         self.room = room if room is not None else Room.of(spec, CostModel())
@@ -100,16 +105,29 @@ class ClusterState:
             if hit is None or hit[0] != job.gpu_mem or hit[1] != job.alone:
                 if len(self._solo) > 200_000:
                     self._solo.clear()
-                hit = self._solo[job] = (job.gpu_mem, job.alone, self.room.pools_for(jobs))
+                hit = self._solo[job] = (job.gpu_mem, job.alone, self._pools_for(jobs))
             return hit[2]
         key = (jobs[0].num_gpu, tuple(j.gpu_mem for j in jobs),
-               tuple(j.record.gpu_types for j in jobs), any(j.alone for j in jobs))
+               tuple(j.record.gpu_types for j in jobs), any(j.alone for j in jobs),
+               tuple(j.model for j in jobs))
         found = self._needs.get(key)
         if found is None:
             if len(self._needs) > 65536:
                 self._needs.clear()
-            found = self._needs[key] = self.room.pools_for(jobs)
+            found = self._needs[key] = self._pools_for(jobs)
         return found
+
+    def _pools_for(self, jobs) -> frozenset[int]:
+        pools = self.room.pools_for(jobs)
+        if self.speeds is None or len(pools) < 2:
+            return pools
+        return self.speeds.tiers(jobs, pools)
+
+    def set_speeds(self, speeds: TypeSpeeds) -> None:
+        """GPU types' speeds changed (measured): placement ranks pools by these from now."""
+        self.speeds = speeds if speeds.active else None
+        self._solo.clear()
+        self._needs.clear()
 
     def free_when_empty(self) -> int:
         """The free GPUs `reset` leaves (every online node's), without resetting."""
@@ -156,6 +174,13 @@ class ClusterState:
         """`place` on the nodes of `pools` only: one node where one holds it, else spread
         over a switch of nodes smaller than the job."""
         if not pools:
+            return None
+        tiers = getattr(pools, "tiers", None)
+        if tiers:  # the fastest types for the job first
+            for tier in tiers:
+                found = self._place_in(num_gpu, tier)
+                if found is not None:
+                    return found
             return None
         key = (num_gpu, pools)
         cpus = self._alone_cpus[num_gpu] if 0 < num_gpu <= self._per_node \

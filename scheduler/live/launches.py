@@ -15,6 +15,7 @@ from scheduler.live.gateway import AgentGateway
 from scheduler.live.ledger import Launch, Placed, node_name
 from scheduler.live.lifecycle import LAUNCHING
 from scheduler.live.state import LiveState
+from scheduler.core.speed import scaled
 from scheduler.core.state import Status
 from scheduler.loop import LaunchFailed, Outcome
 
@@ -46,8 +47,10 @@ class Launcher:
             return {"kind": "torch", "iterations": job.record.iterations, "model": job.model,
                     "batch_size": 0, "config": dict(opt.torch_config),
                     "gpu_mem_gb": job.gpu_mem}
+        # an emulated trainer runs its GPU stage at its GPUs' type's pace, as a real one does
+        speed = self.state.core.speeds.of(job.model, self.state.nodes.placement_type(want.slices))
         return {"kind": "emulated", "iterations": job.record.iterations,
-                "iteration_time": want.tt, "stages": stage_list(job.profile),
+                "iteration_time": want.tt, "stages": stage_list(scaled(job.profile, speed)),
                 "gpu_mem_gb": job.gpu_mem}
 
     def launch(self, requester: Any, job_id: int, want: Placed,

@@ -356,6 +356,7 @@ class Lifecycle:
             s.ledger.unplace(job_id)
         self.progress.pop(job_id, None)
         self.profiles.forget(job_id)  # a requeue keeps it: the job runs again, same model
+        s.type_paces.forget(job_id)
         submit, start = entry.submit_trace, entry.first_start_trace
         queue_delay = None if start is None else start - submit
         s.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
@@ -383,6 +384,7 @@ class Lifecycle:
         where = s.ledger.release(job_id, keep=None)
         self.progress.pop(job_id, None)
         self.profiles.forget(job_id)
+        s.type_paces.forget(job_id)
         s.log.info("job_cancelled", job_id=job_id, was=was, iterations=done, now=now,
                    nodes=[node_name(n) for n in (where.nodes if where else ())])
         self._emit(job_id, "cancelled", {"was": was, "iterations": done})

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.core.engine import MAX_SLOWDOWN, MIN_SLOWDOWN, SchedulingError
+from scheduler.core.engine import (MAX_SLOWDOWN, MAX_SPEED, MIN_SLOWDOWN, MIN_SPEED,
+                                   SchedulingError)
 from scheduler.live.state import LiveState
+from scheduler.live.type_speeds import to_reference
 from scheduler.core.state import Status
 
 # how far one measured pace moves a group slowdown toward itself, and the change below which
@@ -55,7 +57,10 @@ def note_timing(state: LiveState, msg: Any) -> None:
                                alone=True)
             return
         calibrate(state, job.id, float(msg["iteration_time"]))
-        profile = state.jobs.profiles.fold(job.id, job.profile, msg["stages"])
+        stages = on_reference_type(state, job, msg["stages"])
+        if stages is None:
+            return
+        profile = state.jobs.profiles.fold(job.id, job.profile, stages)
         if profile is None:
             return
         state.core.update_profile(job.id, profile, solo_time=sum(profile))
@@ -67,6 +72,27 @@ def note_timing(state: LiveState, msg: Any) -> None:
     state.rounds.wake("profile")
     state.log.info("profile_updated", job_id=job.id, profile=[round(t, 6) for t in profile],
                    measured=dict(msg["stages"]))
+
+
+def on_reference_type(state: LiveState, job: Any, stages: dict) -> dict | None:
+    """The measured stages at a V100's pace, as profiles are (type_speeds.py), having let
+    the GPU type's speed learn from them; None when the type they ran on is not known (a
+    late report of a job no longer placed, on a cluster of several types)."""
+    placed = state.ledger.placed.get(job.id)
+    kind = state.nodes.placement_type(placed.slices) if placed is not None else ""
+    if not kind:
+        return None if len(set(state.nodes.gpus_by_type())) > 1 else stages
+    gpu = stages.get("gpu")
+    learned = state.type_paces.observe(job.id, job.model, kind, gpu, state.core.speeds) \
+        if isinstance(gpu, (int, float)) else None
+    if learned is not None:
+        was = state.core.speeds.of(job.model, kind)
+        state.core.calibrate_speed(job.model, kind, min(max(learned, MIN_SPEED), MAX_SPEED))
+        state.log.info("gpu_speed_calibrated", model=job.model, gpu_type=kind,
+                       speed=round(state.core.speeds.of(job.model, kind), 4),
+                       was=round(was, 4), job_id=job.id)
+        state.rounds.wake("calibration")
+    return to_reference(stages, state.core.speeds.of(job.model, kind))
 
 
 def calibrate(state: LiveState, job_id: int, measured: float) -> None:

@@ -348,3 +348,19 @@ def test_the_real_openb_node_list(tmp_path, capsys):
         loaded[pool.gpu_type] += pool.gpus
     assert +loaded == gpus_by_type
     assert "assumed for G2, G3" in stdout
+
+
+def test_show_says_each_types_speed_and_where_it_comes_from(tmp_path, capsys):
+    path = tmp_path / "mix.csv"
+    path.write_text("pool,nodes,gpus_per_node,gpu_type,gpu_mem_gb,cpus_per_node,mem_per_node\n"
+                    "a,1,8,V100M32,32,96,512\nb,1,4,T4,16,64,256\nc,1,8,P100,16,64,256\n"
+                    "d,1,2,G2,24,64,256\n", encoding="utf-8")
+    code, stdout, _ = run(capsys, "show", str(path))
+    lines = {line.split()[0]: line for line in stdout.splitlines() if line.startswith("  ")}
+    assert code == 0
+    assert "transformer 0.36" in lines["T4"] and "data sheets" in lines["T4"]
+    assert "cnn 0.63" in lines["P100"] and "Gavel" in lines["P100"]
+    assert "assumed: undisclosed" in lines["G2"] and "reference" in lines["V100M32"]
+    shown = json.loads(run(capsys, "show", str(path), "--json")[1])["gpu_speed"]
+    assert shown["P100"]["rl"] == 0.79 and shown["V100M32"]["other"] == 1.0
+    assert set(shown) == {"V100M32", "T4", "P100", "G2"}
