@@ -54,6 +54,9 @@ _REFERENCE = DATA_SHEET["V100"]
 #: Type names as cluster lists spell them, by the data-sheet part they are.
 ALIASES: Mapping[str, str] = MappingProxyType({"V100M16": "V100", "V100M32": "V100"})
 ASSUMED = frozenset({"G2", "G3"})  # undisclosed: speed 1 is this project's guess
+# the speeds a measurement or an operator may set: from a K80's slowest to well past the
+# fastest GPU sold; outside, a broken measurement or a typo
+MIN_SPEED, MAX_SPEED = 0.05, 50.0
 
 
 def data_sheet_speed(gpu_type: str) -> float | None:
@@ -74,6 +77,29 @@ def speed(model: str, gpu_type: str) -> float:
         return 1.0
     found = data_sheet_speed(part)
     return 1.0 if found is None else found
+
+
+def parse_speed(text: str) -> tuple[tuple[str, str], float]:
+    """`[MODEL:]TYPE=SPEED` as ((model, "" for every model), type), speed); ValueError with
+    the reason."""
+    head, sep, value = text.partition("=")
+    model, _, kind = head.rpartition(":")
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not sep or not kind.strip() or not MIN_SPEED <= number <= MAX_SPEED:
+        raise ValueError(f"must be [MODEL:]TYPE=SPEED with SPEED in [{MIN_SPEED:g}, "
+                         f"{MAX_SPEED:g}] (a V100 being 1), got {text!r}")
+    return (model.strip(), kind.strip()), number
+
+
+def missing_types(given, types) -> list[str]:
+    """One line per `--gpu-speed` naming a type not among the spec's `types`."""
+    stated = sorted(t for t in set(types) if t)
+    return [f"--gpu-speed: the spec has no GPU type {kind!r} (it has: "
+            f"{', '.join(stated) or 'none stated'})" for (_, kind), _ in given
+            if kind not in stated]
 
 
 def by_family(gpu_type: str) -> dict[str, float]:

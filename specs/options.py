@@ -7,6 +7,7 @@ import argparse
 import math
 from typing import Callable
 
+from specs.gpu_speed import parse_speed
 from specs.limits import show
 
 
@@ -38,3 +39,11 @@ def number(lo: float, hi: float, *, integer: bool = False, above: bool = False,
 
     parse.__name__ = "integer" if integer else "number"  # argparse names the type in errors
     return parse
+
+
+def gpu_speed(text: str) -> tuple[tuple[str, str], float]:
+    """An argparse type for `--gpu-speed [MODEL:]TYPE=SPEED` (specs/gpu_speed.py)."""
+    try:
+        return parse_speed(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

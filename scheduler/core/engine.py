@@ -18,15 +18,13 @@ from scheduler.core.speed import TypeSpeeds
 from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
 from specs.limits import MAX_GPU_MEM_GB
 from specs.fit import Fit
+from specs.gpu_speed import MAX_SPEED, MIN_SPEED
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
 # the group slowdowns a measurement may set: below 1, the cyclic model was pessimistic (the
 # stage gate can overlap more than its slots); past 4, no longer a pace but a fault
 MIN_SLOWDOWN, MAX_SLOWDOWN = 0.5, 4.0
-# the GPU speeds a measurement may set (a V100 being 1): from a K80's slowest to well past
-# the fastest GPU sold; outside, a broken measurement
-MIN_SPEED, MAX_SPEED = 0.05, 50.0
 
 _new_plan = tuple.__new__  # the core's Plan made as the tuple it is, once a round
 

@@ -56,8 +56,8 @@ class CostModel:
     # GB of each GPU's memory no group may count on (scheduler/core/memory.py): every
     # co-located process holds its own CUDA context (~0.5 GB), and the allocator its slack
     group_mem_reserve_gb: float = 2.0
-    # (model, GPU type) -> speed of its GPU stage, a V100 being 1, where measured here; the
-    # rest from specs/gpu_speed.py's table (scheduler/core/speed.py)
+    # (model, GPU type) -> speed of its GPU stage, a V100 being 1, where measured here or
+    # given (model "": every model); the rest from specs/gpu_speed.py's table
     gpu_speed: Mapping[tuple[str, str], float] = field(default_factory=dict)
     sticky_placement: bool = True  # a running job keeps its GPUs when they are still free
     # A job regrouped on the GPUs it runs on goes on at the new group's pace, no restart (the

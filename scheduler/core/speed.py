@@ -28,7 +28,8 @@ class Pooled(frozenset):
 
 
 class TypeSpeeds:
-    """Each (model, GPU type)'s speed: the measured overrides, else the shipped table."""
+    """Each (model, GPU type)'s speed: the overrides (measured, or given; model "": every
+    model), else the shipped table."""
 
     def __init__(self, spec: ClusterSpec, overrides: Mapping[tuple[str, str], float]):
         self.types = tuple(pool.gpu_type for pool in spec.layout)
@@ -43,7 +44,7 @@ class TypeSpeeds:
         key = (model, gpu_type)
         found = self._known.get(key)
         if found is None:
-            found = self.overrides.get(key)
+            found = self.overrides.get(key, self.overrides.get(("", gpu_type)))
             if found is None:
                 found = speed(model, gpu_type)
             self._known[key] = found

@@ -21,6 +21,8 @@ from scheduler.live.service import SchedulerService
 from scheduler.plugins import PolicyError, make_policy, policy_names
 from scheduler.presets import get_preset
 from specs import spec_path
+from specs.gpu_speed import missing_types
+from specs.options import gpu_speed
 from specs.spec import ClusterSpec, SpecError, load_spec
 from specs.limits import MAX_TIME_SCALE, MAX_WAIT_S
 from specs.options import number
@@ -48,6 +50,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--no-interference", action="store_true",
                    help="groups at the interleave model's own pace: no interference factor (the preset's: "
                         "1.33x, 1.5x, 1.37x for groups of 2, 3, 4)")
+    p.add_argument("--gpu-speed", type=gpu_speed, action="append", default=[],
+                   metavar="[MODEL:]TYPE=SPEED",
+                   help="how fast a GPU type runs a job's GPU stage, a V100 being 1, in place "
+                        "of the shipped table until measured here; repeat for several")
     p.add_argument("--endpoints", required=True, help="the broker's endpoints file")
     p.add_argument("--run-dir", required=True,
                    help="scheduler.log, journal.db; agents' checkpoints/ are read from here")
@@ -96,6 +102,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
         spec = _load_spec(a.spec)
     except (ValueError, SpecError) as err:
         p.error(str(err).splitlines()[0])
+    for problem in missing_types(a.gpu_speed, (pool.gpu_type for pool in spec.layout)):
+        p.error(problem)
     try:
         make_policy(a.policy, preset)  # a plug-in's mistake: one line now, not in the service
     except PolicyError as err:
@@ -144,7 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       workload=args.workload, torch_config=args.torch_config,
                       metrics=args.metrics, metrics_key=args.metrics_key,
                       metrics_insecure=args.metrics_insecure,
-                      interference=not args.no_interference)
+                      interference=not args.no_interference,
+                      gpu_speed=dict(args.gpu_speed))
     try:
         service = SchedulerService(endpoints, options, log=log)
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above

@@ -27,6 +27,8 @@ class Options:
     torch_config: dict = field(default_factory=dict)  # workload settings for every torch job
     profile_threshold: float = 0.1  # relative move of a measured profile that re-plans
     interference: bool = True  # groups slowed by the preset's factors (False: none)
+    # (model or "" for all, GPU type) -> speed given by the operator (--gpu-speed)
+    gpu_speed: dict = field(default_factory=dict)
     metrics: tuple[str, int] | None = None  # (host, port) to serve Prometheus metrics on
     metrics_key: str | None = None  # the secret non-loopback scrapers must send (--metrics-key)
     metrics_insecure: bool = False  # allow a non-loopback metrics host keyless

@@ -63,7 +63,8 @@ class LiveState:
         # the preset (which the core and the plan comparison read) says so
         preset = get_preset(options.preset, **(
             {"regroup_in_place": False} if options.workload == "torch" else {}), **(
-            {} if options.interference else {"group_slowdown": {}}))
+            {} if options.interference else {"group_slowdown": {}}), **(
+            {"gpu_speed": dict(options.gpu_speed)} if options.gpu_speed else {}))
         self.core = Core(options.spec, make_policy(options.policy, preset), preset.model)
         self.journal = Journal(options.journal_path)
         self.trace = TraceClock(clock, self.journal.clock(), options.time_scale)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.core.engine import (MAX_SLOWDOWN, MAX_SPEED, MIN_SLOWDOWN, MIN_SPEED,
-                                   SchedulingError)
+from scheduler.core.engine import MAX_SLOWDOWN, MIN_SLOWDOWN, SchedulingError
 from scheduler.live.state import LiveState
 from scheduler.live.type_speeds import to_reference
+from specs.gpu_speed import MAX_SPEED, MIN_SPEED
 from scheduler.core.state import Status
 
 # how far one measured pace moves a group slowdown toward itself, and the change below which

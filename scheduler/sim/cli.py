@@ -21,8 +21,9 @@ from scheduler.presets import PRESETS, get_preset
 from scheduler.sim.explain import GroupLog, explain
 from scheduler.sim.simulator import SimResult, simulate
 from specs import DEFAULT_SPEC, SpecError, available_specs, load_spec, spec_path
+from specs.gpu_speed import missing_types
 from specs.limits import MAX_SECONDS
-from specs.options import OneLineParser, number
+from specs.options import OneLineParser, gpu_speed, number
 from traces import TraceError, available_traces, default_trace_path, read_trace
 from traces.validate import no_jobs_problem
 
@@ -126,6 +127,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-interference", action="store_true",
                    help="groups at the interleave model's own pace: no interference factor (the preset's: "
                         "1.33x, 1.5x, 1.37x for groups of 2, 3, 4)")
+    p.add_argument("--gpu-speed", type=gpu_speed, action="append", default=[],
+                   metavar="[MODEL:]TYPE=SPEED",
+                   help="how fast a GPU type runs a job's GPU stage, a V100 being 1, for one "
+                        "model or every model, in place of the shipped table (interlace-spec "
+                        "show prints it); repeat for several")
     p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the JCT CDF of the policies (any format matplotlib writes: "
@@ -220,7 +226,10 @@ def preset_overrides(args: argparse.Namespace) -> dict:
         overrides["muri_auto_unpack"] = args.auto_unpack == "on"
     if args.no_interference:
         overrides["group_slowdown"] = {}
+    if args.gpu_speed:
+        overrides["gpu_speed"] = dict(args.gpu_speed)
     return overrides
+
 
 
 def _fail(lines) -> int:
@@ -246,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(_resolve(args.spec, spec_path, ".csv"))
     except SpecError as err:
         problems.extend(getattr(err, "problems", None) or [str(err)])
+    else:
+        problems.extend(missing_types(args.gpu_speed, (p.gpu_type for p in spec.layout)))
     trace_path = None
     try:
         trace_path = _resolve(args.trace, default_trace_path, ".csv")

@@ -62,6 +62,7 @@ def test_a_job_seen_on_two_types_teaches_the_planner_the_slower_ones_speed(harne
     h = harness(spec=cluster(tmp_path), policy="srtf", preset="default", round_s=0.2)
     h.start_scheduler()
     n0, n1 = h.agent("n0", gpus=(0,)), h.agent("n1", gpus=(0,))
+    h.wait_online("n0", "n1")  # both there before the job: it then goes to the faster
     h.submit(job(2, stages=STAGES, iterations=10**6, model="gpt2"))
     assert n1.next_launch()["job_id"] == 2  # the V100: the faster type for it
     state = h.scheduler.state
@@ -95,3 +96,25 @@ def test_a_job_seen_on_two_types_teaches_the_planner_the_slower_ones_speed(harne
     with state.lock:
         assert state.core.speeds.of("gpt2", "T4") <= 0.5 + 1e-9
         assert state.core.speeds.of("bert", "T4") == speed("bert", "T4")  # per model
+
+
+def test_the_live_scheduler_takes_an_operators_gpu_speed(tmp_path, capsys):
+    import time
+
+    from scheduler.live.cli import parse_args
+    from scheduler.live.options import Options
+    from scheduler.live.state import LiveState
+    from tests.helpers import Log
+
+    spec = cluster(tmp_path)
+    base = ["--spec", str(tmp_path / "pools.csv"), "--endpoints", "e.json", "--run-dir",
+            str(tmp_path)]
+    args, _ = parse_args(base + ["--gpu-speed", "T4=0.5", "--gpu-speed", "gpt2:T4=0.25"])
+    state = LiveState(Options(spec=spec, run_dir=tmp_path, gpu_speed=dict(args.gpu_speed)),
+                      Log(), time.monotonic)
+    assert (state.core.speeds.of("bert", "T4"), state.core.speeds.of("gpt2", "T4")) \
+        == (0.5, 0.25)
+    state.journal.close()
+    with pytest.raises(SystemExit):
+        parse_args(base + ["--gpu-speed", "H100=2"])
+    assert "the spec has no GPU type 'H100' (it has: T4, V100M32)" in capsys.readouterr().err

@@ -251,3 +251,51 @@ def test_no_interference_runs_groups_at_the_models_own_pace(tmp_path, capsys):
     alone = _avg(capsys)
     assert main(run + ["--max-group", "1", "--no-interference"]) == 0
     assert _avg(capsys) == alone
+
+
+def _t4_run(tmp_path, capsys, *extra: str) -> float:
+    """One gpt2 job of 100 iterations (data 30, gpu 40, net 30 ms) on a cluster of one T4."""
+    spec = tmp_path / "t4.csv"
+    spec.write_text("pool,nodes,gpus_per_node,gpu_type,gpu_mem_gb,cpus_per_node,mem_per_node\n"
+                    "t4,1,1,T4,16,64,256\n")
+    trace = tmp_path / "one.csv"
+    trace.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,"
+        "iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n"
+        "0,1,0,100,gpt2,32,10000,0,100,30,40,30,0\n")
+    assert main(["--trace", str(trace), "--spec", str(spec), "--policy", "fifo", "--json",
+                 *extra]) == 0
+    return json.loads(capsys.readouterr().out)["avg_jct"]
+
+
+def test_gpu_speed_replaces_the_shipped_figure_for_a_type_or_one_model(tmp_path, capsys):
+    t4 = min(8.1 / 15.7, 320 / 900)  # the data sheets' bound, worked out here
+    shipped = _t4_run(tmp_path, capsys)
+    at_v100 = _t4_run(tmp_path, capsys, "--gpu-speed", "T4=1")
+    assert shipped - at_v100 == pytest.approx(100 * (0.04 / t4 - 0.04))
+    assert _t4_run(tmp_path, capsys, "--gpu-speed", "gpt2:T4=2") \
+        == pytest.approx(at_v100 - 100 * 0.02)
+    assert _t4_run(tmp_path, capsys, "--gpu-speed", "bert:T4=2") == pytest.approx(shipped)
+
+
+@pytest.mark.parametrize("value,says", [("T4=0", "SPEED in [0.05, 50]"), ("T4", "TYPE=SPEED"),
+                                        ("T4=fast", "got 'T4=fast'")])
+def test_a_malformed_gpu_speed_is_one_line(tmp_path, capsys, value, says):
+    with pytest.raises(SystemExit):
+        _bad(tmp_path, value)
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_gpu_speed_for_a_type_the_spec_lacks_is_one_line(tmp_path, capsys):
+    assert _bad(tmp_path, "H100=2") == 1
+    err = capsys.readouterr().err
+    assert "--gpu-speed: the spec has no GPU type 'H100' (it has: T4)" in err
+    assert "Traceback" not in err
+
+
+def _bad(tmp_path, value: str) -> int:
+    spec = tmp_path / "t4.csv"
+    spec.write_text("pool,nodes,gpus_per_node,gpu_type,gpu_mem_gb,cpus_per_node,mem_per_node\n"
+                    "t4,1,8,T4,16,64,256\n")
+    return main(["--spec", str(spec), "--policy", "fifo", "--gpu-speed", value])
