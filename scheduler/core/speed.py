@@ -67,6 +67,13 @@ class TypeSpeeds:
         found.tiers = tuple(frozenset(by_speed[s]) for s in sorted(by_speed, reverse=True))
         return found
 
+    def profiles_on(self, members: Sequence[JobView], placement: Sequence) -> tuple:
+        """The members' profiles as they run on `placement`'s type: what a group's figures
+        (GPU-busy share, efficiency) are worked out from."""
+        kind = self.types[self._node_pool[placement[0].node]] if placement else ""
+        return tuple(scaled(j.profile, self.of(j.model, kind)) if kind else j.profile
+                     for j in members)
+
     def retime(self, groups: Sequence[Group], jobs: Mapping[int, JobView]) -> tuple[Group, ...]:
         """The groups with each one's iteration time on the type it is placed on."""
         return tuple(self._retime(group, jobs) for group in groups)

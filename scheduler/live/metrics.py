@@ -134,8 +134,9 @@ class StateCollector(Collector):
             refused_moves = dict(state.jobs.refused)
             groups = {p.group: p for j, p in placed.items() if core.jobs[j].status
                       is not Status.DONE}
-            launched = [(where, tuple(core.jobs[j].profile for j in where.group
-                                      if j in core.jobs)) for where in groups.values()]
+            launched = [(where, core.speeds.profiles_on(
+                [core.jobs[j] for j in where.group if j in core.jobs], where.slices))
+                for where in groups.values()]
             total_gpus = core.spec.total_gpus
             nodes = state.nodes
             agents = len(state.agents)

@@ -60,7 +60,8 @@ class RoundLog:
             running += len(group.jobs)
             key = (group.jobs, group.tt)
             if key not in self.shape:
-                profiles = [core.jobs[j].profile for j in group.jobs]
+                profiles = core.speeds.profiles_on([core.jobs[j] for j in group.jobs],
+                                                   group.placement)
                 self.shape[key] = (len(group.jobs), group.num_gpu,
                                    efficiency(profiles, group.tt) if len(profiles) > 1 else 1.0)
         waiting = len(core.queue) - running

@@ -148,3 +148,17 @@ def test_a_measured_speed_replaces_the_table_for_placement_and_pace():
             core.calibrate_speed("gpt2", "T4", bad)
     with pytest.raises(SchedulingError, match="no GPU type 'H100'"):
         core.calibrate_speed("gpt2", "H100", 1.5)
+
+
+def test_a_groups_figures_use_its_members_profiles_at_its_types_pace():
+    from scheduler.core.speed import TypeSpeeds
+    from scheduler.core.state import NodeSlice
+
+    model = get_preset("default").model
+    core = Core(t4_first(), make_policy("fifo", get_preset("default")), model)
+    member = core.submit(job(0, stages=(0.1, 0.2, 0.1), model="gpt2"), 0.0)
+    speeds = TypeSpeeds(t4_first(), {})
+    on_t4 = speeds.profiles_on([member], (NodeSlice(0, (0,)),))
+    on_v100 = speeds.profiles_on([member], (NodeSlice(1, (0,)),))
+    assert on_t4[0] == pytest.approx((0.1, 0.2 / T4, 0.1))
+    assert on_v100[0] == member.profile
