@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from specs import DEFAULT_SPEC, available_specs
+from specs.fit import Fit
 from specs.limits import (MAX_GPUS, MAX_ID, MAX_JOBS, MAX_SEED, MAX_SIGMA, MAX_TRACE_SECONDS,
                           show)
 from specs.options import OneLineParser, number
@@ -219,7 +220,7 @@ def _import(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 1
     options = Options(
-        rules=RowRules(total_gpus=spec.total_gpus, fractional=args.fractional,
+        rules=RowRules(total_gpus=spec.total_gpus, fit=Fit(spec), fractional=args.fractional,
                        drop_failed=args.drop_failed, tenant=args.tenant),
         models=model_rule, seed=args.seed, since=args.since, until=args.until,
         limit=args.limit, progress=True if args.progress else None)

@@ -254,3 +254,27 @@ def test_interlace_submit_states_the_jobs_gpu_types(capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 2 and len(err) == 1
         assert "--gpu-type" in err[0] and why in err[0]
+
+
+def test_openb_import_drops_pods_no_pool_of_the_spec_holds_and_says_why(tmp_path, capsys):
+    """Against MIXED (16 T4s in nodes of 4, 8 V100M32s on one node, 24 GPUs): a pod of a
+    type the cluster lacks, or more GPUs of its types than their largest pool, is dropped
+    with its reason, so that interlace-sim takes the trace the import wrote."""
+    spec = tmp_path / "mixed.csv"
+    spec.write_text(MIXED)
+    more = ["q1,8000,30720,12,1000,V100M32,LS,Succeeded,900,4500,900",  # 12 > the 8 V100M32
+            "q2,8000,30720,32,1000,,LS,Succeeded,950,4600,950"]  # 32 > the cluster's 24
+    src, out = tmp_path / "openb_pod_list_x.csv", tmp_path / "o.csv"
+    src.write_text(OPENB_HEAD + "\n" + "\n".join(PODS[:7] + more) + "\n")
+    assert trace_main(["import", "openb", str(src), "--out", str(out), "--spec",
+                       str(spec)]) == 0
+    capsys.readouterr()
+    kept = [r.gpu_types for r in read_trace(out, spec=load_spec(spec))]
+    assert kept == [("V100M16", "V100M32"), (), ("G3", "V100M32"), ("A10", "T4"),
+                    ("T4", "P100")]  # p1, p2, p4, p5, p7
+    summary = json.loads((tmp_path / "o.csv.summary.json").read_text())
+    assert summary["dropped"]["no_pool"] == 2  # p3 (G2), p6 (A100)
+    assert summary["dropped"]["too_many_gpus"] == 2  # q1, q2
+    shown = json.dumps(summary["examples"])
+    assert "job asks for 'A100' but the cluster has T4, V100M32" in shown
+    assert "job needs 12 GPUs of type V100M32 but the largest pool of that type has 8" in shown

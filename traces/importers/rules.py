@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from traces.importers.source import FAILED, KILLED, Malformed, Row, SourceJob
 
@@ -21,7 +22,9 @@ ROW_REASONS = (
     ("no_tasks", "PAI job with no row in the task table"),
     ("cpu_only", "zero GPUs: a CPU job"),
     ("fractional_gpus", "fractional GPU count, with --fractional drop"),
-    ("too_many_gpus", "more GPUs than the cluster (--spec) holds"),
+    ("too_many_gpus", "more GPUs than the cluster (--spec) holds, or any pool of its types"),
+    ("no_pool", "no pool of the cluster (--spec) has a GPU type it accepts with the memory "
+                "it needs"),
     ("failed_or_killed", "failed or killed, with --drop-failed"),
     ("other_tenant", "tenant other than --tenant"),
 )
@@ -44,6 +47,7 @@ class RowRules:
     """The choices a user makes about odd rows (see `interlace-trace import --help`)."""
 
     total_gpus: int | None = None
+    fit: Any = None  # specs.fit.Fit of the --spec: a job that no pool holds is dropped
     fractional: str = "ceil"  # or "drop"
     drop_failed: bool = False
     tenant: str | None = None
@@ -102,6 +106,12 @@ def apply_row_rules(row: Row, rules: RowRules, ledger: Ledger) -> SourceJob | No
     if rules.total_gpus is not None and whole > rules.total_gpus:
         ledger.drop("too_many_gpus", job.where,
                     f"job {job.key}: {whole} GPUs > {rules.total_gpus}")
+        return None
+    why = rules.fit.misfit(whole, job.gpu_types, job.gpu_mem_gb) if rules.fit else None
+    if why:  # the rule every reader of the trace applies (specs/fit.py): it would refuse it
+        what, message = why[0]
+        ledger.drop("too_many_gpus" if what == "size" else "no_pool", job.where,
+                    f"job {job.key}: {message}")
         return None
     failed = job.status in (FAILED, KILLED)
     if failed and rules.drop_failed:
