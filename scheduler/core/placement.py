@@ -194,6 +194,22 @@ class ClusterState:
             first[key] = len(fg)
         return self._place_across(num_gpu, pools)
 
+    def place_on(self, node: int, num_gpu: int, pools: frozenset[int] | None = None
+                 ) -> tuple[NodeSlice, ...] | None:
+        """`place` on node `node` only (room made there by moving other jobs), or None."""
+        if pools is not None and self._pool_of[node] not in pools:
+            return None
+        cpus = self._alone_cpus[num_gpu] if 0 < num_gpu <= self._per_node \
+            else self.demand.cpus(num_gpu, num_gpu)
+        if not 0 < num_gpu <= self.free_count[node] or self.free_cpus[node] < cpus:
+            return None
+        return self._take(node, num_gpu, cpus)
+
+    @property
+    def node_gpus(self) -> list[int]:
+        """Each node's GPUs, free or not (read-only)."""
+        return self._node_gpus
+
     def can_place(self, num_gpu: int, pools: frozenset[int] | None = None) -> bool:
         """Reserve room for a job (admission): what place() takes, without the answer."""
         return self.place(num_gpu, pools) is not None

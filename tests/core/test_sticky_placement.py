@@ -1,5 +1,6 @@
-"""Sticky placement keeps running jobs where they are, but never at the cost of a job the
-policy chose: whatever fits an empty cluster in the policy's order is placed."""
+"""Sticky placement keeps running jobs where they are. A job the policy chose that they leave
+no room gets it by moving the fewest running jobs ranked after it; where only moving many
+would make room, it waits until its wait has paid for their restarts."""
 from __future__ import annotations
 
 import random
@@ -13,13 +14,14 @@ from scheduler.presets import get_preset
 from tests.helpers import job as record, spec
 
 
-def make_job(job_id: int, num_gpu: int) -> Job:
-    return Job(record=record(job_id, num_gpu=num_gpu), solo_time=1.0, profile=(1.0,),
-               remaining=1.0, remaining_estimate=1.0)
+def make_job(job_id: int, num_gpu: int, overhead: float = 0.0, submit: float = 0.0) -> Job:
+    return Job(record=record(job_id, num_gpu=num_gpu, submit=submit), solo_time=1.0,
+               profile=(1.0,), remaining=1.0, remaining_estimate=1.0,
+               restart_overhead=overhead)
 
 
-def context(cluster_spec, previous) -> RoundContext:
-    return RoundContext(0.0, [], ClusterState(cluster_spec), get_preset("default").model,
+def context(cluster_spec, previous, now: float = 0.0) -> RoundContext:
+    return RoundContext(now, [], ClusterState(cluster_spec), get_preset("default").model,
                         previous)
 
 
@@ -37,6 +39,34 @@ def test_a_whole_node_job_is_placed_beside_scattered_running_jobs():
     assert len(others) == 4 and all(p == previous[j.id] for j, p in others)  # they stay put
 
 
+def test_a_newcomer_gets_the_node_whose_room_moves_fewest_running_jobs():
+    # two 4-GPU nodes: node 0 runs two 1-GPU jobs, node 1 one; a 4-GPU job ranked first
+    small = [make_job(i, 1, overhead=30.0) for i in range(3)]
+    previous = {0: (NodeSlice(0, (0,)),), 1: (NodeSlice(0, (2,)),), 2: (NodeSlice(1, (3,)),)}
+    units = [(4, (make_job(100, 4),))] + [(1, (j,)) for j in small]
+    placements = place_units(context(spec(nodes=2, gpus=4), previous), units)
+    assert placements[0] == (NodeSlice(1, (0, 1, 2, 3)),)
+    assert placements[1:3] == [previous[0], previous[1]]  # node 0's jobs stay put
+    assert placements[3] is not None and placements[3][0].node == 0  # one job moved
+
+
+def test_a_job_only_many_moves_would_place_waits_until_its_wait_pays_for_them():
+    # four 2-GPU nodes, a 1-GPU job on GPU 1 of each, all four ranked before a 2-GPU job:
+    # no repair may move them (they outrank it); only placing every job afresh in order
+    # makes room, and that moves all four (400 s of restarts)
+    small = [make_job(i, 1, overhead=100.0) for i in range(4)]
+    previous = {j.id: (NodeSlice(j.id, (1,)),) for j in small}
+    for now, placed in ((350.0, False), (450.0, True)):
+        big = make_job(100, 2, submit=0.0)  # it has waited `now` seconds
+        units = [(1, (j,)) for j in small] + [(2, (big,))]
+        placements = place_units(context(spec(nodes=4, gpus=2), previous, now), units)
+        moved = [j.id for j, p in zip(small, placements) if p != previous[j.id]]
+        if placed:
+            assert placements[4] is not None and len(moved) == 4
+        else:
+            assert placements[4] is None and moved == []
+
+
 def test_running_jobs_keep_their_gpus_when_everything_fits():
     small = [make_job(i, 1) for i in range(4)]
     previous = {j.id: (NodeSlice(1, (j.id,)),) for j in small}  # all on node 1
@@ -48,16 +78,17 @@ def test_running_jobs_keep_their_gpus_when_everything_fits():
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([1, 1, 2, 3, 4, 8]), min_size=1, max_size=24),
-       st.integers(1, 4), st.sampled_from([4, 8]), st.integers(0, 2**16))
-def test_what_fits_an_empty_cluster_in_order_is_placed_wherever_jobs_ran(sizes, nodes, gpus,
-                                                                          seed):
+       st.integers(1, 4), st.sampled_from([4, 8]), st.integers(0, 2**16),
+       st.sampled_from([0.0, 1e6]))
+def test_chosen_jobs_are_placed_once_waited_and_running_jobs_move_only_for_a_newcomer(
+        sizes, nodes, gpus, seed, now):
     cluster_spec = spec(nodes=nodes, gpus=gpus)
-    jobs = [make_job(i, n) for i, n in enumerate(sizes)]
+    rng = random.Random(seed)
+    jobs = [make_job(i, n, overhead=rng.uniform(1.0, 100.0)) for i, n in enumerate(sizes)]
     # the oracle: the policy's order on an empty cluster, no one running anywhere
     plain = ClusterState(cluster_spec)
     fits = [plain.place(j.num_gpu) is not None for j in jobs]
     # where some ran last round: scattered, each on random free GPUs of a random node
-    rng = random.Random(seed)
     previous: dict[int, tuple] = {}
     free = {node: set(range(gpus)) for node in range(nodes)}
     for job in rng.sample(jobs, len(jobs)):
@@ -69,9 +100,14 @@ def test_what_fits_an_empty_cluster_in_order_is_placed_wherever_jobs_ran(sizes, 
         free[node] -= set(taken)
         previous[job.id] = (NodeSlice(node, taken),)
     units = [(j.num_gpu, (j,)) for j in jobs]
-    placements = place_units(context(cluster_spec, previous), units)
-    if all(fits):
+    placements = place_units(context(cluster_spec, previous, now), units)
+    if all(fits) and now > sum(j.restart_overhead for j in jobs):  # waited past any moves
         assert all(p is not None for p in placements)
+    if now == 0.0:  # nobody has waited: a running job moves only for a newcomer before it
+        newcomers = [i for i, j in enumerate(jobs) if j.id not in previous]
+        for i, (job, p) in enumerate(zip(jobs, placements)):
+            if job.id in previous and p != previous[job.id]:
+                assert newcomers and newcomers[0] < i
     taken = [(s.node, g) for p in placements if p for s in p for g in s.gpus]
     assert len(taken) == len(set(taken))  # no GPU handed out twice
     assert sum(len(s.gpus) for p, j in zip(placements, jobs) if p for s in p) == \

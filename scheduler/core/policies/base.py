@@ -8,6 +8,7 @@ from typing import Iterable, Mapping, Sequence
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState
 from scheduler.core.policies.order import fits_monotone
+from scheduler.core.policies.sticky import place_sticky
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status, alone
 
 
@@ -128,14 +129,10 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[JobView]]
     """Place units (#GPUs, member jobs) in the given order on an emptied cluster; returns the
     placement of each (None where it does not fit).
 
-    With sticky placement (ctx.previous), units whose members already run somewhere keep
-    those GPUs first, so that a newcomer placed earlier in the order cannot take them and
-    force a checkpoint-and-restart; the rest are placed after, in order. Where that leaves a
-    unit out (running units keep GPUs scattered so that a bigger newcomer finds no node),
-    the units up to it are placed first, in order, and the rest keep theirs after: the
-    policy chose them in that order, and a newcomer that never fits beside the running
-    ones would wait behind jobs it outranks. Without it, a policy's `replay` hands back
-    last round's answers where this round asks the same.
+    With sticky placement (ctx.previous), running jobs keep their GPUs where they can, and
+    a newcomer they leave no room is given room by moving the fewest of them (sticky.py).
+    Without it, a policy's `replay` hands back last round's answers where this round asks
+    the same.
     """
     cluster = ctx.cluster
     if not ctx.previous and replay is not None and not cluster.pooled:
@@ -143,54 +140,7 @@ def place_units(ctx: RoundContext, units: Sequence[tuple[int, Sequence[JobView]]
         result = [replay.place(cluster, gpus) for gpus, _ in units]
         replay.finish()
         return result
-    if not ctx.previous:
-        return _sticky(cluster, units, {}, len(units))
-    result = _sticky(cluster, units, ctx.previous, 0)
-    cut = 0
-    while None in result[cut:]:  # a unit left out: let it go before the running keep theirs
-        cut = result.index(None, cut) + 1
-        result = _sticky(cluster, units, ctx.previous, cut)
-    if None in result:  # kept GPUs still split the room: as on an empty cluster, if better
-        plain = _sticky(cluster, units, {}, len(units))
-        if plain.count(None) < result.count(None):
-            return plain
-    return result
-
-
-def _sticky(cluster, units: Sequence[tuple[int, Sequence[JobView]]],
-            previous: Mapping[int, tuple], cut: int) -> list:
-    """Units before `cut` in order, each where a member runs if those GPUs are free, else
-    wherever it fits; then the rest: those whose GPUs are free keep them, the others are
-    placed in order (None where nothing fits)."""
-    cluster.reset()
-    keep = cluster.keep
-    # the pools each unit may use (cluster.need: None on a one-shape cluster, anywhere)
-    pools = [cluster.need(members) for _, members in units] if cluster.pooled \
-        else [None] * len(units)
-    result: list = [None] * len(units)
-    for i, (gpus, members) in enumerate(units):
-        if i == cut:
-            break
-        result[i] = _kept(keep, gpus, members, previous, pools[i]) \
-            or cluster.place(gpus, pools[i])
-    for i in range(cut, len(units)):
-        gpus, members = units[i]
-        result[i] = _kept(keep, gpus, members, previous, pools[i])
-    for i in range(cut, len(units)):
-        if result[i] is None:
-            result[i] = cluster.place(units[i][0], pools[i])
-    return result
-
-
-def _kept(keep, gpus: int, members: Sequence[JobView], previous: Mapping[int, tuple],
-          pools: frozenset[int] | None):
-    """The GPUs a member of the unit runs on, taken again if all are free (and in `pools`,
-    where given); else None."""
-    for job in members:
-        where = previous.get(job.record.job_id)  # ctx.where(job), inlined
-        if where is not None and keep(where, gpus, pools):
-            return where
-    return None
+    return place_sticky(cluster, units, ctx.previous, ctx.now)
 
 
 def place_in_order(ctx: RoundContext, order: Sequence[JobView],
