@@ -56,7 +56,7 @@ def test_a_job_only_many_moves_would_place_waits_until_its_wait_pays_for_them():
     # makes room, and that moves all four (400 s of restarts)
     small = [make_job(i, 1, overhead=100.0) for i in range(4)]
     previous = {j.id: (NodeSlice(j.id, (1,)),) for j in small}
-    for now, placed in ((350.0, False), (450.0, True)):
+    for now, placed in ((150.0, False), (250.0, True)):  # 300 or 500 GPU-seconds
         big = make_job(100, 2, submit=0.0)  # it has waited `now` seconds
         units = [(1, (j,)) for j in small] + [(2, (big,))]
         placements = place_units(context(spec(nodes=4, gpus=2), previous, now), units)

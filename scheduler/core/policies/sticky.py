@@ -8,7 +8,7 @@ node where that moves fewest jobs; the units moved are placed again wherever the
 Where even that leaves a unit out, three answers are weighed: leave it out for now, that
 answer, or place the units in the policy's order first (the units up to each one left out,
 else all of them as on an empty cluster). Each costs what a ski renter counts (`cost`): a
-moved job its restart overhead, a job left out the time it has waited. A job is so left
+moved job its restart overhead, a job left out the time it has waited times its GPUs. A job is so left
 out until, at some round, its wait has paid for the moves; placing everything afresh
 whenever one job was left out moved hundreds of running jobs a round on Alibaba's mixed
 openb cluster.
@@ -51,16 +51,16 @@ def place_sticky(cluster: ClusterState, units: Sequence[Unit],
 
 def cost(units: Sequence[Unit], result: Sequence, previous: Mapping[int, tuple],
          now: float) -> float:
-    """Seconds of job completion time an answer costs, the way a ski renter counts: each
-    running job it moves pays its restart overhead; each job it leaves out, the time it has
-    waited so far. A unit is left out until its wait would have paid for the moves that make
-    room for it, so it waits at most about what those restarts cost."""
+    """What an answer costs, the way a ski renter counts: each running job it moves, its
+    restart overhead (seconds); each job it leaves out, the time it has waited so far times
+    its GPUs (a bigger job left out holds back more work). A unit is left out until its wait
+    has paid for the moves that make room for it."""
     total = 0.0
-    for (_, members), where in zip(units, result):
+    for (gpus, members), where in zip(units, result):
         for job in members:
             was = previous.get(job.record.job_id)
             if where is None:
-                total += waited(job, now)
+                total += waited(job, now) * gpus
             elif was is not None and was != where:
                 total += job.restart_overhead
     return total
