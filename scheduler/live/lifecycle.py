@@ -151,6 +151,8 @@ class Lifecycle:
         self.past: dict[int, Any] = {}
         self.progress: dict[int, float] = {}  # iterations done, per telemetry
         self.profiles = ProfileEstimator(threshold=profile_threshold)
+        # the launch (ledger key) under which each live job last reported its pace
+        self.paced: dict[int, tuple] = {}
 
     # -- what the phases say -----------------------------------------------------------------
     def phase(self, job_id: int) -> Phase | None:
@@ -356,6 +358,7 @@ class Lifecycle:
             s.ledger.unplace(job_id)
         self.progress.pop(job_id, None)
         self.profiles.forget(job_id)  # a requeue keeps it: the job runs again, same model
+        self.paced.pop(job_id, None)
         s.type_paces.forget(job_id)
         submit, start = entry.submit_trace, entry.first_start_trace
         queue_delay = None if start is None else start - submit
@@ -384,6 +387,7 @@ class Lifecycle:
         where = s.ledger.release(job_id, keep=None)
         self.progress.pop(job_id, None)
         self.profiles.forget(job_id)
+        self.paced.pop(job_id, None)
         s.type_paces.forget(job_id)
         s.log.info("job_cancelled", job_id=job_id, was=was, iterations=done, now=now,
                    nodes=[node_name(n) for n in (where.nodes if where else ())])

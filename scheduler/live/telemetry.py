@@ -99,9 +99,16 @@ def calibrate(state: LiveState, job_id: int, measured: float) -> None:
     """A grouped job's measured iteration time against its group's planned one moves the
     cost model's slowdown for groups of that size toward what it shows (a step of
     CALIBRATION_STEP of the way): the interference term learns this cluster's contention.
-    An emulated trainer paces itself to the plan, so its reports move nothing."""
+    An emulated trainer paces itself to the plan, so its reports move nothing. Only a steady
+    group's reports count: not a launch's first (members start up apart, and the first to
+    start waits at the gate for the others' turns), nor one before every member reported."""
     where = state.ledger.placed.get(job_id)
     if where is None or len(where.group) < 2 or not measured > 0 or not where.tt > 0:
+        return
+    paced = state.jobs.paced
+    steady = paced.get(job_id) == where.key
+    paced[job_id] = where.key
+    if not steady or any(paced.get(m) != where.key for m in where.group):
         return
     members = len(where.group)
     current = state.core.model.slowdown(members)

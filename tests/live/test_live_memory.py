@@ -148,23 +148,41 @@ def test_an_agent_whose_gpus_hold_less_than_the_spec_plans_for_is_refused(harnes
 def test_measured_group_paces_calibrate_the_interference_term(harness):
     """A grouped trainer that reports iterations 1.5x slower than its group was planned
     moves the slowdown of groups of two toward 1.5x what it was, a step at a time, and the
-    next plans time groups with it."""
+    next plans time groups with it. A launch's first report (start-up: members start apart
+    and wait at the gate for each other), here 4x slow, and reports before every member has
+    reported move nothing."""
     h, n0 = _grouped_pair(harness)
     state = h.scheduler.state
-    wait_for(lambda: 1 in state.ledger.placed)
+    wait_for(lambda: 1 in state.ledger.placed and 2 in state.ledger.placed)
     with state.lock:
         planned, before = state.ledger.placed[1].tt, state.core.model.slowdown(2)
-    trainer = Publisher(h.endpoints, "trainer.1")  # stands in for job 1's trainer
+        key = state.ledger.placed[1].key
+    stages = {"data": 0.3, "gpu": 0.05, "net": 0.05}
+    trainers = Publisher(h.endpoints, "trainer.1")  # stands in for both: one ordered stream
+
+    def report(job: int, pace: float) -> None:
+        trainers.publish("event.timing", job_id=job, stages=stages,
+                              iteration_time=pace * planned, iterations=10.0)
+
+    def heard(job: int) -> bool:
+        with state.lock:
+            return state.jobs.paced.get(job) == key
+
     try:
+        report(1, 4.0)  # job 1's start-up, while job 2 starts
+        wait_for(lambda: heard(1) or report(1, 4.0), step=0.05)
+        report(2, 1.0)  # job 2's first report, at the plan's pace
+        wait_for(lambda: heard(2) or report(2, 1.0), step=0.05)
+        with state.lock:
+            assert state.core.model.slowdown(2) == before
+
         def moved() -> bool:
-            trainer.publish("event.timing", job_id=1, stages={"data": 0.3, "gpu": 0.05,
-                                                              "net": 0.05},
-                            iteration_time=1.5 * planned, iterations=10.0)
+            report(1, 1.5)
             with state.lock:
                 return state.core.model.slowdown(2) > 1.2 * before
         wait_for(moved, step=0.05)
     finally:
-        trainer.close()
+        trainers.close()
     with state.lock:
         after = state.core.model.slowdown(2)
     assert 1.2 * before < after <= 1.5 * before + 1e-9
