@@ -165,19 +165,20 @@ class Pairing:
         key = tuple(map(tuple, nodes))
         hysteresis = self.hysteresis
         bonus = [self.keep_bonus(node) for node in nodes] if hysteresis else [0.0] * n
-        if hysteresis:
+        if hysteresis or self.window:  # who runs with whom: the bonuses, the windows
             key += tuple(j.group_key for node in nodes for j in node)
+        if hysteresis:
             key += tuple(round(b, 3) for b, node in zip(bonus, nodes) if node[0].group_key)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
         if self._dense:
             pairs = []
-            for lo, hi in _windows(n, self.window):
-                found = max_weight_pairs_dense(self.weight_matrix(nodes[lo:hi], bonus[lo:hi]),
-                                               backend=self.backend,
-                                               rel_gap=self.rel_gap)
-                pairs.extend((lo + i, lo + j) for i, j in found)
+            for idx in _window_members(nodes, self.window):
+                found = max_weight_pairs_dense(
+                    self.weight_matrix([nodes[i] for i in idx], [bonus[i] for i in idx]),
+                    backend=self.backend, rel_gap=self.rel_gap)
+                pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
             return self._remember(key, pairs)
         if self.backend == "blossom":
             if hysteresis:
@@ -228,10 +229,13 @@ class Pairing:
         rows, cols, weight = rows[pays], cols[pays], weight[pays]
         if self.hysteresis:  # bonuses scale weights, never make one zero or not
             weight = weight * self._keep_factors(nodes, rows, cols)
-        # the matching is a function of the edges alone, and the same ones often come back
-        # (the outlook moved, but not across any merge's break-even)
+        # the matching is a function of the edges (and of who runs with whom, which the
+        # windows follow) alone, and the same ones often come back (the outlook moved, but
+        # not across any merge's break-even)
         n = len(nodes)
         key = (n, rows.tobytes(), cols.tobytes(), weight.tobytes())
+        if self.window and n > self.window:
+            key += (_group_labels(nodes).tobytes(),)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
@@ -240,10 +244,10 @@ class Pairing:
             w[rows, cols] = weight
             w += w.T
             pairs = []
-            for lo, hi in _windows(n, self.window):
-                found = max_weight_pairs_dense(w[lo:hi, lo:hi], backend=self.backend,
+            for idx in _window_members(nodes, self.window):
+                found = max_weight_pairs_dense(w[np.ix_(idx, idx)], backend=self.backend,
                                                rel_gap=self.rel_gap)
-                pairs.extend((lo + i, lo + j) for i, j in found)
+                pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
         else:
             pairs = max_weight_pairs_edges(n, rows, cols, weight, backend=self.backend,
                                            rel_gap=self.rel_gap)
@@ -498,6 +502,27 @@ def _windows(n: int, size: int) -> list[tuple[int, int]]:
     count = -(-n // size)
     bounds = [round(i * n / count) for i in range(count + 1)]
     return list(zip(bounds, bounds[1:]))
+
+
+def _window_members(nodes: list[Packing], size: int) -> list[np.ndarray]:
+    """The candidates of each matching window (indices, in priority order): near-equal
+    consecutive windows (`_windows`), except that a candidate running in a group now joins
+    the window of its group's first candidate (a window of one matches nothing). One arrival shifts every boundary of the
+    consecutive split by a candidate; without this, each shift split a running pair across
+    two windows, and every window regrouped a pair or two per arrival."""
+    n = len(nodes)
+    bounds = _windows(n, size)
+    if len(bounds) == 1:
+        return [np.arange(n)]
+    window = np.empty(n, dtype=int)
+    for w, (lo, hi) in enumerate(bounds):
+        window[lo:hi] = w
+    first: dict[int, int] = {}
+    for i, label in enumerate(_group_labels(nodes).tolist()):
+        if label >= 0:
+            window[i] = first.setdefault(label, window[i])
+    members = (np.flatnonzero(window == w) for w in range(len(bounds)))
+    return [idx for idx in members if len(idx) > 1]
 
 
 def _group_labels(nodes: list[Packing]) -> np.ndarray:
