@@ -36,6 +36,7 @@ class RoundExecutor:
             state.metrics.round_planned(planning_s)
             state.rounds.count += 1
             state.rounds.last = state.clock()
+            state.rounds.planning = planning_s
             state.rounds.wakeup = plan.wakeup
             now = state.core.now
             desired = {j: Placed(g.jobs, g.tt, g.placement)
