@@ -42,10 +42,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import structlog  # noqa: E402
 
 from bench_service import (LightAgent, LogTail, arrival_round, cluster_files,  # noqa: E402
-                           heartbeats, percentiles, stop_cluster, triggered_round)
+                           percentiles, start_agents, start_services, stop_cluster,
+                           triggered_round)
 from broker.client import Requester  # noqa: E402
-from broker.endpoints import Endpoints  # noqa: E402
-from broker.testing import wait_until  # noqa: E402
 from traces.feeder import job_map  # noqa: E402
 from traces.generate import generate  # noqa: E402
 
@@ -193,33 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     run_dir, spec_file, ep_file = cluster_files("interlace-bench-metrics-", args.agents)
     port = free_port()
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     procs: list[subprocess.Popen] = []
     agents: list[LightAgent] = []
     stop = threading.Event()
     scraper = None
     try:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "broker.broker", "--ports", "0,0,0", "--endpoints-file",
-             str(ep_file), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_until(ep_file.exists, 30, 0.05)
-        endpoints = Endpoints.load(ep_file)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "scheduler.live", "--spec", str(spec_file), "--policy",
-             "muri-s", "--endpoints", str(ep_file), "--run-dir", str(run_dir),
-             "--time-scale", "1", "--round", "60", "--agent-timeout", str(10 * args.heartbeat),
-             "--metrics", f"127.0.0.1:{port}"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        acks: list[tuple[float, str, int]] = []
-        agents = [LightAgent(endpoints, f"n{i}", args.heartbeat, acks)
-                  for i in range(args.agents)]
-        for agent in agents:
-            agent.thread.start()
-        errors: list[str] = []
-        threading.Thread(target=heartbeats, args=(agents, stop, errors), daemon=True).start()
+        endpoints, _ = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat,
+                                      ("--metrics", f"127.0.0.1:{port}"))
+        acks, errors = start_agents(endpoints, args.agents, args.heartbeat, stop, agents)
         feeder = Requester(endpoints, "bench-feeder", timeout=10.0, retries=5)
-        wait_until(lambda: all(a.registered for a in agents), 60, 0.1)
         records = generate(args.jobs + args.arrivals, seed=11, max_gpus=8, backlog=True,
                            median_duration=10 * 86400.0, min_duration=86400.0)
         for rec in records[:args.jobs]:

@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_service import LightAgent, cluster_files, heartbeats, stop_cluster  # noqa: E402
+from bench_service import (LightAgent, cluster_files, start_agents, start_services,  # noqa: E402
+                           stop_cluster)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
-from broker.testing import wait_until  # noqa: E402
 from traces.feeder import job_map  # noqa: E402
 from traces.generate import generate  # noqa: E402
 
@@ -108,31 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=1000.0, help="submissions per second")
     args = ap.parse_args(argv)
     run_dir, spec_file, ep_file = cluster_files("interlace-bench-scale-", args.agents)
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     procs: list[subprocess.Popen] = []
     agents: list[LightAgent] = []
     stop = threading.Event()
     try:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "broker.broker", "--ports", "0,0,0", "--endpoints-file",
-             str(ep_file), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_until(ep_file.exists, 30, 0.05)
-        endpoints = Endpoints.load(ep_file)
-        sched = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.live", "--spec", str(spec_file), "--policy",
-             "muri-s", "--endpoints", str(ep_file), "--run-dir", str(run_dir),
-             "--time-scale", "1", "--round", "60", "--agent-timeout", str(10 * args.heartbeat)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(sched)
-        acks: list = []
-        agents = [LightAgent(endpoints, f"n{i}", args.heartbeat, acks)
-                  for i in range(args.agents)]
-        for agent in agents:
-            agent.thread.start()
-        errors: list[str] = []
-        threading.Thread(target=heartbeats, args=(agents, stop, errors), daemon=True).start()
-        wait_until(lambda: all(a.registered for a in agents), 60, 0.1)
+        endpoints, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat)
+        _, errors = start_agents(endpoints, args.agents, args.heartbeat, stop, agents)
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         start_at = time.time() + 3.0  # the clients' imports done before the clock starts

@@ -34,6 +34,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -225,33 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     run_dir, spec_file, ep_file = cluster_files("interlace-bench-service-", args.agents)
-    procs = []
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    procs: list = []
     agents: list[LightAgent] = []
     stop = threading.Event()
     try:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "broker.broker", "--ports", "0,0,0", "--endpoints-file",
-             str(ep_file), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_until(ep_file.exists, 30, 0.05)
-        endpoints = Endpoints.load(ep_file)
-        sched = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.live", "--spec", str(spec_file), "--policy",
-             "muri-s", "--endpoints", str(ep_file), "--run-dir", str(run_dir),
-             "--time-scale", "1", "--round", "60", "--agent-timeout", str(10 * args.heartbeat)],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        procs.append(sched)
-        acks: list[tuple[float, str, int]] = []
-        agents = [LightAgent(endpoints, f"n{i}", args.heartbeat, acks)
-                  for i in range(args.agents)]
-        for agent in agents:
-            agent.thread.start()
-        errors: list[str] = []
-        beats = threading.Thread(target=heartbeats, args=(agents, stop, errors), daemon=True)
-        beats.start()
+        endpoints, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat)
+        acks, errors = start_agents(endpoints, args.agents, args.heartbeat, stop, agents)
         feeder = Requester(endpoints, "bench-feeder", timeout=10.0, retries=5)
-        wait_until(lambda: all(a.registered for a in agents), 60, 0.1)
         rss = {"start": rss_mb(sched.pid)}
         records = generate(args.jobs + args.arrivals, seed=11, max_gpus=8, backlog=True,
                            median_duration=10 * 86400.0, min_duration=86400.0)
@@ -319,6 +300,44 @@ def cluster_files(prefix: str, agents: int) -> tuple[Path, Path, Path]:
     spec_file.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
                          f"1,{agents},{GPUS_PER_NODE},32,256\n")
     return run_dir, spec_file, run_dir / "endpoints.json"
+
+
+def start_services(procs: list, run_dir: Path, spec_file: Path, ep_file: Path,
+                   heartbeat: float, extra: tuple[str, ...] = ()) -> tuple[Endpoints, Any]:
+    """Start the broker, then the scheduler service (Muri-S, a round a minute unless an event
+    asks, agents dead after ten missed heartbeats; `extra`: more of its options), appending
+    each process to `procs` as it starts (so a caller's cleanup stops what did start).
+    Returns the endpoints and the scheduler's process."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "broker.broker", "--ports", "0,0,0", "--endpoints-file",
+         str(ep_file), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    wait_until(ep_file.exists, 30, 0.05)
+    endpoints = Endpoints.load(ep_file)
+    sched = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.live", "--spec", str(spec_file), "--policy",
+         "muri-s", "--endpoints", str(ep_file), "--run-dir", str(run_dir),
+         "--time-scale", "1", "--round", "60", "--agent-timeout", str(10 * heartbeat),
+         *extra],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(sched)
+    return endpoints, sched
+
+
+def start_agents(endpoints: Endpoints, count: int, heartbeat: float, stop: threading.Event,
+                 agents: list) -> tuple[list, list[str]]:
+    """Start `count` stand-in agents (appended to `agents`, for the caller's cleanup), their
+    heartbeats until `stop`, and wait until all registered. Returns the agents' shared reply
+    log (LightAgent.acks) and the heartbeat errors."""
+    acks: list[tuple[float, str, int]] = []
+    agents.extend(LightAgent(endpoints, f"n{i}", heartbeat, acks) for i in range(count))
+    for agent in agents:
+        agent.thread.start()
+    errors: list[str] = []
+    threading.Thread(target=heartbeats, args=(agents, stop, errors), daemon=True).start()
+    wait_until(lambda: all(a.registered for a in agents), 60, 0.1)
+    return acks, errors
 
 
 def stop_cluster(stop, agents, procs) -> None:
