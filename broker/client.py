@@ -216,12 +216,18 @@ class Service:
 
     def __init__(self, endpoints: Endpoints, name: str, handler: Callable[[Message], dict | None],
                  *, heartbeat: float = 0.5, dedup: int = 10_000,
-                 refusals: RefusalLog | None = None):
+                 refusals: RefusalLog | None = None,
+                 before_replies: Callable[[], None] | None = None):
         if service_name(name.encode("utf-8")) is None:
             raise ValueError(f"bad service name {name!r} (letters, digits, _.:- up to 128)")
         if heartbeat <= 0 or dedup < 0:
             raise ValueError("heartbeat must be > 0 and dedup >= 0")
         self.name, self.handler = name, handler
+        # Called once after a batch of requests is handled and before any of its replies is
+        # sent (e.g. one durable commit for every change the batch made); if it raises, the
+        # batch's requests are answered `internal` and their replies forgotten, so a retry
+        # runs the handler again.
+        self.before_replies = before_replies
         self.heartbeat, self.dedup = float(heartbeat), int(dedup)
         self.handled = 0      # requests answered by running the handler
         self.duplicates = 0   # requests answered from the reply cache
@@ -274,6 +280,36 @@ class Service:
             self.poll(min(0.1, self.heartbeat))
 
     def _drain(self) -> int:
+        if self.before_replies is None:
+            return self._drain_batch(None)
+        replies: list[tuple[bytes, bytes]] = []
+        handled = self._drain_batch(replies)
+        if replies:
+            try:
+                self.before_replies()
+            except Exception as err:
+                self._log.exception("service.before_replies_failed")
+                replies = [(client, self._unsent(payload, err)) for client, payload in replies]
+            for client, payload in replies:
+                self._reply(client, payload)
+        return handled
+
+    def _unsent(self, payload: bytes, err: Exception) -> bytes:
+        """The answer instead of `payload` when the batch could not be made good: an error
+        for its request, whose cached reply is forgotten."""
+        try:
+            msg = decode(payload)
+        except MessageError:
+            return payload
+        if msg.type != "reply":
+            return payload  # an error already: nothing was promised
+        self._cache.pop(msg["re"], None)
+        return error_payload(self.name, self._ids, "internal",
+                             f"not committed: {type(err).__name__}: {err}", msg["re"])
+
+    def _drain_batch(self, replies: list[tuple[bytes, bytes]] | None) -> int:
+        """Handle what has arrived (up to RECV_BATCH messages); each reply is sent at once, or
+        kept in `replies` (client, payload) where given."""
         handled = 0
         assert self._sock is not None
         for _ in range(RECV_BATCH):
@@ -294,7 +330,10 @@ class Service:
                     self._reply(client, error_payload(self.name, self._ids, "bad_frame",
                                                       "REQ needs [client, payload]"))
                     continue
-                self._reply(client, self._answer(frames[3]))
+                if replies is None:
+                    self._reply(client, self._answer(frames[3]))
+                else:
+                    replies.append((client, self._answer(frames[3])))
                 handled += 1
                 continue
             if len(frames) == 3 and frames[0] == EMPTY and frames[1] == REP:

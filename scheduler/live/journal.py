@@ -3,7 +3,9 @@
 The bus is lossy and the scheduler may die at any instant, so the journal is the one place
 from which a restarted scheduler rebuilds its state. WAL mode with `synchronous=FULL` makes
 each commit durable when it returns; a job is committed before its submit is acknowledged,
-so a feeder never sees an "accepted" that a crash can take back.
+so a feeder never sees an "accepted" that a crash can take back. A service that answers a
+batch of submissions at once commits them without waiting and makes them durable together
+(`sync`) before it replies.
 
 Two tables: `events`, append-only, holds every transition of a job's lifecycle (the phase it
 entered, scheduler/live/lifecycle.py) and the agents' comings and goings; `jobs` holds each
@@ -106,6 +108,7 @@ class Journal:
         self.migrated_from: int | None = None  # the version this open migrated, if any
         self._lock = threading.Lock()
         self._durable = True  # the connection's synchronous setting: FULL (True) or NORMAL
+        self._unsynced = False  # the last commit did not wait for the disk
         # autocommit mode; every change runs in an explicit BEGIN IMMEDIATE ... COMMIT
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
@@ -157,10 +160,13 @@ class Journal:
             return journal._db
 
         def __exit__(self, kind, value, tb) -> None:
+            journal = self.journal
             try:
-                self.journal._db.execute("COMMIT" if kind is None else "ROLLBACK")
+                journal._db.execute("COMMIT" if kind is None else "ROLLBACK")
+                if kind is None:
+                    journal._unsynced = not self.durable
             finally:
-                self.journal._lock.release()
+                journal._lock.release()
             if kind is None and self.journal.on_write is not None:
                 self.journal.on_write(time.perf_counter() - self.began)
 
@@ -177,12 +183,13 @@ class Journal:
                     None if phase is None else phase.value))
 
     # -- changes ---------------------------------------------------------------------------
-    def submit(self, record: JobRecord, now_trace: float) -> bool:
+    def submit(self, record: JobRecord, now_trace: float, durable: bool = True) -> bool:
         """Journal a new job (queued); False (and no change) when its id is already journaled.
 
-        Returns only after the commit is durable, so the caller may acknowledge at once.
+        Returns only after the commit is durable, so the caller may acknowledge at once;
+        with `durable` False, only once `sync` has returned after it.
         """
-        with self._tx() as db:
+        with self._tx(durable) as db:
             cur = db.execute(
                 "INSERT OR IGNORE INTO jobs (job_id, record, state, submit_wall, submit_trace) "
                 "VALUES (?, ?, 'submitted', ?, ?)",
@@ -191,6 +198,15 @@ class Journal:
                 return False
             self._event(db, now_trace, "submitted", record.job_id, None, None, QUEUED)
             return True
+
+    def sync(self) -> None:
+        """Make every commit so far durable: one synchronous commit (of the time it was made)
+        syncs the write-ahead log, and with it the commits before it that did not wait;
+        none where the last commit was durable already."""
+        if not self._unsynced:
+            return
+        with self._tx(True) as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('synced', ?)", (repr(time.time()),))
 
     def record(self, move: Transition) -> Entry | None:
         """Journal one transition of a job's lifecycle: its event and the job's row, in one

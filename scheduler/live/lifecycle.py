@@ -197,11 +197,12 @@ class Lifecycle:
 
     # -- transitions ---------------------------------------------------------------------------
     def submit(self, record: Any, now: float) -> bool:
-        """(none) -> queued. Durable before the caller acknowledges; False, and no change, for
+        """(none) -> queued. Durable before the caller acknowledges (by this commit, or by the
+        service's sync before it replies: `sync_before_reply`); False, and no change, for
         an id the journal holds already (a feeder's retry, not a refusal: the journal is
         what knows every id, the ones that ended before this start too)."""
         s = self.state
-        if not s.journal.submit(record, now):
+        if not s.journal.submit(record, now, durable=not s.sync_before_reply):
             return False
         s.core.submit(record, now)
         self._set(record.job_id, QUEUED)

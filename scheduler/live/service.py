@@ -152,8 +152,11 @@ class SchedulerService:
         from broker.client import Service
 
         try:  # refusals are counted and logged (once per sender) by the Service
+            # a batch of requests is answered after one durable commit: group commit
             service = Service(self.endpoints, SERVICE, as_handler(self.handle, self.log),
-                              heartbeat=0.5, refusals=self.state.refusals)
+                              heartbeat=0.5, refusals=self.state.refusals,
+                              before_replies=self.state.journal.sync)
+            self.state.sync_before_reply = True
         except BaseException as err:
             error.append(err)
             raise

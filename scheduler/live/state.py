@@ -67,6 +67,9 @@ class LiveState:
             {"gpu_speed": dict(options.gpu_speed)} if options.gpu_speed else {}))
         self.core = Core(options.spec, make_policy(options.policy, preset), preset.model)
         self.journal = Journal(options.journal_path)
+        # True once requests are answered by a service that syncs the journal before it
+        # sends a batch's replies: a submission's commit then need not wait for the disk
+        self.sync_before_reply = False
         self.trace = TraceClock(clock, self.journal.clock(), options.time_scale)
         self.ledger = Ledger()
         self.jobs = Lifecycle(self, options.profile_threshold)

@@ -567,3 +567,36 @@ def test_a_fresh_publishers_back_to_back_events_all_pass_a_topic_subscriber(brok
     finally:
         sub.close()
     assert split == [], f"the first event.timing was lost for trainers {split}"
+
+
+def test_a_batch_is_answered_only_after_before_replies_and_not_at_all_when_it_fails(broker):
+    """Group commit: `before_replies` runs after a batch is handled and before its replies
+    leave. While it fails, each request of the batch is answered `internal` (nothing was
+    made good); once it succeeds, requests are answered ok."""
+    handled: list[str] = []
+    synced: list[int] = []
+    failing = threading.Event()
+    failing.set()
+
+    def submit(msg):
+        handled.append(msg.id)
+        return {"accepted": msg["job"]["job_id"]}
+
+    def sync():
+        synced.append(len(handled))  # what was handled when it ran
+        if failing.is_set():
+            raise OSError("disk full")
+
+    requester = Requester(broker.endpoints, "feeder", timeout=2.0, retries=0)
+    try:
+        with service_thread(broker.endpoints, "scheduler", submit, before_replies=sync):
+            with pytest.raises(RequestFailed) as err:
+                requester.request("scheduler", "job.submit", job={"job_id": 1})
+            assert err.value.code == "internal" and "not committed" in err.value.reason
+            assert synced == [1]  # the handler ran, then the sync, then the (error) reply
+            failing.clear()
+            reply = requester.request("scheduler", "job.submit", job={"job_id": 2})
+            assert reply["body"] == {"accepted": 2}
+            assert synced == [1, 2]
+    finally:
+        requester.close()
