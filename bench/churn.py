@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -80,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="default")
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between arrivals")
     args = ap.parse_args(argv)
-    import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         print(json.dumps(run(args.nodes, args.jobs, args.arrivals, args.policy, args.preset,
                              Path(tmp), args.gap)))

@@ -167,8 +167,8 @@ class Journal:
                     journal._unsynced = not self.durable
             finally:
                 journal._lock.release()
-            if kind is None and self.journal.on_write is not None:
-                self.journal.on_write(time.perf_counter() - self.began)
+            if kind is None and journal.on_write is not None:
+                journal.on_write(time.perf_counter() - self.began)
 
     def _tx(self, durable: bool = True) -> "Journal._Tx":
         return Journal._Tx(self, durable)

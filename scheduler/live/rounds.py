@@ -15,7 +15,7 @@ class Rounds:
         self.reasons: set[str] = set()  # why the next round is wanted (events since the last)
         self.count = 0
         self.failures = 0  # rounds that raised (logged `round_failed`; the loop goes on)
-        self.last = -math.inf  # wall time of the last round's start (or failure)
+        self.last = -math.inf  # wall time the last round's planning ended (or it failed)
         self.planning = 0.0  # wall seconds the last round's planning took
         self.wakeup: float | None = None  # trace time the policy asked to be woken at
         self.awaiting: set[str] = set()  # after a restart: nodes to hear from before a round

@@ -204,10 +204,10 @@ class Candidate:
 def test_a_running_group_is_matched_in_one_window(labels, size):
     """Each candidate's window is its consecutive one, except that the candidates of one
     running group share the window of the first of them; every candidate is in at most one."""
-    from scheduler.core.policies.muri_pairs import _window_members, _windows
+    from scheduler.core.policies.muri_pairs import _group_labels, _window_members, _windows
 
     nodes = [[Candidate(() if g < 0 else (100 + g, 200 + g))] for g in labels]
-    windows = _window_members(nodes, size)
+    windows = _window_members(_group_labels(nodes), size)
     home = {}
     for w, (lo, hi) in enumerate(_windows(len(nodes), size)):
         home.update((i, w) for i in range(lo, hi))

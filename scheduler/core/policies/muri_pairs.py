@@ -174,7 +174,7 @@ class Pairing:
             return partner
         if self._dense:
             pairs = []
-            for idx in _window_members(nodes, self.window):
+            for idx in _window_members(_group_labels(nodes), self.window):
                 found = max_weight_pairs_dense(
                     self.weight_matrix([nodes[i] for i in idx], [bonus[i] for i in idx]),
                     backend=self.backend, rel_gap=self.rel_gap)
@@ -227,24 +227,27 @@ class Pairing:
         if not pays.any():
             return {}
         rows, cols, weight = rows[pays], cols[pays], weight[pays]
+        n = len(nodes)
+        windowed = bool(self.window) and n > self.window
+        # who runs with whom: the keep bonuses and the windows follow it
+        labels = _group_labels(nodes) if self.hysteresis or windowed else None
         if self.hysteresis:  # bonuses scale weights, never make one zero or not
-            weight = weight * self._keep_factors(nodes, rows, cols)
+            weight = weight * self._keep_factors(nodes, labels, rows, cols)
         # the matching is a function of the edges (and of who runs with whom, which the
         # windows follow) alone, and the same ones often come back (the outlook moved, but
         # not across any merge's break-even)
-        n = len(nodes)
         key = (n, rows.tobytes(), cols.tobytes(), weight.tobytes())
-        if self.window and n > self.window:
-            key += (_group_labels(nodes).tobytes(),)
+        if windowed:
+            key += (labels.tobytes(),)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
-        if self.window and n > self.window:
+        if windowed:
             w = np.zeros((n, n))
             w[rows, cols] = weight
             w += w.T
             pairs = []
-            for idx in _window_members(nodes, self.window):
+            for idx in _window_members(labels, self.window):
                 found = max_weight_pairs_dense(w[np.ix_(idx, idx)], backend=self.backend,
                                                rel_gap=self.rel_gap)
                 pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
@@ -275,11 +278,11 @@ class Pairing:
         self._merge_cache[key] = hit
         return hit
 
-    def _keep_factors(self, nodes: list[Packing], rows: np.ndarray,
+    def _keep_factors(self, nodes: list[Packing], label: np.ndarray, rows: np.ndarray,
                       cols: np.ndarray) -> np.ndarray | float:
         """Per merge (rows[k], cols[k]): 1 + the larger keep bonus where both candidates run
-        together now, else 1 (see _bonus_matrix, its matrix form)."""
-        label = _group_labels(nodes)
+        together now (`label`: _group_labels of `nodes`), else 1 (see _bonus_matrix, its
+        matrix form)."""
         together = (label[rows] == label[cols]) & (label[rows] >= 0)
         if not together.any():
             return 1.0
@@ -504,13 +507,14 @@ def _windows(n: int, size: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _window_members(nodes: list[Packing], size: int) -> list[np.ndarray]:
+def _window_members(labels: np.ndarray, size: int) -> list[np.ndarray]:
     """The candidates of each matching window (indices, in priority order): near-equal
-    consecutive windows (`_windows`), except that a candidate running in a group now joins
-    the window of its group's first candidate (a window of one matches nothing). One arrival shifts every boundary of the
+    consecutive windows (`_windows`), except that a candidate running in a group now
+    (`labels`: _group_labels) joins the window of its group's first candidate; a window of
+    one matches nothing and is left out. One arrival shifts every boundary of the
     consecutive split by a candidate; without this, each shift split a running pair across
     two windows, and every window regrouped a pair or two per arrival."""
-    n = len(nodes)
+    n = len(labels)
     bounds = _windows(n, size)
     if len(bounds) == 1:
         return [np.arange(n)]
@@ -518,7 +522,7 @@ def _window_members(nodes: list[Packing], size: int) -> list[np.ndarray]:
     for w, (lo, hi) in enumerate(bounds):
         window[lo:hi] = w
     first: dict[int, int] = {}
-    for i, label in enumerate(_group_labels(nodes).tolist()):
+    for i, label in enumerate(labels.tolist()):
         if label >= 0:
             window[i] = first.setdefault(label, window[i])
     members = (np.flatnonzero(window == w) for w in range(len(bounds)))

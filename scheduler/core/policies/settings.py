@@ -45,9 +45,9 @@ class MuriSettings:
     matching_rel_gap: float = 5e-3
     # Candidates of one class are matched in windows of about this many, consecutive in
     # priority order, a running group's candidates all in the window of its first (0: one
-    # matching over all). Matching cost grows with the cube of the
-    # candidates; windows of 128 keep a round with 5,000 queued jobs well within a second,
-    # and a class rarely has more than 128 candidates short of thousands of queued jobs.
+    # matching over all). Matching cost grows with the cube of the candidates; windows of 128
+    # keep a round with 5,000 queued jobs well within a second, and a class rarely has more
+    # than 128 candidates short of thousands of queued jobs.
     matching_window: int = 128
 
 
