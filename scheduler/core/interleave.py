@@ -252,7 +252,7 @@ def _extreme(profiles: tuple, worst: bool) -> tuple:
     return tt, indices
 
 
-def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
+def best_tt_batch(profiles: np.ndarray, exact: bool = False) -> np.ndarray:
     """Smallest TT of many groups of one shape at once: ``profiles[group, member, stage]``.
 
     The very float operations of the scalar kernels, in the same order, on arrays: each value
@@ -261,7 +261,8 @@ def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
     member 0 are tried, a quarter of the work, and the result may differ from ``best_tt`` in
     the last bit. (The pipeline model's transient makes rotations differ; all are tried.) A big
     round weighs tens of thousands of candidate pairs; one call here replaces as many
-    interpreted kernel calls.
+    interpreted kernel calls. With `exact`, full groups try every rotation too (four times
+    their work), and every value equals ``best_tt`` bit for bit.
     """
     profiles = np.asarray(profiles, dtype=float)
     if profiles.ndim != 3 or profiles.shape[1] < 1:
@@ -278,7 +279,7 @@ def best_tt_batch(profiles: np.ndarray) -> np.ndarray:
             total = total + p[:, r]
         return total
     tt = None
-    full = m == slots(length) and not pipeline
+    full = m == slots(length) and not pipeline and not exact
     for perm in _permutations(m):
         if full and perm[0] != 0:
             continue  # a rotation of an order already tried

@@ -245,3 +245,27 @@ def test_an_arrival_ranked_first_regroups_few_running_jobs():
             disturbed += sum(1 for k in kinds.values() if k is not Change.START)
             rounds += 1
     assert disturbed / rounds < 2.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([3, 4]).flatmap(lambda length: st.lists(
+    st.tuples(*[stage] * length), min_size=2, max_size=14)), st.randoms(use_true_random=False),
+    st.sampled_from([0.0, 0.1]))
+def test_a_window_s_merges_as_array_equal_the_pairwise_table(profiles, rnd, hysteresis):
+    """The windowed matching weighs a window's merges as whole arrays; the oracle is the
+    shape table of scalar kernel calls (`_merges`): the same merges, weights and merged
+    iteration times, bit for bit, full groups of four included."""
+    preset = get_preset("default", muri_regroup_hysteresis=hysteresis)
+    policy = make_policy("muri-s", preset)
+    jobs = jobs_with(profiles, [()] * len(profiles))
+    nodes, rest = [], list(jobs)
+    while rest:
+        size = min(len(rest), rnd.choice([1, 1, 2, 3]))
+        nodes.append(rest[:size])
+        rest = rest[size:]
+    if len(nodes) < 2:
+        return
+    rows, cols, weight, tt, _ = policy.pairing._merges(nodes)
+    got = policy.pairing._window_merges(nodes)
+    for want, value in zip((rows, cols, weight, tt), got):
+        assert np.array_equal(want, value)

@@ -55,6 +55,9 @@ class Pairing:
         self._matchings: dict[tuple, dict[int, int]] = {}  # likewise
         # candidates (by Job identity) -> the merges among them that may form (see _merges)
         self._merge_cache: dict[tuple, tuple] = {}
+        # likewise for one matching window's candidates, and a window's paying edges -> pairs
+        self._window_cache: dict[tuple, tuple] = {}
+        self._window_matchings: dict[tuple, list[tuple[int, int]]] = {}
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
         self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
@@ -86,6 +89,8 @@ class Pairing:
         self._weights.clear()
         self._matchings.clear()
         self._merge_cache.clear()
+        self._window_cache.clear()
+        self._window_matchings.clear()
         self._rows.clear()  # by profiles they would stay valid, but not by ids ("none")
         self._tt_rows.clear()
         self._shapes.clear()
@@ -219,6 +224,12 @@ class Pairing:
                 pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
                 pairs = [pair for pair, ok in zip(pairs, pays) if ok]
             return _partners(pairs)
+        n = len(nodes)
+        windowed = bool(self.window) and n > self.window
+        # who runs with whom: the keep bonuses and the windows follow it
+        labels = _group_labels(nodes) if self.hysteresis or windowed else None
+        if windowed:
+            return self._windowed_pairs(nodes, look, labels)
         rows, cols, weight, tt, tts = self._merges(nodes)
         if not len(rows):
             return {}
@@ -227,34 +238,67 @@ class Pairing:
         if not pays.any():
             return {}
         rows, cols, weight = rows[pays], cols[pays], weight[pays]
-        n = len(nodes)
-        windowed = bool(self.window) and n > self.window
-        # who runs with whom: the keep bonuses and the windows follow it
-        labels = _group_labels(nodes) if self.hysteresis or windowed else None
         if self.hysteresis:  # bonuses scale weights, never make one zero or not
             weight = weight * self._keep_factors(nodes, labels, rows, cols)
-        # the matching is a function of the edges (and of who runs with whom, which the
-        # windows follow) alone, and the same ones often come back (the outlook moved, but
-        # not across any merge's break-even)
+        # the matching is a function of the edges alone, and the same ones often come back
+        # (the outlook moved, but not across any merge's break-even)
         key = (n, rows.tobytes(), cols.tobytes(), weight.tobytes())
-        if windowed:
-            key += (labels.tobytes(),)
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
-        if windowed:
-            w = np.zeros((n, n))
-            w[rows, cols] = weight
-            w += w.T
-            pairs = []
-            for idx in _window_members(labels, self.window):
-                found = max_weight_pairs_dense(w[np.ix_(idx, idx)], backend=self.backend,
-                                               rel_gap=self.rel_gap)
-                pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
-        else:
-            pairs = max_weight_pairs_edges(n, rows, cols, weight, backend=self.backend,
-                                           rel_gap=self.rel_gap)
+        pairs = max_weight_pairs_edges(n, rows, cols, weight, backend=self.backend,
+                                       rel_gap=self.rel_gap)
         return self._remember(key, pairs)
+
+    def _windowed_pairs(self, nodes: list[Packing], look: Outlook,
+                        labels: np.ndarray) -> dict[int, int]:
+        """_paying_pairs window by window (`_window_members`): only merges within a window
+        are weighed, each window's remembered by its candidates, and each window's
+        matching by its paying edges. An arrival shifts the windows behind it by a
+        candidate, so most windows are new each round; weighing them as whole arrays costs
+        little, where weighing every pair of a deep queue (or a table of its shapes: live
+        profiles are all distinct) costs seconds."""
+        gpus = nodes[0][0].num_gpu
+        stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
+        pairs: list[tuple[int, int]] = []
+        for idx in _window_members(labels, self.window):
+            rows, cols, weight, tt = self._window_merges([nodes[i] for i in idx])
+            if not len(rows):
+                continue
+            pays = merge_pays(stats[idx[rows]], stats[idx[cols]], tt, gpus, look.gpus)
+            if not pays.any():
+                continue
+            rows, cols, weight = rows[pays], cols[pays], weight[pays]
+            if self.hysteresis:  # bonuses scale weights, never make one zero or not
+                weight = weight * self._keep_factors(nodes, labels, idx[rows], idx[cols])
+            m = len(idx)
+            key = (m, rows.tobytes(), cols.tobytes(), weight.tobytes())
+            found = self._window_matchings.get(key)
+            if found is None:
+                w = np.zeros((m, m))
+                w[rows, cols] = weight
+                w += w.T
+                found = max_weight_pairs_dense(w, backend=self.backend, rel_gap=self.rel_gap)
+                if len(self._window_matchings) > 1024:
+                    self._window_matchings.clear()
+                self._window_matchings[key] = found
+            pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
+        return _partners(pairs)
+
+    def _window_merges(self, nodes: list[Packing]) -> tuple:
+        """(rows, cols, weight, tt): every merge i < j of one window's candidates that may
+        form (row-major), as `_merges` gives them bit for bit; remembered by the
+        candidates."""
+        key = tuple(map(tuple, nodes))
+        hit = self._window_cache.get(key)
+        if hit is None:
+            w, times = self._pair_arrays(nodes, exact=True)
+            rows, cols = np.nonzero(w > 0)
+            hit = (rows, cols, w[rows, cols], times[rows, cols])
+            if len(self._window_cache) > 1024:  # a deep queue has a few dozen windows
+                self._window_cache.clear()
+            self._window_cache[key] = hit
+        return hit
 
     def _merges(self, nodes: list[Packing]) -> tuple:
         """(rows, cols, weight, tt, tts): every merge i < j of the candidates that may form
@@ -418,6 +462,15 @@ class Pairing:
         """Every pair's weight, as `weight` would give it (bit for bit), computed per shape of
         merged group with interleave.best_tt_batch instead of one kernel call per pair;
         `bonus` is each candidate's _keep_bonus (used where it runs in a group now)."""
+        w, _ = self._pair_arrays(nodes)
+        if self.hysteresis:
+            w *= self._bonus_matrix(nodes, bonus)
+        return np.triu(w, 1) + np.triu(w, 1).T
+
+    def _pair_arrays(self, nodes: list[Packing], exact: bool = False) -> tuple:
+        """(w, tt): w[i, j] for i < j the weight of merging candidates i and j (i's members
+        first), tt[i, j] the merged group's iteration time where w > 0, both n x n and zero
+        elsewhere; from interleave.best_tt_batch, so `exact` as there."""
         n = len(nodes)
         length = len(nodes[0][0].profile)
         if any(len(j.profile) != length for node in nodes for j in node):
@@ -431,6 +484,7 @@ class Pairing:
         for idx in index.values():
             position[idx] = np.arange(len(idx))
         w = np.zeros((n, n))
+        times = np.zeros((n, n))
         for sa, ia in index.items():
             for sb, ib in index.items():
                 if sa + sb > self.k:
@@ -443,7 +497,7 @@ class Pairing:
                 group = np.concatenate([stacked[sa][position[rows]],
                                         stacked[sb][position[cols]]], axis=1)
                 slowdown = self.model.slowdown(sa + sb, ablation_nomatch=not self.matching)
-                tt = interleave.best_tt_batch(group) * slowdown
+                tt = interleave.best_tt_batch(group, exact) * slowdown
                 busy = None  # sum over members of each member's stage sum, in member order
                 for member in range(sa + sb):
                     total = group[:, member, 0]
@@ -452,6 +506,7 @@ class Pairing:
                     busy = total if busy is None else busy + total
                 positive = tt > 0
                 w[rows, cols] = np.where(positive, busy / np.where(positive, tt * k_slots, 1.0), 0.0)
+                times[rows, cols] = tt
         unknown = np.array([not all(map(_profiled, node)) for node in nodes])
         w[unknown, :] = 0.0
         w[:, unknown] = 0.0
@@ -464,9 +519,8 @@ class Pairing:
             lone = np.array([any(j.alone for j in node) for node in nodes])
             w[lone, :] = 0.0
             w[:, lone] = 0.0
-        if self.hysteresis:
-            w *= self._bonus_matrix(nodes, bonus)
-        return np.triu(w, 1) + np.triu(w, 1).T
+        times[w <= 0] = 0.0
+        return w, times
 
     def _fit_matrix(self, nodes: list[Packing]) -> np.ndarray:
         """Which merges of two candidates fit some pool (memory.Room.pools_for, for every
