@@ -36,8 +36,16 @@ GPUS_PER_NODE = 8
 STOPPING = (Change.STOP, Change.MOVE, Change.RESTART)
 
 
+def restarts(plan) -> dict:
+    """The changes of one round that restart or start jobs, by kind."""
+    kinds = plan.changes.kinds
+    return {"stopped": sum(1 for k in kinds.values() if k in STOPPING),
+            "regrouped": sum(1 for k in kinds.values() if k is Change.REGROUP),
+            "started": sum(1 for k in kinds.values() if k is Change.START)}
+
+
 def run(nodes: int, jobs: int, arrivals: int, policy: str, preset: str, spec_dir: Path,
-        gap: float) -> dict:
+        gap: float, settle: int = 0) -> dict:
     spec_file = spec_dir / "spec.csv"
     spec_file.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
                          f"1,{nodes},{GPUS_PER_NODE},32,256\n")
@@ -48,7 +56,12 @@ def run(nodes: int, jobs: int, arrivals: int, policy: str, preset: str, spec_dir
     for rec in records[:jobs]:
         core.submit(rec, 0.0)
     core.round(0.0)
-    rows, now, planning = [], 0.0, []
+    now, settling = 0.0, []
+    for _ in range(settle):  # rounds without arrivals: what the first plan still moves
+        now += gap
+        core.advance(now)
+        settling.append(sum(restarts(core.round(now)).values()))
+    rows, planning = [], []
     for rec in records[jobs:]:
         now += gap
         core.advance(now)
@@ -56,20 +69,19 @@ def run(nodes: int, jobs: int, arrivals: int, policy: str, preset: str, spec_dir
         began = time.perf_counter()
         plan = core.round(now)
         planning.append((time.perf_counter() - began) * 1000.0)
-        kinds = plan.changes.kinds
-        stopped = sum(1 for k in kinds.values() if k in STOPPING)
-        regrouped = sum(1 for k in kinds.values() if k is Change.REGROUP)
-        rows.append({"stopped": stopped, "regrouped": regrouped,
-                     "started": sum(1 for k in kinds.values() if k is Change.START)})
+        rows.append(restarts(plan))
         print(f"arrival {len(rows)}: {rows[-1]}, {planning[-1]:.0f} ms", file=sys.stderr)
     per = {key: statistics.mean(r[key] for r in rows) for key in rows[0]}
     return {"case": f"{policy} ({preset}), {nodes} nodes x {GPUS_PER_NODE} GPUs, {jobs} queued, "
-                    f"{arrivals} arrivals {gap:g} s apart",
+                    f"{arrivals} arrivals {gap:g} s apart after {settle} rounds without",
+            "settling_changes": settling,
             "restarts_per_arrival": round(per["stopped"] + per["regrouped"], 2),
             "stopped_per_arrival": round(per["stopped"], 2),
             "regrouped_per_arrival": round(per["regrouped"], 2),
             "started_per_arrival": round(per["started"], 2),
-            "planning_median_ms": round(statistics.median(planning), 1)}
+            "largest": max(r["stopped"] + r["regrouped"] for r in rows),
+            "planning_median_ms": round(statistics.median(planning), 1),
+            "planning_max_ms": round(max(planning), 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,10 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="muri-s")
     ap.add_argument("--preset", default="default")
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between arrivals")
+    ap.add_argument("--settle", type=int, default=0,
+                    help="rounds without arrivals before the first (the backlog's first plan "
+                         "settling is not counted against an arrival)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         print(json.dumps(run(args.nodes, args.jobs, args.arrivals, args.policy, args.preset,
-                             Path(tmp), args.gap)))
+                             Path(tmp), args.gap, args.settle)))
     return 0
 
 

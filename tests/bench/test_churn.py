@@ -18,3 +18,13 @@ def test_arrivals_onto_a_roomy_cluster_restart_nothing(tmp_path):
     busy = run(2, 60, 4, "muri-s", "default", tmp_path, 1.0)
     assert busy["restarts_per_arrival"] == busy["stopped_per_arrival"] + \
         busy["regrouped_per_arrival"]
+
+
+def test_settling_rounds_are_counted_apart_from_arrivals(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from churn import run
+
+    # a roomy cluster: the first plan runs everything alone and nothing moves after it
+    roomy = run(8, 10, 2, "srsf", "default", tmp_path, 1.0, settle=3)
+    assert roomy["settling_changes"] == [0, 0, 0]
+    assert roomy["restarts_per_arrival"] == 0 and roomy["largest"] == 0
