@@ -294,8 +294,11 @@ class Pairing:
         if hit is None:
             w, times = self._pair_arrays(nodes, exact=True)
             rows, cols = np.nonzero(w > 0)
-            hit = (rows, cols, w[rows, cols], times[rows, cols])
-            if len(self._window_cache) > 1024:  # a deep queue has a few dozen windows
+            hit = (rows.astype(np.int32), cols.astype(np.int32), w[rows, cols],
+                   times[rows, cols])
+            # a round of a deep queue meets a few dozen windows per matching round; each
+            # entry holds up to a window's 8,128 merges (190 kB)
+            if len(self._window_cache) > 256:
                 self._window_cache.clear()
             self._window_cache[key] = hit
         return hit
