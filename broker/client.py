@@ -217,7 +217,8 @@ class Service:
     def __init__(self, endpoints: Endpoints, name: str, handler: Callable[[Message], dict | None],
                  *, heartbeat: float = 0.5, dedup: int = 10_000,
                  refusals: RefusalLog | None = None,
-                 before_replies: Callable[[], None] | None = None):
+                 before_replies: Callable[[], None] | None = None,
+                 on_caught_up: Callable[[], None] | None = None):
         if service_name(name.encode("utf-8")) is None:
             raise ValueError(f"bad service name {name!r} (letters, digits, _.:- up to 128)")
         if heartbeat <= 0 or dedup < 0:
@@ -228,6 +229,9 @@ class Service:
         # batch's requests are answered `internal` and their replies forgotten, so a retry
         # runs the handler again.
         self.before_replies = before_replies
+        # Called whenever no request is waiting (all that reached the socket is handled): a
+        # caller judging its peers' silence counts it up to then, not to the wall clock
+        self.on_caught_up = on_caught_up
         self.heartbeat, self.dedup = float(heartbeat), int(dedup)
         self.handled = 0      # requests answered by running the handler
         self.duplicates = 0   # requests answered from the reply cache
@@ -266,11 +270,15 @@ class Service:
             wait = min(deadline, self._next_hb) - now
             if self._sock.poll(_ms(wait)):
                 handled += self._drain()
-            elif time.monotonic() - self._last_heard > self._liveness:
-                if not self._broker_lost:
-                    self._log.warning("service.broker_silent", seconds=round(self._liveness, 2))
-                self._broker_lost = True
-                self._connect()
+            else:
+                if self.on_caught_up is not None:
+                    self.on_caught_up()
+                if time.monotonic() - self._last_heard > self._liveness:
+                    if not self._broker_lost:
+                        self._log.warning("service.broker_silent",
+                                          seconds=round(self._liveness, 2))
+                    self._broker_lost = True
+                    self._connect()
             if time.monotonic() >= deadline:
                 return handled
 
@@ -316,6 +324,8 @@ class Service:
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
+                if self.on_caught_up is not None:
+                    self.on_caught_up()
                 break
             self._last_heard = time.monotonic()
             if self._broker_lost:

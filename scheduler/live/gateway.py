@@ -50,7 +50,7 @@ class AgentGateway:
         state = self.state
         with state.lock:
             return [name for name, a in state.agents.items()
-                    if wall - a.last_seen > state.opt.agent_timeout]
+                    if state.silent_for(a.last_seen, wall) > state.opt.agent_timeout]
 
     def gpu_ids(self, piece: NodeSlice) -> list[int]:
         """The agent's own GPU ids for the spec's GPU indices on that node."""

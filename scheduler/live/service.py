@@ -155,7 +155,8 @@ class SchedulerService:
             # a batch of requests is answered after one durable commit: group commit
             service = Service(self.endpoints, SERVICE, as_handler(self.handle, self.log),
                               heartbeat=0.5, refusals=self.state.refusals,
-                              before_replies=self.state.journal.sync)
+                              before_replies=self.state.journal.sync,
+                              on_caught_up=self.state.note_caught_up)
             self.state.sync_before_reply = True
         except BaseException as err:
             error.append(err)

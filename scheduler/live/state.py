@@ -70,6 +70,9 @@ class LiveState:
         # True once requests are answered by a service that syncs the journal before it
         # sends a batch's replies: a submission's commit then need not wait for the disk
         self.sync_before_reply = False
+        # when the service thread last found no request waiting (clock seconds; None: no
+        # service thread reads requests): what agents sent before then has been heard
+        self.caught_up: float | None = None
         self.trace = TraceClock(clock, self.journal.clock(), options.time_scale)
         self.ledger = Ledger()
         self.jobs = Lifecycle(self, options.profile_threshold)
@@ -86,3 +89,14 @@ class LiveState:
 
     def now(self) -> float:
         return self.trace.now()
+
+    def silent_for(self, last_seen: float, wall: float) -> float:
+        """Seconds an agent last heard at `last_seen` has been silent at wall time `wall`, as
+        far as the scheduler has read what was sent: up to when its service thread last
+        caught up with its requests. A service thread starved of the CPU (a long round, a
+        loaded machine) leaves heartbeats waiting unread; they are not silence."""
+        heard = wall if self.caught_up is None else min(wall, self.caught_up)
+        return heard - last_seen
+
+    def note_caught_up(self) -> None:
+        self.caught_up = self.clock()

@@ -52,7 +52,7 @@ class Stopper:
             agent = state.agents.get(name)
             if agent is None or not current():
                 return None
-            left = agent.last_seen + state.opt.agent_timeout - state.clock()
+            left = state.opt.agent_timeout - state.silent_for(agent.last_seen, state.clock())
             if left >= 0:
                 return left
         declare_dead(state, name, f"no heartbeat for {state.opt.agent_timeout:g}s")

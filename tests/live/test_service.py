@@ -626,3 +626,42 @@ def test_a_scheduler_without_endpoints_says_so_in_one_line(tmp_path):
     assert last.startswith("scheduler: endpoints file ") and "none.json" in last
     log = (tmp_path / "run" / "scheduler.log").read_text()
     assert '"waiting_for_endpoints"' in log and '"no_endpoints"' in log
+
+
+def test_heartbeats_waiting_unread_are_not_silence(harness):
+    """The service thread stalls (as on a starved machine) past the agent timeout while the
+    agents go on heartbeating: their heartbeats wait unread, and the main thread's liveness
+    check, which runs meanwhile, must not declare them dead."""
+    h = harness(agent_timeout=1.0)
+    sched = h.start_scheduler()
+    n0, n1 = h.agent("n0"), h.agent("n1")
+    h.wait_online("n0", "n1")
+    state, gateway = sched.state, sched.gateway
+    stalled, release, judged = threading.Event(), threading.Event(), threading.Event()
+    handle = sched.handlers.handle
+
+    def stalling(msg):
+        if msg.type == "agent.heartbeat" and not release.is_set():
+            stalled.set()
+            release.wait(DEADLINE)
+        return handle(msg)
+
+    overdue = gateway.overdue
+
+    def watched(wall):
+        found = overdue(wall)
+        if stalled.is_set() and wall - stall_began > 2.5 * state.opt.agent_timeout:
+            judged.set()  # the main thread judged liveness well past the timeout
+        return found
+
+    stall_began = state.clock()
+    gateway.overdue = watched
+    sched.handlers.handle = stalling
+    try:
+        assert stalled.wait(DEADLINE) and judged.wait(DEADLINE)
+    finally:
+        release.set()
+    h.wait_online("n0", "n1")
+    with state.lock:
+        dead = [e for e in state.journal.events() if e[1] == "agent_dead"]
+    assert dead == []
