@@ -43,7 +43,7 @@ import structlog  # noqa: E402
 
 from bench_service import (LightAgent, LogTail, arrival_round, cluster_files,  # noqa: E402
                            percentiles, start_agents, start_services, stop_cluster,
-                           triggered_round)
+                           triggered_round, whole_round)
 from broker.client import Requester  # noqa: E402
 from traces.feeder import job_map  # noqa: E402
 from traces.generate import generate  # noqa: E402
@@ -215,10 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             scraper.on(scraped)
             sent = time.time()
             feeder.request("scheduler", "job.submit", job=job_map(rec))
-            round_ = arrival_round(tail, rec.job_id, sent, acks, args.round_timeout)
+            round_ = arrival_round(tail, rec.job_id, sent, args.round_timeout)
             sides["scraped" if scraped else "quiet"].append(round_)
         scraper.on(False)
         scraper.close()
+        sides = {side: [whole_round(a, acks) for a in rounds] for side, rounds in sides.items()}
         quiet, loud = summary(sides["quiet"]), summary(sides["scraped"])
         median_pct = 100.0 * (loud["whole_round"]["median_ms"]
                               / quiet["whole_round"]["median_ms"] - 1.0)

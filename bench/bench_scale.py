@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_service import (LightAgent, cluster_files, start_agents, start_services,  # noqa: E402
-                           stop_cluster)
+from bench_service import (LightAgent, cluster_files, cpu_seconds, machine_busy,  # noqa: E402
+                           start_agents, start_services, stop_cluster)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
 from traces.feeder import job_map  # noqa: E402
@@ -66,18 +66,6 @@ def client(ep_file: str, index: int, start_at: float, seconds: float, out) -> No
         else:
             refused += 1
     out.put((acked, latencies, refused))
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of all CPUs, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = values[3] + values[4]
-    return sum(values) - idle, sum(values)
 
 
 def journal_check(path: Path, acked: list[int]) -> dict:

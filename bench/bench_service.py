@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -189,27 +190,73 @@ def triggered_round(tail: LogTail, job_id: int, timeout: float) -> tuple[dict, d
     return wait_until(applied, timeout, 0.01)
 
 
-def arrival_round(tail: LogTail, job_id: int, sent: float,
-                  acks: list[tuple[float, str, int]], timeout: float) -> dict:
-    """Planning and whole-round time of the round an arrival sent at `sent` triggered.
-
-    Whole round: from `sent` to the last agent reply that came before the round's
-    `round_done` (the previous round was applied before the arrival was sent, so every reply
-    in that window is this round's); a round that sent the agents nothing ends at its
-    `round_done`.
-    """
+def arrival_round(tail: LogTail, job_id: int, sent: float, timeout: float) -> dict:
+    """The round an arrival sent at `sent` triggered, once applied: its planning time and
+    the window its agent replies fall in (`whole_round` reads them when all are in)."""
     planned, done = triggered_round(tail, job_id, timeout)
     end = log_time(done)
-    replies = [a for a in acks if sent <= a[0] <= end]
     # rounds (a tick) that ended inside the window would mix their replies in: counted
     others = sum(1 for r in tail.records if r["event"] == "round_done" and r is not done
                  and sent <= log_time(r) <= end)
-    last = max((a[0] for a in replies), default=end)
-    return {"planning_ms": planned["latency_ms"], "whole_ms": (last - sent) * 1000.0,
-            "window": (sent, end),
-            "acks": len(replies), "apply_ms": done["apply_ms"], "other_rounds": others,
+    return {"planning_ms": planned["latency_ms"], "window": (sent, end),
+            "apply_ms": done["apply_ms"], "other_rounds": others,
             "stops": len(planned["stops"]), "launches": len(planned["launches"]),
             "regroups": len(planned.get("regroups", []))}
+
+
+def whole_round(arrival: dict, acks: list[tuple[float, str, int]]) -> dict:
+    """The arrival with its whole-round time: from its send to the last agent reply that came
+    before its round's `round_done` (the previous round was applied before the arrival was
+    sent, so every reply in that window is this round's); a round that sent the agents
+    nothing ends at its `round_done`."""
+    sent, end = arrival["window"]
+    replies = [a[0] for a in acks if sent <= a[0] <= end]
+    return dict(arrival, acks=len(replies), whole_ms=(max(replies, default=end) - sent) * 1000.0)
+
+
+def false_deaths(records: list[dict], beats: dict[str, list], timeout: float) -> list[str]:
+    """The agents the scheduler declared dead (`agent_dead` in its log) although, by the
+    agent's own record (`beats`: node -> [wall time sent, acknowledged] of each heartbeat),
+    it sent a heartbeat less than `timeout` before."""
+    wrong = []
+    for r in records:
+        if r["event"] != "agent_dead":
+            continue
+        at, node = log_time(r), r.get("node")
+        if any(at - timeout < sent <= at for sent, _ in beats.get(node, ())):
+            wrong.append(f"{node} at {at:.1f}")
+    return wrong
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+class Usage:
+    """A process's CPU share (user+system over wall; 1.0 is one core) and the machine's busy
+    share and load between `__init__` and `end`."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.cpu, self.busy = cpu_seconds(pid), machine_busy()
+        self.wall, self.load = time.monotonic(), os.getloadavg()[0]
+
+    def end(self) -> dict:
+        wall = time.monotonic() - self.wall
+        busy = machine_busy()
+        return {"scheduler_cpu_share": round((cpu_seconds(self.pid) - self.cpu) / wall, 2),
+                "machine_busy_share": round((busy[0] - self.busy[0])
+                                            / max(1, busy[1] - self.busy[1]), 2),
+                "cores": os.cpu_count(),
+                "load_1min": [round(self.load, 2), round(os.getloadavg()[0], 2)]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,15 +270,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-ms", type=float, default=200.0, help="median round latency")
     ap.add_argument("--target-p99-ms", type=float, default=None,
                     help="p99 round latency (the load case: 256 agents, 5,000 jobs: 1000)")
+    ap.add_argument("--real-agents", action="store_true",
+                    help="the node agent's own code (agent_host.py, --per-host agents a "
+                         "process, stand-in trainers) instead of the light stand-ins")
+    ap.add_argument("--per-host", type=int, default=256)
+    ap.add_argument("--load", type=int, default=0,
+                    help="busy processes run beside the benchmark (2 x cores: twice loaded)")
     args = ap.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     run_dir, spec_file, ep_file = cluster_files("interlace-bench-service-", args.agents)
     procs: list = []
     agents: list[LightAgent] = []
+    hosts: list = []
     stop = threading.Event()
     try:
         endpoints, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat)
-        acks, errors = start_agents(endpoints, args.agents, args.heartbeat, stop, agents)
+        log = run_dir / "scheduler.log"
+        tail = LogTail(log)
+        if args.real_agents:
+            hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat,
+                                tail)
+            acks, errors = [], []
+        else:
+            acks, errors = start_agents(endpoints, args.agents, args.heartbeat, stop, agents)
+        procs.extend(busy_processes(args.load))
         feeder = Requester(endpoints, "bench-feeder", timeout=10.0, retries=5)
         rss = {"start": rss_mb(sched.pid)}
         records = generate(args.jobs + args.arrivals, seed=11, max_gpus=8, backlog=True,
@@ -239,23 +301,31 @@ def main(argv: list[str] | None = None) -> int:
         write_trace(run_dir / "trace.csv", records)
         for rec in records[:args.jobs]:
             feeder.request("scheduler", "job.submit", job=job_map(rec))
-        log = run_dir / "scheduler.log"
-        tail = LogTail(log)
         # the backlog is in once the round that took its last job is applied
         triggered_round(tail, records[args.jobs - 1].job_id, args.round_timeout)
         rss["backlog_in"] = rss_mb(sched.pid)
+        usage = Usage(sched.pid)
         arrivals = []
         for n, rec in enumerate(records[args.jobs:]):
             if n == args.arrivals // 2:
                 rss["middle"] = rss_mb(sched.pid)
             sent = time.time()
             feeder.request("scheduler", "job.submit", job=job_map(rec))
-            arrivals.append(arrival_round(tail, rec.job_id, sent, acks, args.round_timeout))
+            arrivals.append(arrival_round(tail, rec.job_id, sent, args.round_timeout))
         rss["end"] = rss_mb(sched.pid)
+        used = usage.end()
+        beats: dict[str, list] = {}
+        if hosts:
+            acks, beats = stop_hosts(hosts)
+            hosts = []
+        arrivals = [whole_round(a, acks) for a in arrivals]
         first = next(r for r in tail.records if r["event"] == "round")["latency_ms"]
         work = [a for a in arrivals if a["acks"]]
+        dead = [r for r in tail.poll() if r["event"] == "agent_dead"]
         result = {
-            "case": f"scheduler service, {args.agents} agents, {args.jobs} queued jobs",
+            "case": f"scheduler service, {args.agents} "
+                    f"{'real' if args.real_agents else 'stand-in'} agents, {args.jobs} queued "
+                    f"jobs, {args.load} busy processes beside",
             "arrivals": len(arrivals), "first_round_ms": round(first, 1),
             # core.round() alone, as the service logs it (latency_ms)
             "planning": percentiles([a["planning_ms"] for a in arrivals]),
@@ -277,9 +347,15 @@ def main(argv: list[str] | None = None) -> int:
                 and not any(a["window"][0] <= t <= a["window"][1] for a in arrivals)),
             "target_median_ms": args.target_ms,
             "heartbeats_refused": len(errors),
-            "agents_declared_dead": sum(r["event"] == "agent_dead" for r in tail.poll()),
+            "agents_declared_dead": len(dead),
             "scheduler_rss_mb": {k: round(v, 1) for k, v in rss.items()},
+            **used,
         }
+        if args.real_agents:  # judged by the agents' own heartbeat records
+            sent = [b for node in beats.values() for b in node]
+            result["heartbeats_sent"] = len(sent)
+            result["heartbeats_unacknowledged"] = sum(1 for _, ok in sent if not ok)
+            result["false_deaths"] = false_deaths(dead, beats, 10 * args.heartbeat)
         # the targets are for the planning time, as before
         result["median_ms"] = result["planning"]["median_ms"]
         result["p99_ms"] = result["planning"]["p99_ms"]
@@ -290,7 +366,56 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     finally:
+        if hosts:
+            stop_hosts(hosts)
         stop_cluster(stop, agents, procs)
+
+
+def start_hosts(ep_file: Path, run_dir: Path, count: int, per_host: int, heartbeat: float,
+                tail: LogTail) -> list[tuple[subprocess.Popen, Path]]:
+    """Start `count` real node agents, `per_host` to an agent_host.py process, and wait
+    until the scheduler logged every one registered."""
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    hosts = []
+    for first in range(0, count, per_host):
+        out = run_dir / f"host-{first}.json"
+        hosts.append((subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "agent_host.py"), "--endpoints", str(ep_file),
+             "--run-dir", str(run_dir / "agents"), "--first", str(first),
+             "--count", str(min(per_host, count - first)), "--heartbeat", str(heartbeat),
+             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+            stderr=open(run_dir / f"host-{first}.err", "wb")), out))
+
+    def registered() -> bool:
+        return len({r.get("node") for r in tail.poll()
+                    if r["event"] == "agent_registered"}) >= count
+    wait_until(registered, 120, 0.2)
+    return hosts
+
+
+def stop_hosts(hosts: list[tuple[subprocess.Popen, Path]]) -> tuple[list, dict]:
+    """Stop the agent hosts; their agents' replies (wall time, type, job) and heartbeat
+    records (node -> [wall time sent, acknowledged])."""
+    for proc, _ in hosts:
+        proc.terminate()
+    acks, beats = [], {}
+    for proc, out in hosts:
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            continue
+        if out.exists():
+            data = json.loads(out.read_text())
+            acks.extend(tuple(a) for a in data["handled"])
+            beats.update(data["heartbeats"])
+    return acks, beats
+
+
+def busy_processes(count: int) -> list[subprocess.Popen]:
+    """`count` processes that spin on a core each: other work on the machine."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             stdout=subprocess.DEVNULL) for _ in range(count)]
 
 
 def cluster_files(prefix: str, agents: int) -> tuple[Path, Path, Path]:
