@@ -70,7 +70,9 @@ class AgentGateway:
         stopped as a stray). The broker's `no_service` declares the agent dead only when it
         lasts NO_SERVICE_GRACE_S: an agent's registration and its service worker are two
         connections, so a restarted agent can register before the broker knows its worker
-        (declared dead then, the jobs it just launched would be started again elsewhere)."""
+        (declared dead then, the jobs it just launched would be started again elsewhere);
+        and only when the agent's heartbeats are late too (`_heard_lately`), else it counts
+        as a timeout."""
         from broker.client import RequestFailed, RequestTimeout
 
         state = self.state
@@ -91,10 +93,28 @@ class AgentGateway:
         except RequestFailed as err:
             state.log.warning("agent_request_refused", node=name, type=type_,
                               job_id=fields.get("job_id"), code=err.code, reason=err.reason)
-            if err.code == "no_service":  # the broker no longer knows the agent
-                declare_dead(state, name, f"{type_}: {err.reason}")
+            if err.code == "no_service":  # the broker no longer knows the agent's service
+                if not self._heard_lately(name):
+                    declare_dead(state, name, f"{type_}: {err.reason}")
+                    return None, False
+                # its heartbeats still come: a starved agent late with its service's
+                # heartbeats to the broker, not a dead one; as a timeout, asked again
+                if type_ == "job.launch":
+                    with state.lock:
+                        state.ledger.strays.append((fields["job_id"], name))
+                return None, True
             return None, False
         return dict(reply.get("body") or {}), False
+
+    def _heard_lately(self, name: str) -> bool:
+        """Whether `name`'s heartbeats are under half the agent timeout old: then the
+        broker's `no_service` for it says its service's own heartbeats to the broker were
+        late (a starved process), not that it died."""
+        state = self.state
+        with state.lock:
+            agent = state.agents.get(name)
+            return agent is not None and \
+                state.silent_for(agent.last_seen, state.clock()) <= state.opt.agent_timeout / 2
 
     def _past_no_service(self, requester: Any, name: str, type_: str,
                          fields: dict[str, Any]) -> dict[str, Any]:

@@ -517,6 +517,22 @@ def test_an_agent_registered_before_its_worker_is_routed_is_not_declared_dead(ha
     assert n0.launches.empty()  # launched once, not again after a requeue
 
 
+def test_an_agent_whose_worker_the_broker_lacks_past_the_grace_lives_while_it_heartbeats(
+        harness):
+    """A starved agent's service heartbeats to the broker come late, so the broker answers
+    `no_service` for it past the grace, while its heartbeats to the scheduler keep coming:
+    that is not a death (the chaos-free 1,024-agent run declared 13 such agents dead)."""
+    h = harness(spec=spec(nodes=1, gpus=4), startup_grace=0.0)
+    h.start_scheduler()
+    h.submit(job(1, num_gpu=1, iterations=100_000))  # waits: no agent yet
+    n0 = h.agent("n0", service_delay=2.0 + 1.5)  # routed 1.5 s past NO_SERVICE_GRACE_S
+    assert n0.next_launch()["job_id"] == 1
+    wait_for(lambda: h.job(1)["state"] == "running")
+    with h.scheduler.state.lock:
+        dead = [e for e in h.scheduler.state.journal.events() if e[1] == "agent_dead"]
+    assert dead == [] and n0.registrations == 1
+
+
 def test_only_a_snapshot_taken_after_the_launch_can_show_a_job_missing(harness):
     h = harness(spec=spec(nodes=1, gpus=4))
     n0 = _job_1_running_on_n0(h)
