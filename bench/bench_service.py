@@ -455,7 +455,11 @@ def start_agents(endpoints: Endpoints, count: int, heartbeat: float, stop: threa
     """Start `count` stand-in agents (appended to `agents`, for the caller's cleanup), their
     heartbeats until `stop`, and wait until all registered. Returns the agents' shared reply
     log (LightAgent.acks) and the heartbeat errors."""
+    import zmq
+
     acks: list[tuple[float, str, int]] = []
+    # two sockets an agent, all in this process: past zmq's default of 1,023
+    zmq.Context.instance().set(zmq.MAX_SOCKETS, max(1024, 2 * count + 64))
     agents.extend(LightAgent(endpoints, f"n{i}", heartbeat, acks) for i in range(count))
     for agent in agents:
         agent.thread.start()
