@@ -15,10 +15,16 @@ It also reports heartbeats the scheduler wrongly declared missed and the service
 the start, once the backlog is in, halfway through the arrivals and at the end (flat from the
 backlog on, since the arrivals only replace what the rounds keep).
 
+With --real-agents the agents are the node agent's own code, --per-host of them to an
+agent_host.py process (stand-in trainers, no process each); their replies come back when
+they stop, and the agents the scheduler declared dead are judged against each agent's own
+record of the heartbeats it sent (`false_deaths`). --load N runs N busy processes beside.
+
 Run from the repository root (the README's figures: 200 arrivals, so that p99 is not the max):
     python bench/bench_service.py [--agents 64] [--jobs 1000] [--arrivals 30]
     python bench/bench_service.py --agents 256 --jobs 5000 --arrivals 200 --target-ms 1000 \
         --target-p99-ms 1000
+    python bench/bench_service.py --agents 1024 --jobs 10000 --arrivals 60 --real-agents
 The targets (--target-ms, --target-p99-ms) are for the planning time.
 """
 from __future__ import annotations
