@@ -21,6 +21,16 @@ def jobs_with(profiles, group_keys):
     return out
 
 
+def packings(jobs, rnd):
+    """Packings of one to three jobs, as later matching rounds see them."""
+    nodes, rest = [], list(jobs)
+    while rest:
+        size = min(len(rest), rnd.choice([1, 1, 2, 3]))
+        nodes.append(rest[:size])
+        rest = rest[size:]
+    return nodes
+
+
 stage = st.floats(min_value=0.0, max_value=2.0, allow_nan=False).map(lambda x: round(x, 4))
 
 
@@ -40,12 +50,7 @@ def test_matrix_equals_pairwise_weights(profiles, rnd, hysteresis):
         for i in members:
             keys[i] = members if len(members) > 1 else ()
     jobs = jobs_with(profiles, keys)
-    # packings of one to three jobs, as later matching rounds see them
-    nodes, rest = [], list(jobs)
-    while rest:
-        size = min(len(rest), rnd.choice([1, 1, 2, 3]))
-        nodes.append(rest[:size])
-        rest = rest[size:]
+    nodes = packings(jobs, rnd)
     if len(nodes) < 2:
         return
     w = policy.pairing.weight_matrix(nodes, [policy.pairing.keep_bonus(node) for node in nodes])
@@ -258,11 +263,7 @@ def test_a_window_s_merges_as_array_equal_the_pairwise_table(profiles, rnd, hyst
     preset = get_preset("default", muri_regroup_hysteresis=hysteresis)
     policy = make_policy("muri-s", preset)
     jobs = jobs_with(profiles, [()] * len(profiles))
-    nodes, rest = [], list(jobs)
-    while rest:
-        size = min(len(rest), rnd.choice([1, 1, 2, 3]))
-        nodes.append(rest[:size])
-        rest = rest[size:]
+    nodes = packings(jobs, rnd)
     if len(nodes) < 2:
         return
     rows, cols, weight, tt, _ = policy.pairing._merges(nodes)
