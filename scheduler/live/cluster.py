@@ -64,7 +64,7 @@ class AgentCluster:
             declare_dead(state, name, f"no heartbeat for {state.opt.agent_timeout:g}s")
         self.executor.stop_strays(self.requester)
         self._say_refusals(wall)
-        with state.lock:
+        with state.locked():  # a round for what came meanwhile
             due = state.rounds.due(wall, state.now(), state.opt.round_s)
             if due and not recovery.pending(state, wall):
                 return self.due()
@@ -73,7 +73,7 @@ class AgentCluster:
     def due(self) -> Tick:
         """The round's Tick, now: the clock, and what telemetry says each running job did."""
         state = self.state
-        with state.lock:
+        with state.locked():
             self._reasons = state.rounds.take_reasons()
             done = {}
             for job in state.core.running_jobs():

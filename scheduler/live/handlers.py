@@ -35,7 +35,9 @@ class Handlers:
         handler = self._HANDLERS.get(msg.type)
         if handler is None:
             raise Refusal("unsupported", f"the scheduler does not handle {msg.type!r}")
-        with self.state.lock:
+        if handler is Handlers.on_submit:  # takes the lock only where it is free
+            return handler(self, msg)
+        with self.state.locked():
             return handler(self, msg)
 
     # -- checks ------------------------------------------------------------------------------
@@ -68,8 +70,15 @@ class Handlers:
     def on_submit(self, msg: Any) -> dict[str, Any]:
         state = self.state
         record = self.parse_job(msg["job"])
-        if not state.jobs.submit(record, state.now()):  # durable before the reply
+        if not state.jobs.accept(record, state.now()):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
+        # into the core now unless a round holds the lock: then its next holder does it,
+        # and the acknowledgement does not wait for the round
+        if state.lock.acquire(blocking=False):
+            try:
+                state.jobs.absorb()
+            finally:
+                state.lock.release()
         return {"accepted": True, "job_id": record.job_id}
 
     def on_register(self, msg: Any) -> dict[str, Any]:

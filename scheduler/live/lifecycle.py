@@ -16,6 +16,7 @@ gives (`replay`, used by recovery.py), and status replies and metrics read them 
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from enum import Enum
 from types import MappingProxyType
@@ -41,6 +42,25 @@ STOPPING, FINISHED, CANCELLED = Phase.STOPPING, Phase.FINISHED, Phase.CANCELLED
 LIVE = frozenset({QUEUED, LAUNCHING, RUNNING, STOPPING})
 OUT = frozenset({LAUNCHING, RUNNING, STOPPING})  # its trainers may run somewhere
 ENDED = frozenset({FINISHED, CANCELLED})
+
+
+class Arrivals:
+    """Submissions journaled and acknowledged but not yet in the core (`Lifecycle.accept`
+    adds, `Lifecycle.absorb` takes): a handler adds without the state's lock, which a round
+    holds while it plans. Its own lock is held only to add or take."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[Any, float]] = []
+
+    def add(self, record: Any, at: float) -> None:
+        with self._lock:
+            self._waiting.append((record, at))
+
+    def take(self) -> list[tuple[Any, float]]:
+        with self._lock:
+            taken, self._waiting = self._waiting, []
+        return taken
 
 
 class Move(NamedTuple):
@@ -197,21 +217,40 @@ class Lifecycle:
 
     # -- transitions ---------------------------------------------------------------------------
     def submit(self, record: Any, now: float) -> bool:
-        """(none) -> queued. Durable before the caller acknowledges (by this commit, or by the
-        service's sync before it replies: `sync_before_reply`); False, and no change, for
-        an id the journal holds already (a feeder's retry, not a refusal: the journal is
-        what knows every id, the ones that ended before this start too)."""
+        """(none) -> queued, at once: `accept`, then `absorb` (with the lock held)."""
+        if not self.accept(record, now):
+            return False
+        self.absorb()
+        return True
+
+    def accept(self, record: Any, now: float) -> bool:
+        """(none) -> queued, first half, without the lock: journaled, durable before the
+        caller acknowledges (by this commit, or by the service's sync before it replies:
+        `sync_before_reply`), and in `arrivals` for the lock's next holder. False, and no
+        change, for an id the journal holds already (a feeder's retry, not a refusal: the
+        journal is what knows every id, the ones that ended before this start too)."""
         s = self.state
         if not s.journal.submit(record, now, durable=not s.sync_before_reply):
             return False
-        s.core.submit(record, now)
-        self._set(record.job_id, QUEUED)
-        s.log.info("job_submitted", job_id=record.job_id, num_gpu=record.num_gpu,
-                   iterations=record.iterations, model=record.model_name, submit=now,
-                   trace_submit=record.submit_time)
-        self._emit(record.job_id, "submitted", {"submit": now})
-        s.rounds.wake("arrival")
+        s.arrivals.add(record, now)
         return True
+
+    def absorb(self) -> int:
+        """(none) -> queued, second half, with the lock held: every accepted submission into
+        the core (at its submit time, or the core's clock where a round moved it past that)
+        and queued; a round is wanted. How many came in."""
+        s = self.state
+        taken = s.arrivals.take()
+        for record, at in taken:
+            s.core.submit(record, max(at, s.core.now))
+            self._set(record.job_id, QUEUED)
+            s.log.info("job_submitted", job_id=record.job_id, num_gpu=record.num_gpu,
+                       iterations=record.iterations, model=record.model_name, submit=at,
+                       trace_submit=record.submit_time)
+            self._emit(record.job_id, "submitted", {"submit": at})
+        if taken:
+            s.rounds.wake("arrival")
+        return len(taken)
 
     def launch(self, job_id: int, want: Placed, start: float) -> bool:
         """queued -> launching: its job.launch requests go out. Journaled as started now: a

@@ -128,7 +128,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         state = self.state
-        with state.lock:
+        with state.locked():
             core, placed = state.core, state.ledger.placed
             counts = state.jobs.status_counts()  # ended before a restart too
             refused_moves = dict(state.jobs.refused)

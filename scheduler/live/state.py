@@ -2,7 +2,10 @@
 
 One object, one lock (`lock`, re-entrant): the service thread's handlers and the main
 thread's rounds both read and change the parts, always under the lock, and never talk to an
-agent while holding it. It holds parts, not rules:
+agent while holding it. One exception: a submission is journaled and acknowledged without the
+lock (a round plans under it, and an acknowledgement must not wait for a round), and waits in
+`arrivals` until the lock's next holder moves it into the core; `locked()` is the lock with
+that done, what every reader of jobs takes. It holds parts, not rules:
 
 | part | what it is |
 |---|---|
@@ -12,6 +15,7 @@ agent while holding it. It holds parts, not rules:
 | `journal` | the durable record (journal.py) |
 | `ledger` | where trainers run and which launches are out (ledger.py) |
 | `jobs` | each job's phase, and the transitions that change the three above (lifecycle.py) |
+| `arrivals` | submissions journaled and acknowledged, not yet in the core (lifecycle.py) |
 | `agents` | the registered agents by node name (gateway.AgentSeen) |
 | `rounds` | when the next round is due, and the counts so far (rounds.py) |
 | `stop_waits` | rounds waiting for stops to end (stopwaits.py) |
@@ -22,7 +26,8 @@ agent while holding it. It holds parts, not rules:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from scheduler.core.engine import Core
 from scheduler.presets import get_preset
@@ -30,7 +35,7 @@ from scheduler.live.gatefeed import GateFeed
 from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger
 from scheduler.live.type_speeds import TypePaces
-from scheduler.live.lifecycle import Lifecycle
+from scheduler.live.lifecycle import Arrivals, Lifecycle
 from scheduler.live.metrics import NoMetrics
 from scheduler.live.nodes import NodeLayout
 from scheduler.live.options import Options
@@ -75,6 +80,7 @@ class LiveState:
         self.caught_up: float | None = None
         self.trace = TraceClock(clock, self.journal.clock(), options.time_scale)
         self.ledger = Ledger()
+        self.arrivals = Arrivals()
         self.jobs = Lifecycle(self, options.profile_threshold)
         self.agents: dict[str, Any] = {}  # name -> gateway.AgentSeen
         self.rounds = Rounds()
@@ -89,6 +95,13 @@ class LiveState:
 
     def now(self) -> float:
         return self.trace.now()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The lock, with every submission acknowledged so far in the core and queued."""
+        with self.lock:
+            self.jobs.absorb()
+            yield
 
     def silent_for(self, last_seen: float, wall: float) -> float:
         """Seconds an agent last heard at `last_seen` has been silent at wall time `wall`, as

@@ -22,7 +22,7 @@ def job_state(state: LiveState, job_id: int) -> str:
 
 def status(state: LiveState, jobs: bool = True) -> dict[str, Any]:
     """The status.query reply: counts, agents and (unless a summary) every job's state."""
-    with state.lock:
+    with state.locked():
         listed = []
         wall = state.clock()
         if jobs:

@@ -187,7 +187,7 @@ def cluster(state: LiveState) -> dict[str, Any]:
 
 def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     """The /api/status document."""
-    with state.lock:  # one read: a round between the reply and the groups would show a
+    with state.locked():  # one read: a round between the reply and the groups would show a
         body = status_reply.status(state, jobs=True)  # job both queued and in a group
         running_groups = groups(state)  # a copy of the ledger's groups: O(running jobs)
         now, wall = state.now(), state.clock()
@@ -221,7 +221,7 @@ def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
 
 def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str, Any] | None:
     """The /api/jobs/ID document, or None for a job the scheduler does not know."""
-    with state.lock:
+    with state.locked():
         job = state.core.jobs.get(job_id)
         if job is not None:
             where = state.ledger.placed.get(job_id)

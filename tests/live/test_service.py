@@ -7,6 +7,7 @@ deadline (a launch arriving, a status turning), never a fixed sleep.
 from __future__ import annotations
 
 import queue
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -681,3 +682,37 @@ def test_heartbeats_waiting_unread_are_not_silence(harness):
     with state.lock:
         dead = [e for e in state.journal.events() if e[1] == "agent_dead"]
     assert dead == []
+
+
+def test_a_submission_is_acknowledged_while_a_round_holds_the_lock(harness):
+    """A round plans under the state's lock; a submission meanwhile is journaled and
+    acknowledged at once, and is queued for whoever takes the lock next: the status query
+    waiting behind the round lists it, and the next round launches it."""
+    h = harness()
+    sched = h.start_scheduler()
+    n0 = h.agent("n0")
+    h.wait_online("n0")
+    state = sched.state
+    replies: queue.Queue = queue.Queue()
+    listed: queue.Queue = queue.Queue()
+
+    def ask(name: str, type_: str, out: queue.Queue, **fields: Any) -> None:
+        client = Requester(h.endpoints, name, timeout=DEADLINE, retries=0)
+        try:
+            out.put(dict(client.request("scheduler", type_, **fields)["body"]))
+        finally:
+            client.close()
+
+    with state.lock:  # as a round planning
+        threading.Thread(target=ask, args=("feeder-2", "job.submit", replies),
+                         kwargs={"job": record_to_map(job(7, num_gpu=2))}, daemon=True).start()
+        assert replies.get(timeout=DEADLINE) == {"accepted": True, "job_id": 7}
+        assert 7 not in state.core.jobs  # acknowledged, journaled, not yet in the core
+        db = sqlite3.connect(f"file:{h.run_dir / 'journal.db'}?mode=ro", uri=True)
+        assert db.execute("SELECT job_id FROM jobs").fetchall() == [(7,)]
+        db.close()
+        threading.Thread(target=ask, args=("viewer", "status.query", listed),
+                         daemon=True).start()
+    assert {j["job_id"]: j["state"] for j in listed.get(timeout=DEADLINE)["jobs"]} \
+        == {7: "pending"}
+    assert n0.next_launch()["job_id"] == 7
