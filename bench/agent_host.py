@@ -6,8 +6,8 @@ process; only the trainers are stand-ins (`StandInTrainer`, no process: a 2-core
 cannot run thousands), which run until stopped. What the benchmark reads back, written as JSON
 to --out when the host is told to stop (SIGTERM or SIGINT):
 
-* `handled`: (wall time, request type, job id) of every launch, stop and regroup an agent
-  answered, for the whole-round latency;
+* `handled`: (wall time, request type, job id, node) of every launch, stop and regroup an
+  agent answered, for the whole-round latency;
 * `heartbeats`: per node, [wall time sent, acknowledged] of every heartbeat, the agent's own
   record of its liveness (a scheduler that declares it dead although it sent a heartbeat
   within the timeout before is wrong).
@@ -71,7 +71,7 @@ class Records:
     """What the agents did, as the benchmark reads it back (appends are atomic)."""
 
     def __init__(self) -> None:
-        self.handled: list[tuple[float, str, int]] = []
+        self.handled: list[tuple[float, str, int, str]] = []
         self.heartbeats: dict[str, list[tuple[float, bool]]] = {}
 
     def install(self) -> None:
@@ -82,7 +82,8 @@ class Records:
         def recorded_handle(agent: Any, msg: Any) -> dict:
             reply = handle(agent, msg)
             if msg.type in ("job.launch", "job.stop", "job.regroup"):
-                records.handled.append((time.time(), msg.type, int(msg["job_id"])))
+                records.handled.append((time.time(), msg.type, int(msg["job_id"]),
+                                        agent.cfg.node))
             return reply
 
         def recorded_send(link: Any, type_: str, **fields: Any) -> str:

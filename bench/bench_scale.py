@@ -1,30 +1,43 @@
-"""The live scheduler's intake at scale: journaled submissions per second from concurrent clients.
+"""The live scheduler at scale: journaled submissions a second, and job starts a second from a
+backlog, with the node agent's own code.
 
 Real processes and sockets: a broker and the scheduler service (`muri-s`, default preset) as
-subprocesses, N stand-in agents in this process (bench_service.LightAgent: they register,
-heartbeat and answer launches and stops at once), and M client processes, each submitting
-its own range of job ids one request at a time for `--seconds`, as a feeder does. A
-submission counts once the scheduler acknowledged it, which it does only after the job's
-journal commit is durable (synchronous=FULL). Reported: acknowledged submissions per second
-(all clients together), each request's latency (median, p99), the scheduler's CPU share over
-the run (its user+system time over the wall time; 1.0 is one core), the machine's load and
-busy share, the queue the rounds had to plan at the end, and the check that nothing was lost:
-every acknowledged id is in the journal exactly once, and the journal holds no job that no
-client submitted.
+subprocesses, N node agents running the real `node_agent` code (`agent_host.py`, --per-host
+of them a process, stand-in trainers), and M client processes, each submitting its own range
+of job ids one request at a time, as a feeder does. A submission counts once the scheduler
+acknowledged it, which it does only after the job's journal commit is durable
+(synchronous=FULL).
 
-Run from the repository root (the issue's case: 8 clients for a minute):
+Two cases:
+
+* submissions (the default): the agents up, the clients submit for `--seconds`. Reported:
+  acknowledged submissions a second (all clients together), each request's latency (median,
+  p99), and the check that nothing was lost: every acknowledged id is in the journal exactly
+  once, and the journal holds no job that no client submitted.
+* starts (`--starts`): the clients submit a `--backlog` while no agent is up (nothing can
+  start), then the agents come up and the rounds start what fits. Reported: jobs started a
+  second, by the agents' own record of the launches they answered (from the first to the last
+  launch of the fill, and from the first registration), the launches the scheduler logged,
+  and that no job was launched twice without a stop between.
+
+Both report the scheduler's CPU share over the measured span (its user+system time over the
+wall time; 1.0 is one core), the machine's load and busy share, and the agents declared dead
+against each agent's own heartbeat record (`false_deaths`).
+
+Run from the repository root (the issue's cases):
     python bench/bench_scale.py --clients 8 --seconds 60 [--agents 16]
+    python bench/bench_scale.py --starts --agents 1024 --backlog 10000
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
+import logging
 import multiprocessing as mp
-import os
 import sqlite3
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -34,19 +47,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_service import (LightAgent, cluster_files, cpu_seconds, machine_busy,  # noqa: E402
-                           start_agents, start_services, stop_cluster)
+import structlog  # noqa: E402
+
+from bench_service import (LogTail, Usage, busy_processes, cluster_files,  # noqa: E402
+                           false_deaths, log_time, start_hosts, start_services, stop_cluster,
+                           stop_hosts)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
+from broker.testing import wait_until  # noqa: E402
 from traces.feeder import job_map  # noqa: E402
 from traces.generate import generate  # noqa: E402
 
 CLIENT_RANGE = 10_000_000  # client c submits ids c * CLIENT_RANGE + 1, + 2, ...
+SETTLED_S = 5.0  # the fill is over once no job started for this long
 
 
-def client(ep_file: str, index: int, start_at: float, seconds: float, out) -> None:
-    """Submit jobs one request at a time from `start_at` (wall clock) for `seconds`; put
-    (acknowledged ids, latencies in ms, refused) on `out`."""
+def client(ep_file: str, index: int, start_at: float, seconds: float, count: int | None,
+           out) -> None:
+    """Submit jobs one request at a time from `start_at` (wall clock) for `seconds`, or until
+    `count` were acknowledged; put (acknowledged ids, latencies in ms, refused) on `out`."""
     endpoints = Endpoints.load(Path(ep_file))
     requester = Requester(endpoints, f"bench-client-{index}", timeout=30.0, retries=5)
     shapes = generate(500, seed=100 + index, max_gpus=8, backlog=True,
@@ -55,7 +74,7 @@ def client(ep_file: str, index: int, start_at: float, seconds: float, out) -> No
     time.sleep(max(0.0, start_at - time.time()))  # all clients begin together
     end = time.monotonic() + seconds
     n = 0
-    while time.monotonic() < end:
+    while time.monotonic() < end and (count is None or len(acked) < count):
         rec = dataclasses.replace(shapes[n % len(shapes)], job_id=index * CLIENT_RANGE + n + 1)
         n += 1
         began = time.monotonic()
@@ -66,6 +85,27 @@ def client(ep_file: str, index: int, start_at: float, seconds: float, out) -> No
         else:
             refused += 1
     out.put((acked, latencies, refused))
+
+
+def run_clients(ep_file: Path, clients: int, seconds: float,
+                count: int | None = None) -> tuple[list, float]:
+    """M client processes submitting together; their results and the wall time they took
+    (from the moment all began)."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    start_at = time.time() + 3.0  # the clients' imports done before the clock starts
+    each = None if count is None else -(-count // clients)
+    procs = [ctx.Process(target=client, args=(str(ep_file), c + 1, start_at, seconds, each, out))
+             for c in range(clients)]
+    for p in procs:
+        p.start()
+    time.sleep(max(0.0, start_at - time.time()))
+    wall0 = time.monotonic()
+    results = [out.get(timeout=seconds + 600 if count is None else 3600) for _ in procs]
+    wall = time.monotonic() - wall0
+    for p in procs:
+        p.join(10)
+    return results, wall
 
 
 def journal_check(path: Path, acked: list[int]) -> dict:
@@ -87,65 +127,140 @@ def journal_check(path: Path, acked: list[int]) -> dict:
             "foreign": sum(1 for j in journaled if not 1 <= j % CLIENT_RANGE <= CLIENT_RANGE)}
 
 
+def launched_twice(acks: list[tuple]) -> int:
+    """Jobs an agent was told to launch again with no stop between there (a double start).
+    `acks`: the agents' (wall time, type, job, node) records."""
+    running: collections.Counter[tuple[int, str]] = collections.Counter()
+    twice = set()
+    for _, kind, job_id, node in sorted(acks):
+        if kind == "job.launch":
+            running[job_id, node] += 1
+            if running[job_id, node] > 1:
+                twice.add(job_id)
+        elif kind == "job.stop":
+            running[job_id, node] = 0
+    return len(twice)
+
+
+def submissions(args, run_dir: Path, ep_file: Path, sched) -> dict:
+    """The submissions case: agents up, clients submitting for `--seconds`."""
+    usage = Usage(sched.pid)
+    results, wall = run_clients(ep_file, args.clients, args.seconds)
+    used = usage.end()
+    acked = [j for r in results for j in r[0]]
+    latencies = sorted(x for r in results for x in r[1])
+    return {"case": f"{args.clients} clients x {args.seconds:g} s, {args.agents} real agents, "
+                    f"muri-s default preset, {args.load} busy processes beside",
+            "submissions_per_s": round(len(acked) / wall, 1),
+            "latency_ms": {"median": round(statistics.median(latencies), 2),
+                           "p99": round(latencies[int(0.99 * (len(latencies) - 1))], 2)},
+            "refused": sum(r[2] for r in results), **used,
+            "_acked": acked}
+
+
+def starts(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[dict, list]:
+    """The starts case: a backlog in while no agent is up, then the agents; the fill is over
+    once no job started for SETTLED_S. Returns the result and the agent hosts."""
+    results, _ = run_clients(ep_file, args.clients, float("inf"), args.backlog)
+    acked = [j for r in results for j in r[0]]
+    # in once a round ran after the last acknowledged submission was logged
+    wait_until(lambda: sum(1 for r in tail.poll() if r["event"] == "job_submitted")
+               >= len(acked), 600, 0.2)
+    seen = len(tail.records)
+    wait_until(lambda: any(r["event"] == "round_done" for r in tail.poll()[seen:]), 600, 0.1)
+    usage = Usage(sched.pid)
+    hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail)
+    last: list = [0, time.monotonic(), None]  # jobs started, when that last changed, usage
+
+    def settled() -> bool:
+        started = sum(1 for r in tail.poll() if r["event"] == "job_started")
+        if started != last[0]:  # the usage up to the fill's last start, not the wait after it
+            last[:] = [started, time.monotonic(), usage.end()]
+        return started > 0 and time.monotonic() - last[1] >= SETTLED_S
+
+    wait_until(settled, 1800, 0.2)
+    used = last[2]
+    records = tail.poll()
+    registered = min(log_time(r) for r in records if r["event"] == "agent_registered")
+    started = [r for r in records if r["event"] == "job_started"]
+    result = {"case": f"{len(acked)} queued jobs, then {args.agents} real agents come up, "
+                      f"muri-s default preset, {args.load} busy processes beside",
+              "backlog": len(acked), "jobs_started_logged": len(started),
+              "_registered": registered, "_acked": acked, **used}
+    return result, hosts
+
+
+def judge_starts(result: dict, acks: list) -> dict:
+    """The starts case's figures from the agents' own record of what they answered."""
+    launches = sorted(a for a in acks if a[1] == "job.launch")
+    jobs = {a[2] for a in launches}
+    first, end = launches[0][0], launches[-1][0]
+    registered = result.pop("_registered")
+    return dict(result, launch_requests=len(launches), jobs_started=len(jobs),
+                stops=sum(1 for a in acks if a[1] == "job.stop"),
+                fill_s=round(end - first, 2),
+                starts_per_s=round(len(jobs) / max(end - first, 1e-9), 1),
+                starts_per_s_from_registration=round(len(jobs) / max(end - registered, 1e-9), 1),
+                launched_twice_without_stop=launched_twice(acks))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--agents", type=int, default=16)
+    ap.add_argument("--per-host", type=int, default=256, help="agents an agent_host process")
     ap.add_argument("--heartbeat", type=float, default=1.0)
-    ap.add_argument("--target", type=float, default=1000.0, help="submissions per second")
+    ap.add_argument("--starts", action="store_true",
+                    help="measure job starts a second from a backlog instead")
+    ap.add_argument("--backlog", type=int, default=10_000)
+    ap.add_argument("--load", type=int, default=0,
+                    help="busy processes run beside the benchmark (2 x cores: twice loaded)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="per second: submissions (default 1000), or starts with --starts "
+                         "(default 200)")
     args = ap.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    target = args.target if args.target is not None else 200.0 if args.starts else 1000.0
     run_dir, spec_file, ep_file = cluster_files("interlace-bench-scale-", args.agents)
-    procs: list[subprocess.Popen] = []
-    agents: list[LightAgent] = []
-    stop = threading.Event()
+    procs: list = []
+    hosts: list = []
     try:
-        endpoints, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat)
-        _, errors = start_agents(endpoints, args.agents, args.heartbeat, stop, agents)
-        ctx = mp.get_context("spawn")
-        out = ctx.Queue()
-        start_at = time.time() + 3.0  # the clients' imports done before the clock starts
-        clients = [ctx.Process(target=client, args=(str(ep_file), c + 1, start_at,
-                                                    args.seconds, out))
-                   for c in range(args.clients)]
-        for p in clients:
-            p.start()
-        time.sleep(max(0.0, start_at - time.time()))
-        cpu0, busy0, load0 = cpu_seconds(sched.pid), machine_busy(), os.getloadavg()[0]
-        wall0 = time.monotonic()
-        results = [out.get(timeout=args.seconds + 120) for _ in clients]
-        wall = time.monotonic() - wall0
-        cpu1, busy1 = cpu_seconds(sched.pid), machine_busy()
-        load1 = os.getloadavg()[0]
-        for p in clients:
-            p.join(10)
-        acked = [j for r in results for j in r[0]]
-        latencies = sorted(x for r in results for x in r[1])
-        stop_cluster(stop, agents, procs)
-        procs, agents = [], []
-        check = journal_check(run_dir / "journal.db", acked)
-        result = {
-            "case": f"{args.clients} clients x {args.seconds:g} s, {args.agents} stand-in "
-                    "agents, muri-s default preset",
-            "submissions_per_s": round(len(acked) / wall, 1),
-            "latency_ms": {"median": round(statistics.median(latencies), 2),
-                           "p99": round(latencies[int(0.99 * (len(latencies) - 1))], 2)},
-            "refused": sum(r[2] for r in results),
-            "scheduler_cpu_share": round((cpu1 - cpu0) / wall, 2),
-            "machine_busy_share": round((busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]), 2),
-            "cores": os.cpu_count(),
-            "load_1min": [round(load0, 2), round(load1, 2)],
-            "heartbeats_refused": len(errors),
-            "journal": check,
-            "target_per_s": args.target,
-        }
+        _, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat)
+        tail = LogTail(run_dir / "scheduler.log")
+        procs.extend(busy_processes(args.load))
+        if args.starts:
+            result, hosts = starts(args, run_dir, ep_file, sched, tail)
+        else:
+            hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat,
+                                tail)
+            result = submissions(args, run_dir, ep_file, sched)
+        acks, beats = stop_hosts(hosts)
+        hosts = []
+        stop_cluster(threading.Event(), [], procs)
+        procs = []
+        if args.starts:
+            result = judge_starts(result, acks)
+        check = journal_check(run_dir / "journal.db", result.pop("_acked"))
+        dead = [r for r in tail.poll() if r["event"] == "agent_dead"]
+        sent = [b for node in beats.values() for b in node]
+        result.update(journal=check, agents_declared_dead=len(dead),
+                      false_deaths=false_deaths(dead, beats, 10 * args.heartbeat),
+                      heartbeats_sent=len(sent),
+                      heartbeats_unacknowledged=sum(1 for _, ok in sent if not ok),
+                      target_per_s=target)
         result["lost"] = bool(check["acknowledged_missing"] or check["acknowledged_twice"]
-                              or check["submitted_events_twice"] or check["foreign"])
-        result["meets_target"] = result["submissions_per_s"] >= args.target and not result["lost"]
+                              or check["submitted_events_twice"] or check["foreign"]
+                              or result.get("launched_twice_without_stop"))
+        rate = result["starts_per_s" if args.starts else "submissions_per_s"]
+        result["meets_target"] = rate >= target and not result["lost"] \
+            and not result["false_deaths"]
         print(json.dumps(result))
         return 0
     finally:
-        stop_cluster(stop, agents, procs)
+        if hosts:
+            stop_hosts(hosts)
+        stop_cluster(threading.Event(), [], procs)
 
 
 if __name__ == "__main__":

@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             # agent replies after the first arrival that fell in no arrival's round: 0 unless
             # a round_done came before its round's last reply (or a tick round sent some)
             "replies_outside_rounds": sum(
-                1 for t, _, _ in list(acks) if t >= arrivals[0]["window"][0]
+                1 for t, *_ in list(acks) if t >= arrivals[0]["window"][0]
                 and not any(a["window"][0] <= t <= a["window"][1] for a in arrivals)),
             "target_median_ms": args.target_ms,
             "heartbeats_refused": len(errors),
@@ -400,7 +400,7 @@ def start_hosts(ep_file: Path, run_dir: Path, count: int, per_host: int, heartbe
 
 
 def stop_hosts(hosts: list[tuple[subprocess.Popen, Path]]) -> tuple[list, dict]:
-    """Stop the agent hosts; their agents' replies (wall time, type, job) and heartbeat
+    """Stop the agent hosts; their agents' replies (wall time, type, job, node) and heartbeat
     records (node -> [wall time sent, acknowledged])."""
     for proc, _ in hosts:
         proc.terminate()

@@ -1,7 +1,8 @@
-"""bench/bench_scale.py on a tiny cluster, and its check that nothing submitted was lost.
+"""bench/bench_scale.py on a tiny cluster, and its checks that nothing was lost or started twice.
 
-Real processes (broker, scheduler service, client processes) and sockets, as the benchmark
-runs them; the journal check is tried on a real journal that lost and doubled ids."""
+Real processes (broker, scheduler service, agent hosts running the node agent's code, client
+processes) and sockets, as the benchmark runs them; the journal check is tried on a real
+journal that lost and doubled ids, the double-start check on a made-up agents' record."""
 from __future__ import annotations
 
 import json
@@ -13,20 +14,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_acknowledged_submission_is_journaled_once_and_counted():
+def bench(*args: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "bench/bench_scale.py", "--clients", "2", "--seconds", "2",
-         "--agents", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        [sys.executable, "bench/bench_scale.py", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_acknowledged_submission_is_journaled_once_and_counted():
+    result = bench("--clients", "2", "--seconds", "2", "--agents", "2")
     journal = result["journal"]
     assert journal["acknowledged"] > 0 and result["submissions_per_s"] > 0
     assert journal["acknowledged"] == journal["journaled"] - journal["journaled_unacknowledged"]
     assert not result["lost"] and journal["acknowledged_missing"] == 0
-    assert result["refused"] == 0 and result["heartbeats_refused"] == 0
+    assert result["refused"] == 0 and result["false_deaths"] == []
+    assert result["heartbeats_sent"] > 0 and result["heartbeats_unacknowledged"] == 0
     assert 0 < result["scheduler_cpu_share"] <= result["cores"]
+
+
+def test_a_backlog_starts_once_the_agents_come_up():
+    """60 jobs queued while no agent is up; two 8-GPU agents come: what fits starts, each
+    job launched once, counted from the agents' own record."""
+    result = bench("--starts", "--agents", "2", "--backlog", "60", "--clients", "2")
+    assert result["backlog"] == 60 and result["journal"]["acknowledged_missing"] == 0
+    assert 0 < result["jobs_started"] <= 60 and result["starts_per_s"] > 0
+    assert result["launch_requests"] >= result["jobs_started"]
+    assert result["jobs_started_logged"] >= result["jobs_started"]
+    assert result["launched_twice_without_stop"] == 0 and not result["lost"]
+    assert result["false_deaths"] == []
+
+
+def test_a_second_launch_without_a_stop_between_is_a_double_start():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_scale import launched_twice
+
+    fine = [(1.0, "job.launch", 1, "n0"), (2.0, "job.stop", 1, "n0"),
+            (3.0, "job.launch", 1, "n0"), (1.5, "job.launch", 2, "n0"),
+            (1.5, "job.launch", 2, "n1")]  # one job on two nodes: a launch to each
+    assert launched_twice(fine) == 0
+    assert launched_twice(fine + [(4.0, "job.launch", 1, "n0"),
+                                  (0.5, "job.launch", 3, "n1")]) == 1
 
 
 def test_the_journal_check_finds_a_lost_and_a_doubled_acknowledgement(tmp_path):
