@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--heartbeat", type=float, default=1.0)
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--tick", type=float, default=0.25,
+                    help="how often each agent looks at its trainers (AgentConfig.tick): the "
+                         "stand-ins end only when stopped, so a node's 20 looks a second "
+                         "would be this machine's CPU spent on nothing")
     args = ap.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     launcher.spawn = stand_in_spawn
@@ -121,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         node = f"n{i}"
         cfg = AgentConfig(node=node, gpus=tuple(range(GPUS_PER_NODE)), cpus=32, mem=256.0,
                           endpoints_file=args.endpoints, run_dir=args.run_dir / node,
-                          heartbeat=args.heartbeat, request_timeout=5.0, request_retries=2)
+                          heartbeat=args.heartbeat, request_timeout=5.0, request_retries=2,
+                          tick=args.tick)
         thread = threading.Thread(target=node_agent.run,
                                   args=(cfg, stop, structlog.get_logger(node=node)),
                                   name=f"agent-{node}", daemon=True)

@@ -282,10 +282,11 @@ class Service:
             if time.monotonic() >= deadline:
                 return handled
 
-    def serve(self, stop) -> None:
-        """Poll until `stop` (a threading.Event) is set."""
+    def serve(self, stop, every: float = 0.1) -> None:
+        """Poll until `stop` (a threading.Event) is set, looking at it every `every` seconds
+        (or heartbeat, if shorter)."""
         while not stop.is_set():
-            self.poll(min(0.1, self.heartbeat))
+            self.poll(min(every, self.heartbeat))
 
     def _drain(self) -> int:
         if self.before_replies is None:

@@ -225,7 +225,7 @@ def _serve(cfg: AgentConfig, endpoints: Any, agent: Agent, stop: threading.Event
     service = Service(endpoints, cfg.name, as_handler(agent.handle, log, log_refusals=True),
                       heartbeat=cfg.heartbeat)
     try:
-        service.serve(stop)
+        service.serve(stop, every=max(cfg.tick, 0.1))
     finally:
         service.close()
 
@@ -262,7 +262,7 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
                            name="agent-service", daemon=True)
     svc.start()
     link = Link(cfg, endpoints, agent.table, log)
-    tick = min(0.05, cfg.heartbeat / 4)
+    tick = min(cfg.tick, cfg.heartbeat / 4)
     log.info("agent_start", node=cfg.node, gpus=list(cfg.gpus), cpus=cfg.cpus, mem=cfg.mem,
              pid=os.getpid(), time_scale=cfg.time_scale)
     try:

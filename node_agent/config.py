@@ -28,6 +28,9 @@ class AgentConfig:
     metrics_insecure: bool = False  # allow a non-loopback metrics host keyless
     gpu_mem_gb: float = 0.0  # each of its GPUs' memory (GB; 0: not known), told the scheduler
     gpu_type: str = ""  # its GPUs' type as the spec names it ("": not known), told the scheduler
+    # how often (s, at most a quarter heartbeat) the agent looks at its trainers and its link,
+    # and its service thread at whether to stop: a trainer's exit is reported this late at most
+    tick: float = 0.05
 
     @property
     def name(self) -> str:
