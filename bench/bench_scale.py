@@ -24,9 +24,13 @@ Both report the scheduler's CPU share over the measured span (its user+system ti
 wall time; 1.0 is one core), the machine's load and busy share, and the agents declared dead
 against each agent's own heartbeat record (`false_deaths`).
 
+`--plot FILE` draws the rate a second over the run (acknowledgements, or first launches)
+and under it the scheduler's CPU share, the machine's busy share and its load, sampled
+every half second.
+
 Run from the repository root (the issue's cases):
-    python bench/bench_scale.py --clients 8 --seconds 60 [--agents 16]
-    python bench/bench_scale.py --starts --agents 1024 --backlog 10000
+    python bench/bench_scale.py --clients 8 --seconds 60 [--agents 16] [--plot FILE]
+    python bench/bench_scale.py --starts --agents 1024 --backlog 10000 [--plot FILE]
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ import dataclasses
 import json
 import logging
 import multiprocessing as mp
+import os
 import sqlite3
 import statistics
 import sys
@@ -50,8 +55,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import structlog  # noqa: E402
 
 from bench_service import (LogTail, Usage, busy_processes, cluster_files,  # noqa: E402
-                           false_deaths, log_time, start_hosts, start_services, stop_cluster,
-                           stop_hosts)
+                           cpu_seconds, false_deaths, log_time, machine_busy, start_hosts,
+                           start_services, stop_cluster, stop_hosts)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
 from broker.testing import wait_until  # noqa: E402
@@ -65,12 +70,13 @@ SETTLED_S = 5.0  # the fill is over once no job started for this long
 def client(ep_file: str, index: int, start_at: float, seconds: float, count: int | None,
            out) -> None:
     """Submit jobs one request at a time from `start_at` (wall clock) for `seconds`, or until
-    `count` were acknowledged; put (acknowledged ids, latencies in ms, refused) on `out`."""
+    `count` were acknowledged; put (acknowledged ids, latencies in ms, refused, the wall time
+    of each acknowledgement) on `out`."""
     endpoints = Endpoints.load(Path(ep_file))
     requester = Requester(endpoints, f"bench-client-{index}", timeout=30.0, retries=5)
     shapes = generate(500, seed=100 + index, max_gpus=8, backlog=True,
                       median_duration=10 * 86400.0, min_duration=86400.0)
-    acked, latencies, refused = [], [], 0
+    acked, latencies, refused, times = [], [], 0, []
     time.sleep(max(0.0, start_at - time.time()))  # all clients begin together
     end = time.monotonic() + seconds
     n = 0
@@ -82,9 +88,10 @@ def client(ep_file: str, index: int, start_at: float, seconds: float, count: int
         latencies.append((time.monotonic() - began) * 1000.0)
         if reply["body"].get("accepted"):
             acked.append(rec.job_id)
+            times.append(time.time())
         else:
             refused += 1
-    out.put((acked, latencies, refused))
+    out.put((acked, latencies, refused, times))
 
 
 def run_clients(ep_file: Path, clients: int, seconds: float,
@@ -106,6 +113,67 @@ def run_clients(ep_file: Path, clients: int, seconds: float,
     for p in procs:
         p.join(10)
     return results, wall
+
+
+class Sampler:
+    """The scheduler's CPU share, the machine's busy share and load, every `every` s from
+    `start` until `end`: the run's load as it went, for the plot."""
+
+    def __init__(self, pid: int, every: float = 0.5):
+        self.pid, self.every = pid, every
+        self.samples: list[tuple[float, float, float, float]] = []  # wall, cpu, busy, load
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def end(self) -> list[tuple[float, float, float, float]]:
+        self._stop.set()
+        self._thread.join(5)
+        return self.samples
+
+    def _run(self) -> None:
+        last = (time.time(), cpu_seconds(self.pid), machine_busy())
+        while not self._stop.wait(self.every):
+            try:
+                now = (time.time(), cpu_seconds(self.pid), machine_busy())
+            except OSError:  # the scheduler exited
+                return
+            busy = (now[2][0] - last[2][0]) / max(1, now[2][1] - last[2][1])
+            self.samples.append((now[0], (now[1] - last[1]) / (now[0] - last[0]), busy,
+                                 os.getloadavg()[0]))
+            last = now
+
+
+def plot(path: Path, title: str, label: str, events: list[float],
+         samples: list[tuple[float, float, float, float]]) -> None:
+    """Events a second (submissions or starts) over the run, and under it the scheduler's
+    CPU share, the machine's busy share and its load."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = min([*events, *(s[0] for s in samples)])
+    fig, (top, low) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    seconds = int(max(e - t0 for e in events)) + 1 if events else 1
+    counts = [0] * seconds
+    for e in events:
+        counts[min(int(e - t0), seconds - 1)] += 1
+    top.step(range(seconds), counts, where="post")
+    top.set_ylabel(f"{label} a second")
+    top.set_title(title, fontsize=9)
+    xs = [s[0] - t0 for s in samples]
+    low.plot(xs, [s[1] for s in samples], label="scheduler CPU (cores)")
+    low.plot(xs, [2 * s[2] for s in samples], label="machine busy (cores)")
+    low.plot(xs, [s[3] for s in samples], ":", label="load average (1 min)")
+    low.set_xlabel("seconds")
+    low.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def journal_check(path: Path, acked: list[int]) -> dict:
@@ -144,7 +212,7 @@ def launched_twice(acks: list[tuple]) -> int:
 
 def submissions(args, run_dir: Path, ep_file: Path, sched) -> dict:
     """The submissions case: agents up, clients submitting for `--seconds`."""
-    usage = Usage(sched.pid)
+    usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
     results, wall = run_clients(ep_file, args.clients, args.seconds)
     used = usage.end()
     acked = [j for r in results for j in r[0]]
@@ -155,7 +223,8 @@ def submissions(args, run_dir: Path, ep_file: Path, sched) -> dict:
             "latency_ms": {"median": round(statistics.median(latencies), 2),
                            "p99": round(latencies[int(0.99 * (len(latencies) - 1))], 2)},
             "refused": sum(r[2] for r in results), **used,
-            "_acked": acked}
+            "_acked": acked, "_events": [t for r in results for t in r[3]],
+            "_samples": sampler.end()}
 
 
 def starts(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[dict, list]:
@@ -168,7 +237,7 @@ def starts(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[di
                >= len(acked), 600, 0.2)
     seen = len(tail.records)
     wait_until(lambda: any(r["event"] == "round_done" for r in tail.poll()[seen:]), 600, 0.1)
-    usage = Usage(sched.pid)
+    usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
     hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail)
     last: list = [0, time.monotonic(), None]  # jobs started, when that last changed, usage
 
@@ -186,7 +255,7 @@ def starts(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[di
     result = {"case": f"{len(acked)} queued jobs, then {args.agents} real agents come up, "
                       f"muri-s default preset, {args.load} busy processes beside",
               "backlog": len(acked), "jobs_started_logged": len(started),
-              "_registered": registered, "_acked": acked, **used}
+              "_registered": registered, "_acked": acked, "_samples": sampler.end(), **used}
     return result, hosts
 
 
@@ -196,6 +265,10 @@ def judge_starts(result: dict, acks: list) -> dict:
     jobs = {a[2] for a in launches}
     first, end = launches[0][0], launches[-1][0]
     registered = result.pop("_registered")
+    first_launch: dict[int, float] = {}
+    for t, _, job_id, _ in launches:
+        first_launch.setdefault(job_id, t)
+    result["_events"] = list(first_launch.values())
     return dict(result, launch_requests=len(launches), jobs_started=len(jobs),
                 stops=sum(1 for a in acks if a[1] == "job.stop"),
                 fill_s=round(end - first, 2),
@@ -216,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backlog", type=int, default=10_000)
     ap.add_argument("--load", type=int, default=0,
                     help="busy processes run beside the benchmark (2 x cores: twice loaded)")
+    ap.add_argument("--plot", type=Path, default=None,
+                    help="draw the rate a second and the load over the run to this file")
     ap.add_argument("--target", type=float, default=None,
                     help="per second: submissions (default 1000), or starts with --starts "
                          "(default 200)")
@@ -242,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.starts:
             result = judge_starts(result, acks)
         check = journal_check(run_dir / "journal.db", result.pop("_acked"))
+        events, samples = result.pop("_events"), result.pop("_samples")
+        if args.plot is not None:
+            plot(args.plot, result["case"], "jobs started" if args.starts else "submissions",
+                 events, samples)
         dead = [r for r in tail.poll() if r["event"] == "agent_dead"]
         sent = [b for node in beats.values() for b in node]
         result.update(journal=check, agents_declared_dead=len(dead),
