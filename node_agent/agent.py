@@ -170,6 +170,7 @@ class Agent:
                 del self.table.jobs[job.job_id]
             self._stoppers.pop(job.job_id, None)
             self.table.outbox.append(("job.stopped", report))
+        self.table.reported.set()  # a round waits on this report: no tick's delay
         self.log.info("job_stopped", job=job.job_id, iterations=its, exit=rc, finished=finished)
 
     def ended_finished(self, job_id: int, rc: int | None) -> bool:
@@ -247,6 +248,16 @@ def _serve_metrics(cfg: AgentConfig, agent: Agent, log: Any) -> Any:
         raise SystemExit(f"node-agent {cfg.node}: {err}") from None
 
 
+def _rest(stop: threading.Event, woken: threading.Event, tick: float) -> None:
+    """Until `tick` s passed, a report was queued (`woken`) or `stop` is set; `stop` looked
+    at every half second at most, so an agent stops that soon whatever its tick."""
+    end = time.monotonic() + tick
+    while not stop.is_set():
+        left = end - time.monotonic()
+        if left <= 0 or woken.wait(min(left, 0.5)):
+            return
+
+
 def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
     """Serve until `stop` is set, then stop all trainers (checkpointing) and say so."""
     from broker.curve import component_endpoints
@@ -267,6 +278,7 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
              pid=os.getpid(), time_scale=cfg.time_scale)
     try:
         while not stop.is_set():
+            agent.table.reported.clear()  # what is queued from here on is delivered next pass
             agent.table.collect()
             try:
                 link.step()
@@ -276,7 +288,7 @@ def run(cfg: AgentConfig, stop: threading.Event, log: Any) -> int:
             if not svc.is_alive():
                 log.error("service_thread_died")
                 return 1
-            stop.wait(tick)
+            _rest(stop, agent.table.reported, tick)
     finally:
         svc_stop.set()  # no launches from here on
         svc.join(timeout=5.0)

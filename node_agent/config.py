@@ -29,7 +29,8 @@ class AgentConfig:
     gpu_mem_gb: float = 0.0  # each of its GPUs' memory (GB; 0: not known), told the scheduler
     gpu_type: str = ""  # its GPUs' type as the spec names it ("": not known), told the scheduler
     # how often (s, at most a quarter heartbeat) the agent looks at its trainers and its link,
-    # and its service thread at whether to stop: a trainer's exit is reported this late at most
+    # and its threads at whether to stop: a trainer that exits by itself is reported this late
+    # at most (a stop's end at once)
     tick: float = 0.05
 
     @property

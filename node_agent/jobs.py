@@ -55,6 +55,9 @@ class JobTable:
         self.jobs: dict[int, Job] = {}
         self.gates = Gates(cfg, log)
         self.outbox: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        # set when a report is queued off the main thread (a stop's end): the main loop
+        # delivers it at once instead of at its next look (AgentConfig.tick)
+        self.reported = threading.Event()
         self.incarnation = os.urandom(8).hex()
         self.launches = 0
 

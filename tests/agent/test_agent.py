@@ -558,3 +558,57 @@ def test_an_agent_reads_its_gpus_type_from_nvidia_smi_else_torch_or_is_told(caps
             parse_args(base + [f"--gpu-type={bad}"])
         err = capsys.readouterr().err
         assert "argument --gpu-type: must be 1-64 letters" in err and repr(bad) in err
+
+
+def test_a_stop_s_end_is_reported_at_once_not_at_the_agent_s_next_look(tmp_path, monkeypatch):
+    """An agent that looks at its trainers only every 30 s (AgentConfig.tick) still reports a
+    stop's end as soon as its trainer is gone: a round waits on that report. The agent's own
+    code in this process; its trainer a stand-in (bench/agent_host.py) that exits when told."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from agent_host import stand_in_spawn
+    from node_agent import agent as node_agent
+    from node_agent import launcher
+    from node_agent.config import AgentConfig
+    import structlog
+
+    monkeypatch.setattr(launcher, "spawn", stand_in_spawn)
+    broker = Broker(host="127.0.0.1")
+    broker_stop, agent_stop = threading.Event(), threading.Event()
+    threading.Thread(target=broker.run, args=(broker_stop,), daemon=True).start()
+    endpoints_file = tmp_path / "endpoints.json"
+    broker.endpoints.save(endpoints_file)
+    sched = FakeScheduler(broker.endpoints)
+    req = Requester(broker.endpoints, "scheduler", timeout=2.0, retries=3)
+    cfg = AgentConfig(node=NODE, gpus=(0, 1), cpus=4, mem=16.0,
+                      endpoints_file=str(endpoints_file), run_dir=tmp_path / "run",
+                      heartbeat=120.0, tick=30.0, stop_timeout=5.0)
+    thread = threading.Thread(target=node_agent.run,
+                              args=(cfg, agent_stop, structlog.get_logger()), daemon=True)
+    thread.start()
+    try:
+        sched.wait(lambda: sched.of("agent.register"), "the agent to register")
+        workload = {"kind": "emulated", "iterations": 1000, "iteration_time": 1.0,
+                    "stages": [0.2, 0.5, 0.3]}
+
+        def launched():
+            try:
+                return req.request(f"agent.{NODE}", "job.launch", job_id=3, gpus=[0],
+                                   group=[3], slot=0, workload=workload,
+                                   start_iteration=0)["body"].get("launched")
+            except RequestFailed as err:  # its service not at the broker yet
+                if err.code != "no_service":
+                    raise
+                return False
+        wait_for(launched, DEADLINE_S, "the launch")
+        assert req.request(f"agent.{NODE}", "job.stop", job_id=3)["body"]["stopping"] is True
+        # well before the agent's next look (30 s): only the stop's own wake-up delivers it
+        report = sched.wait(lambda: sched.of("job.stopped", 3), "job.stopped")[0]
+        assert report["requested"] is True
+    finally:
+        agent_stop.set()
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive()  # seen within half a second, whatever the tick
+        req.close()
+        sched.close()
+        broker_stop.set()
+        broker.close()
