@@ -201,6 +201,35 @@ def test_a_transition_the_journal_refuses_is_not_applied(tmp_path):
         state.journal.close()
 
 
+# -- submissions without the lock ------------------------------------------------------------
+def test_an_accepted_submission_is_queued_for_whoever_takes_the_lock_next(tmp_path):
+    """`accept` journals without the lock; the job is in the core and queued, in the order
+    accepted, once anyone takes the lock through `locked()`, and can be cancelled then; a
+    restart between the two halves finds it in the journal."""
+    state = live_state(tmp_path)
+    try:
+        assert state.jobs.accept(job(2, iterations=TOTAL), 1.0)
+        assert state.jobs.accept(job(1, iterations=TOTAL), 2.0)
+        assert not state.jobs.accept(job(2, iterations=7), 3.0)  # the journal knows the id
+        assert state.journal.get(2).phase == "queued" and state.jobs.phase(2) is None
+        assert 1 not in state.core.jobs and not state.log.of("job_submitted")
+        again = live_state(tmp_path)  # a restart before any lock holder came
+        recovery.recover(again)
+        assert {j.id for j in again.core.queue} == {1, 2}
+        again.journal.close()
+        with state.locked():
+            assert [j.id for j in state.core.queue] == [2, 1]  # as accepted
+            assert state.jobs.phase(1) is QUEUED and state.jobs.phase(2) is QUEUED
+            assert state.core.jobs[2].record.iterations == TOTAL
+            assert state.jobs.cancel(1, 4.0) is not None
+        assert [r["job_id"] for r in state.log.of("job_submitted")] == [2, 1]
+        assert state.rounds.take_reasons() == ["arrival", "cancel"]
+        with state.locked():
+            assert state.jobs.absorb() == 0  # taken once
+    finally:
+        state.journal.close()
+
+
 # -- recovery ----------------------------------------------------------------------------------
 def _a_journal_with_every_phase(run_dir: Path) -> dict[int, float]:
     """Jobs 1..7, one per phase and one more running with a complete checkpoint; returns
