@@ -8,9 +8,9 @@ changed meanwhile. What did not go as planned comes back as the loop's outcomes.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
-from scheduler.core.state import Plan, Status
+from scheduler.core.state import Group, Plan, Status
 from scheduler.live.gateway import AgentGateway
 from scheduler.live.launches import Launcher
 from scheduler.live.ledger import Placed, node_name
@@ -18,6 +18,10 @@ from scheduler.live.lifecycle import ENDED, QUEUED, STOPPING
 from scheduler.live.state import LiveState
 from scheduler.live.stops import Stopper
 from scheduler.loop import Outcome, StopTook
+
+
+def _placed(group: Group) -> Placed:
+    return Placed(group.jobs, group.tt, group.placement)
 
 
 class RoundExecutor:
@@ -39,20 +43,23 @@ class RoundExecutor:
             state.rounds.planning = planning_s
             state.rounds.wakeup = plan.wakeup
             now = state.core.now
-            desired = {j: Placed(g.jobs, g.tt, g.placement)
-                       for g in plan.groups if g.placement for j in g.jobs}
+            # each placed job's group (a Placed is made only for the jobs that move: a
+            # round at scale keeps thousands running)
+            planned = {j: g for g in plan.groups if g.placement for j in g.jobs}
             unplaced = [list(g.jobs) for g in plan.groups if not g.placement]
             if unplaced:  # a policy that plans GPUs without naming them: nothing to launch
                 state.log.warning("groups_without_placement", groups=unplaced)
             changes = plan.changes
             stopping, in_place = set(changes.stopping), set(changes.regrouped_in_place)
-            starting = [j for j in changes.starting if j in desired]
-            self._reconcile(desired, stopping, starting)
+            starting = [j for j in changes.starting if j in planned]
+            self._reconcile(planned, stopping, starting)
+            desired = {j: _placed(planned[j]) for j in (*stopping, *in_place, *starting)
+                       if j in planned}
             stops = [(j, ledger.placed[j]) for j in stopping if j in ledger.placed]
             regroups = [(j, ledger.placed[j], desired[j]) for j in in_place
                         if j in ledger.placed]
             launches = [(j, desired[j]) for j in starting]
-            groups = [list(g.jobs) for g in plan.groups]
+            groups = [g.jobs for g in plan.groups]
             if stops or launches or reasons != ["tick"] or state.rounds.count % 10 == 0:
                 state.journal.set_clock(now)  # a restart continues the trace clock from here
             state.log.info("round", now=now, latency_ms=latency_ms, groups=groups,
@@ -88,7 +95,7 @@ class RoundExecutor:
                        apply_ms=(state.clock() - state.rounds.last) * 1000.0)
         return outcomes
 
-    def _reconcile(self, desired: dict[int, Placed], stopping: set[int],
+    def _reconcile(self, desired: Mapping[int, Any], stopping: set[int],
                    starting: list[int]) -> None:
         """What the agents run (the ledger) is what the core last planned, between rounds;
         should they ever part, the plan wins: a job the plan runs that no agent runs is
