@@ -55,8 +55,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import structlog  # noqa: E402
 
 from bench_service import (LogTail, Usage, busy_processes, cluster_files,  # noqa: E402
-                           cpu_seconds, false_deaths, log_time, machine_busy, start_hosts,
-                           start_services, stop_cluster, stop_hosts)
+                           false_deaths, log_time, start_hosts, start_services, stop_cluster,
+                           stop_hosts)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
 from broker.testing import wait_until  # noqa: E402
@@ -116,8 +116,8 @@ def run_clients(ep_file: Path, clients: int, seconds: float,
 
 
 class Sampler:
-    """The scheduler's CPU share, the machine's busy share and load, every `every` s from
-    `start` until `end`: the run's load as it went, for the plot."""
+    """The scheduler's CPU share, the machine's busy share and load (bench_service.Usage),
+    over each `every` s from `start` until `end`: the run's load as it went, for the plot."""
 
     def __init__(self, pid: int, every: float = 0.5):
         self.pid, self.every = pid, every
@@ -135,16 +135,29 @@ class Sampler:
         return self.samples
 
     def _run(self) -> None:
-        last = (time.time(), cpu_seconds(self.pid), machine_busy())
-        while not self._stop.wait(self.every):
-            try:
-                now = (time.time(), cpu_seconds(self.pid), machine_busy())
-            except OSError:  # the scheduler exited
-                return
-            busy = (now[2][0] - last[2][0]) / max(1, now[2][1] - last[2][1])
-            self.samples.append((now[0], (now[1] - last[1]) / (now[0] - last[0]), busy,
-                                 os.getloadavg()[0]))
-            last = now
+        try:
+            usage = Usage(self.pid)
+            while not self._stop.wait(self.every):
+                used = usage.end()
+                self.samples.append((time.time(), used["scheduler_cpu_share"],
+                                     used["machine_busy_share"], used["load_1min"][1]))
+                usage = Usage(self.pid)
+        except OSError:  # the scheduler exited
+            return
+
+
+def counter(tail: LogTail, event: str):
+    """A function that counts the scheduler's `event` records so far, reading only the
+    records new since it last counted (the bench polls it while the scheduler works)."""
+    read, found = 0, 0
+
+    def count() -> int:
+        nonlocal read, found
+        records = tail.poll()
+        found += sum(1 for r in records[read:] if r["event"] == event)
+        read = len(records)
+        return found
+    return count
 
 
 def plot(path: Path, title: str, label: str, events: list[float],
@@ -167,7 +180,8 @@ def plot(path: Path, title: str, label: str, events: list[float],
     top.set_title(title, fontsize=9)
     xs = [s[0] - t0 for s in samples]
     low.plot(xs, [s[1] for s in samples], label="scheduler CPU (cores)")
-    low.plot(xs, [2 * s[2] for s in samples], label="machine busy (cores)")
+    low.plot(xs, [(os.cpu_count() or 1) * s[2] for s in samples],
+             label="machine busy (cores)")
     low.plot(xs, [s[3] for s in samples], ":", label="load average (1 min)")
     low.set_xlabel("seconds")
     low.legend(fontsize=8)
@@ -233,16 +247,17 @@ def starts(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[di
     results, _ = run_clients(ep_file, args.clients, float("inf"), args.backlog)
     acked = [j for r in results for j in r[0]]
     # in once a round ran after the last acknowledged submission was logged
-    wait_until(lambda: sum(1 for r in tail.poll() if r["event"] == "job_submitted")
-               >= len(acked), 600, 0.2)
+    submitted = counter(tail, "job_submitted")
+    wait_until(lambda: submitted() >= len(acked), 600, 0.2)
     seen = len(tail.records)
     wait_until(lambda: any(r["event"] == "round_done" for r in tail.poll()[seen:]), 600, 0.1)
     usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
     hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail)
     last: list = [0, time.monotonic(), None]  # jobs started, when that last changed, usage
+    started_so_far = counter(tail, "job_started")
 
     def settled() -> bool:
-        started = sum(1 for r in tail.poll() if r["event"] == "job_started")
+        started = started_so_far()
         if started != last[0]:  # the usage up to the fill's last start, not the wait after it
             last[:] = [started, time.monotonic(), usage.end()]
         return started > 0 and time.monotonic() - last[1] >= SETTLED_S

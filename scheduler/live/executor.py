@@ -95,16 +95,17 @@ class RoundExecutor:
                        apply_ms=(state.clock() - state.rounds.last) * 1000.0)
         return outcomes
 
-    def _reconcile(self, desired: Mapping[int, Any], stopping: set[int],
+    def _reconcile(self, in_plan: Mapping[int, Any], stopping: set[int],
                    starting: list[int]) -> None:
         """What the agents run (the ledger) is what the core last planned, between rounds;
         should they ever part, the plan wins: a job the plan runs that no agent runs is
-        launched, one an agent runs that the plan does not is stopped. Logged: it is a bug."""
+        launched, one an agent runs that the plan does not is stopped. Logged: it is a bug.
+        `in_plan`: the jobs the plan places (its keys)."""
         ledger, planned = self.state.ledger, self.state.core.placed
         # (a job that ended or was requeued since the plan was made runs in neither)
-        lost = [j for j in desired if j in planned and j not in ledger.placed
+        lost = [j for j in in_plan if j in planned and j not in ledger.placed
                 and j not in ledger.launching and j not in starting]
-        extra = [j for j in ledger.placed if j not in desired and j not in stopping]
+        extra = [j for j in ledger.placed if j not in in_plan and j not in stopping]
         if lost or extra:
             self.state.log.warning("ledger_diverged", unlaunched=lost, unplanned=extra)
             starting.extend(lost)

@@ -72,13 +72,7 @@ class Handlers:
         record = self.parse_job(msg["job"])
         if not state.jobs.accept(record, state.now()):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
-        # into the core now unless a round holds the lock: then its next holder does it,
-        # and the acknowledgement does not wait for the round
-        if state.lock.acquire(blocking=False):
-            try:
-                state.jobs.absorb()
-            finally:
-                state.lock.release()
+        state.absorb_if_free()  # the acknowledgement never waits for a round
         return {"accepted": True, "job_id": record.job_id}
 
     def on_register(self, msg: Any) -> dict[str, Any]:

@@ -103,6 +103,15 @@ class LiveState:
             self.jobs.absorb()
             yield
 
+    def absorb_if_free(self) -> None:
+        """Move the acknowledged submissions into the core now unless someone holds the
+        lock (a round planning): then its next holder does, and nobody waits here."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self.jobs.absorb()
+            finally:
+                self.lock.release()
+
     def silent_for(self, last_seen: float, wall: float) -> float:
         """Seconds an agent last heard at `last_seen` has been silent at wall time `wall`, as
         far as the scheduler has read what was sent: up to when its service thread last
