@@ -1,5 +1,7 @@
 """Muri's whole-matrix weights and pruned matching against its pair-by-pair path."""
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,7 +163,7 @@ def test_a_running_group_changes_order_when_the_gain_outweighs_the_restart():
     assert first == (1, 2) and then == (1, 2)
 
 
-def test_windows_split_candidates_evenly_and_cover_them():
+def test_windows_without_anchors_split_candidates_evenly_and_cover_them():
     from scheduler.core.policies.muri_pairs import _windows
 
     assert _windows(10, 0) == [(0, 10)]
@@ -173,6 +175,49 @@ def test_windows_split_candidates_evenly_and_cover_them():
             assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
             assert all(0 < hi - lo <= size for lo, hi in parts)
             assert max(hi - lo for lo, hi in parts) - min(hi - lo for lo, hi in parts) <= 1
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**9), unique=True, max_size=400),
+       st.integers(min_value=0, max_value=40))
+@settings(max_examples=300, deadline=None)
+def test_windows_cover_the_candidates_in_bounded_windows(keys, size):
+    from scheduler.core.policies.muri_pairs import _windows
+
+    parts = _windows(len(keys), size, keys)
+    if size == 0 or len(keys) <= size:
+        assert parts == [(0, len(keys))]
+        return
+    assert parts[0][0] == 0 and parts[-1][1] == len(keys)
+    assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+    assert all(0 < hi - lo <= 2 * size + max(1, size // 4) for lo, hi in parts)
+
+
+def test_an_arrival_changes_one_or_two_windows_not_every_one_behind_it():
+    """Windows anchored to candidates: inserting one candidate anywhere among 2,000 leaves
+    all but one or two windows with the same members, where an even split of the positions
+    (the oracle, written here) changes every window behind the insertion."""
+    from scheduler.core.policies.muri_pairs import _windows
+
+    def even(keys, size):
+        count = -(-len(keys) // size)
+        bounds = [round(i * len(keys) / count) for i in range(count + 1)]
+        return list(zip(bounds, bounds[1:]))
+
+    rnd = random.Random(5)
+    keys = rnd.sample(range(10**6), 2000)
+    changed = {"anchored": 0, "even": 0}
+    def anchored(keys, size):
+        return _windows(len(keys), size, keys)
+
+    for t in range(200):
+        after = list(keys)
+        after.insert(rnd.randrange(len(after) + 1), 10**6 + t)
+        for name, split in (("anchored", anchored), ("even", even)):
+            before = {tuple(keys[lo:hi]) for lo, hi in split(keys, 128)}
+            now = {tuple(after[lo:hi]) for lo, hi in split(after, 128)}
+            changed[name] += len(now - before)
+    assert changed["anchored"] / 200 <= 2.0
+    assert changed["even"] / 200 > 4.0
 
 
 def test_windowed_matching_pairs_only_within_windows(monkeypatch):
@@ -193,7 +238,8 @@ def test_windowed_matching_pairs_only_within_windows(monkeypatch):
         core.submit(rec, 0.0)
     plan = core.round(0.0)
     assert any(len(g.jobs) > 1 for g in plan.groups)
-    assert sizes and max(sizes) <= 8 and len(sizes) > 1  # 32 candidates: several windows
+    # 32 candidates: several windows, each at most twice the size and a short tail
+    assert sizes and max(sizes) <= 2 * 8 + 2 and len(sizes) > 1
 
 
 class Candidate:
@@ -212,9 +258,10 @@ def test_a_running_group_is_matched_in_one_window(labels, size):
     from scheduler.core.policies.muri_pairs import _group_labels, _window_members, _windows
 
     nodes = [[Candidate(() if g < 0 else (100 + g, 200 + g))] for g in labels]
-    windows = _window_members(_group_labels(nodes), size)
+    keys = list(range(len(nodes)))
+    windows = _window_members(_group_labels(nodes), size, keys)
     home = {}
-    for w, (lo, hi) in enumerate(_windows(len(nodes), size)):
+    for w, (lo, hi) in enumerate(_windows(len(nodes), size, keys)):
         home.update((i, w) for i in range(lo, hi))
     first = {}
     for i, g in enumerate(labels):
@@ -227,8 +274,8 @@ def test_a_running_group_is_matched_in_one_window(labels, size):
 
 
 def test_an_arrival_ranked_first_regroups_few_running_jobs():
-    """An arrival shifts every window boundary behind where it ranks by one; the jobs that
-    run in groups stay matched with their partners. Over 64 arrivals on four generated
+    """An arrival ranked first moves every candidate behind it by one; the jobs that run in
+    groups stay matched with their partners. Over 64 arrivals on four generated
     backlogs, fewer than 2 running jobs a round stop or regroup (windows cut at fixed
     candidate counts split running pairs: about 3.2 a round)."""
     from scheduler.core.plan_changes import Change
@@ -270,3 +317,16 @@ def test_a_window_s_merges_as_array_equal_the_pairwise_table(profiles, rnd, hyst
     got = policy.pairing._window_merges(nodes)
     for want, value in zip((rows, cols, weight, tt), got):
         assert np.array_equal(want, value)
+
+
+def test_a_full_window_cache_drops_the_least_recently_used_entry_not_all():
+    """Emptying the whole cache when full made the next round weigh every window again."""
+    from scheduler.core.policies.muri_pairs import Recent
+
+    cache = Recent(3)
+    for key in "abc":
+        cache.put(key, key.upper())
+    assert cache.get("a") == "A"  # used: now the most recent
+    cache.put("d", "D")
+    assert cache.get("b") is None and [cache.get(k) for k in "acd"] == ["A", "C", "D"]
+    assert len(cache) == 3

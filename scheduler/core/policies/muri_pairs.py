@@ -9,7 +9,9 @@ which meet round after round while profiles stay put, cost a lookup.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from operator import attrgetter
+from typing import Sequence
 
 import numpy as np
 
@@ -25,6 +27,25 @@ from scheduler.core.policies.settings import MuriSettings
 from scheduler.core.state import JobView
 
 Packing = list  # the jobs of one prospective group, in matching order
+
+
+class Recent(OrderedDict):
+    """A bounded map that drops what was used least recently when full."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def get(self, key, default=None):
+        value = super().get(key, default)
+        if value is not default:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
 
 
 class Pairing:
@@ -56,8 +77,11 @@ class Pairing:
         # candidates (by Job identity) -> the merges among them that may form (see _merges)
         self._merge_cache: dict[tuple, tuple] = {}
         # likewise for one matching window's candidates, and a window's paying edges -> pairs
-        self._window_cache: dict[tuple, tuple] = {}
-        self._window_matchings: dict[tuple, list[tuple[int, int]]] = {}
+        # (the least recently used go first: a deep queue's round meets about a hundred
+        # windows, most of them the last round's; emptying the whole cache when full made
+        # the round after it weigh every window again)
+        self._window_cache: Recent = Recent(256)
+        self._window_matchings: Recent = Recent(1024)
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
         self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
@@ -179,7 +203,7 @@ class Pairing:
             return partner
         if self._dense:
             pairs = []
-            for idx in _window_members(_group_labels(nodes), self.window):
+            for idx in _window_members(_group_labels(nodes), self.window, _anchors(nodes)):
                 found = max_weight_pairs_dense(
                     self.weight_matrix([nodes[i] for i in idx], [bonus[i] for i in idx]),
                     backend=self.backend, rel_gap=self.rel_gap)
@@ -254,14 +278,14 @@ class Pairing:
                         labels: np.ndarray) -> dict[int, int]:
         """_paying_pairs window by window (`_window_members`): only merges within a window
         are weighed, each window's remembered by its candidates, and each window's
-        matching by its paying edges. An arrival shifts the windows behind it by a
-        candidate, so most windows are new each round; weighing them as whole arrays costs
-        little, where weighing every pair of a deep queue (or a table of its shapes: live
-        profiles are all distinct) costs seconds."""
+        matching by its paying edges. Windows are anchored to candidates (`_windows`), so an
+        arrival makes one or two windows new; weighing those as whole arrays costs little,
+        where weighing every pair of a deep queue (or a table of its shapes: live profiles
+        are all distinct) costs seconds."""
         gpus = nodes[0][0].num_gpu
         stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
         pairs: list[tuple[int, int]] = []
-        for idx in _window_members(labels, self.window):
+        for idx in _window_members(labels, self.window, _anchors(nodes)):
             rows, cols, weight, tt = self._window_merges([nodes[i] for i in idx])
             if not len(rows):
                 continue
@@ -279,9 +303,7 @@ class Pairing:
                 w[rows, cols] = weight
                 w += w.T
                 found = max_weight_pairs_dense(w, backend=self.backend, rel_gap=self.rel_gap)
-                if len(self._window_matchings) > 1024:
-                    self._window_matchings.clear()
-                self._window_matchings[key] = found
+                self._window_matchings.put(key, found)
             pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
         return _partners(pairs)
 
@@ -296,11 +318,8 @@ class Pairing:
             rows, cols = np.nonzero(w > 0)
             hit = (rows.astype(np.int32), cols.astype(np.int32), w[rows, cols],
                    times[rows, cols])
-            # a round of a deep queue meets a few dozen windows per matching round; each
-            # entry holds up to a window's 8,128 merges (190 kB)
-            if len(self._window_cache) > 256:
-                self._window_cache.clear()
-            self._window_cache[key] = hit
+            # each entry holds up to a window's 8,128 merges (190 kB)
+            self._window_cache.put(key, hit)
         return hit
 
     def _merges(self, nodes: list[Packing]) -> tuple:
@@ -554,25 +573,46 @@ class Pairing:
         return np.where(together, 1.0 + np.maximum(b[:, None], b[None, :]), 1.0)
 
 
-def _windows(n: int, size: int) -> list[tuple[int, int]]:
-    """[lo, hi) ranges splitting n candidates into near-equal consecutive windows of at most
-    `size` (one window when size is 0)."""
+def _windows(n: int, size: int, keys: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """[lo, hi) ranges splitting n candidates into consecutive windows of about `size` (one
+    window when size is 0 or n <= size).
+
+    With `keys` (a number per candidate: its job id) the boundaries are anchored to the
+    candidates: a window ends before a candidate whose key hashes to a cut (one in 3/4 size of
+    them) once it holds a quarter of `size`, and after twice `size` at the latest; a last
+    window under a quarter joins the one before. An arrival then changes the window it lands
+    in and seldom the next, where an even split moves every boundary behind it, and every
+    window behind misses its cache. Without keys, near-equal windows of at most `size`."""
     if size <= 0 or n <= size:
         return [(0, n)]
-    count = -(-n // size)
-    bounds = [round(i * n / count) for i in range(count + 1)]
+    if keys is None:
+        count = -(-n // size)
+        bounds = [round(i * n / count) for i in range(count + 1)]
+        return list(zip(bounds, bounds[1:]))
+    least, most = max(1, size // 4), 2 * size
+    mixed = (np.asarray(keys, dtype=np.int64).view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+             >> np.uint64(40))
+    cuts = np.flatnonzero(mixed % np.uint64(max(1, 3 * size // 4)) == 0).tolist()
+    bounds = [0]
+    for cut in (*cuts, n):
+        while cut - bounds[-1] > most:
+            bounds.append(bounds[-1] + size)
+        if cut - bounds[-1] >= least:
+            bounds.append(cut)
+    if bounds[-1] != n:
+        bounds[-1] = n  # the tail under a quarter joins the window before
     return list(zip(bounds, bounds[1:]))
 
 
-def _window_members(labels: np.ndarray, size: int) -> list[np.ndarray]:
-    """The candidates of each matching window (indices, in priority order): near-equal
-    consecutive windows (`_windows`), except that a candidate running in a group now
-    (`labels`: _group_labels) joins the window of its group's first candidate; a window of
-    one matches nothing and is left out. One arrival shifts every boundary of the
-    consecutive split by a candidate; without this, each shift split a running pair across
-    two windows, and every window regrouped a pair or two per arrival."""
+def _window_members(labels: np.ndarray, size: int,
+                    keys: Sequence[int] | None = None) -> list[np.ndarray]:
+    """The candidates of each matching window (indices, in priority order): the consecutive
+    windows of `_windows` (`keys`: see `_anchors`), except that a candidate
+    running in a group now (`labels`: _group_labels) joins the window of its group's first
+    candidate; a window of one matches nothing and is left out. Without this, a boundary
+    that fell between a running pair split it, and the pair regrouped."""
     n = len(labels)
-    bounds = _windows(n, size)
+    bounds = _windows(n, size, keys)
     if len(bounds) == 1:
         return [np.arange(n)]
     window = np.empty(n, dtype=int)
@@ -584,6 +624,17 @@ def _window_members(labels: np.ndarray, size: int) -> list[np.ndarray]:
             window[i] = first.setdefault(label, window[i])
     members = (np.flatnonzero(window == w) for w in range(len(bounds)))
     return [idx for idx in members if len(idx) > 1]
+
+
+def _anchors(nodes: list[Packing]) -> list[int] | None:
+    """What a matching round's windows are anchored to: the job ids when every candidate is
+    one job (the first matching round, where most of a deep queue's windows are); None for
+    later rounds, split evenly, whose candidates are the last round's pairs and follow the
+    groups running now: windows anchored to those moved with each regroup, and a group
+    flipped between two partners round after round."""
+    if all(len(node) == 1 for node in nodes):
+        return [node[0].id for node in nodes]
+    return None
 
 
 def _group_labels(nodes: list[Packing]) -> np.ndarray:
