@@ -241,16 +241,28 @@ def submissions(args, run_dir: Path, ep_file: Path, sched) -> dict:
             "_samples": sampler.end()}
 
 
+def round_applied_after_submissions(records: list[dict]) -> bool:
+    """Whether a round was planned after the last submission and applied: the service logs
+    a submission and plans a round each under its lock, so the first `round` after the
+    last `job_submitted` took every submission, and its `round_done` closes it."""
+    last = next((i for i in range(len(records) - 1, -1, -1)
+                 if records[i]["event"] == "job_submitted"), None)
+    if last is None:
+        return False
+    planned = next((i for i in range(last + 1, len(records))
+                    if records[i]["event"] == "round"), None)
+    return planned is not None and any(r["event"] == "round_done"
+                                       for r in records[planned + 1:])
+
+
 def starts(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[dict, list]:
     """The starts case: a backlog in while no agent is up, then the agents; the fill is over
     once no job started for SETTLED_S. Returns the result and the agent hosts."""
     results, _ = run_clients(ep_file, args.clients, float("inf"), args.backlog)
     acked = [j for r in results for j in r[0]]
-    # in once a round ran after the last acknowledged submission was logged
     submitted = counter(tail, "job_submitted")
     wait_until(lambda: submitted() >= len(acked), 600, 0.2)
-    seen = len(tail.records)
-    wait_until(lambda: any(r["event"] == "round_done" for r in tail.poll()[seen:]), 600, 0.1)
+    wait_until(lambda: round_applied_after_submissions(tail.poll()), 600, 0.1)
     usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
     hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail)
     last: list = [0, time.monotonic(), None]  # jobs started, when that last changed, usage

@@ -72,3 +72,19 @@ def test_the_journal_check_finds_a_lost_and_a_doubled_acknowledgement(tmp_path):
     assert check["acknowledged_missing"] == 1  # 9 was acknowledged, never journaled
     assert check["acknowledged_twice"] == 1
     assert check["journaled_unacknowledged"] == 1  # 3: in flight when the clients stopped
+
+
+def test_the_backlog_is_in_once_a_round_planned_after_the_last_submission_is_applied():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_scale import round_applied_after_submissions
+
+    def log(*events: str) -> list[dict]:
+        return [{"event": e} for e in events]
+
+    assert not round_applied_after_submissions(log("round", "round_done"))
+    # the round_done of a round planned before the last submission took it not
+    assert not round_applied_after_submissions(
+        log("job_submitted", "round", "job_submitted", "round_done"))
+    assert not round_applied_after_submissions(log("job_submitted", "round"))
+    assert round_applied_after_submissions(
+        log("job_submitted", "round", "job_submitted", "round_done", "round", "round_done"))
