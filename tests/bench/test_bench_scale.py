@@ -88,3 +88,50 @@ def test_the_backlog_is_in_once_a_round_planned_after_the_last_submission_is_app
     assert not round_applied_after_submissions(log("job_submitted", "round"))
     assert round_applied_after_submissions(
         log("job_submitted", "round", "job_submitted", "round_done", "round", "round_done"))
+
+
+def test_a_finishing_stand_in_resumes_from_its_checkpoint_as_its_ledger_requires(tmp_path):
+    """The stand-in trainer (bench/agent_host.py --finish-after): stopped, it checkpoints
+    where it stands; relaunched on its node with a stale start it goes on from its own
+    checkpoint, on another node from the launch's start; the ledgers, judged alone, show
+    one job run three times and finished once. Relaunched once finished, it ends at once,
+    finished, as the trainer does: a second finish the verdict reports."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from agent_host import FinishingTrainer
+    from broker.testing import wait_until
+    from node_agent.config import AgentConfig
+    from trainer import checkpoint
+    from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
+    from trainer.ledger import read_ledgers, verdict
+
+    def cfg(node: str) -> AgentConfig:
+        return AgentConfig(node=node, gpus=(0,), cpus=2, mem=8.0, endpoints_file="unused",
+                           run_dir=tmp_path / node)
+
+    def judged():
+        records = [r for node in ("n0", "n1") for r in read_ledgers(tmp_path / node)[0]]
+        return verdict(records, {7: 1000.0})
+
+    first = FinishingTrainer(cfg("n0"), 7, 1000, 0.0, finish_after=60.0)
+    assert first.poll() is None
+    wait_until(lambda: first.position() > 0, 10)
+    first.terminate()
+    assert first.wait() == first.poll() == EXIT_STOPPED
+    stopped = checkpoint.read(cfg("n0").checkpoint_dir, 7)
+    assert 0 < stopped.iterations < 1000 and not stopped.done
+    again = FinishingTrainer(cfg("n0"), 7, 1000, 0.0, finish_after=60.0)  # a stale start
+    assert again.resumed == stopped.iterations
+    again.terminate()
+    moved = checkpoint.read(cfg("n0").checkpoint_dir, 7).iterations
+    assert moved >= stopped.iterations
+    last = FinishingTrainer(cfg("n1"), 7, 1000, moved, finish_after=0.2)  # the launch's start
+    assert last.resumed == moved
+    wait_until(lambda: last.poll() is not None, 10)
+    assert last.wait() == EXIT_FINISHED
+    assert checkpoint.read(cfg("n1").checkpoint_dir, 7).done
+    v = judged()
+    assert v.ok, v.problems
+    assert v.runs == {7: 3} and v.finishes == {7: 1}
+    rerun = FinishingTrainer(cfg("n1"), 7, 1000, moved, finish_after=0.2)
+    assert rerun.poll() == EXIT_FINISHED
+    assert any(p.startswith("job 7: finished 2 times") for p in judged().problems)
