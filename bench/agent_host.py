@@ -2,11 +2,23 @@
 
 Each agent is the node agent's own code (`node_agent.agent.run`: its service thread and
 sockets, its link's registration, heartbeats and outbox, its job table), on a thread of this
-process; only the trainers are stand-ins (`StandInTrainer`, no process: a 2-core machine
-cannot run thousands), which run until stopped; so each agent looks at them four times a
-second (`--tick`, AgentConfig.tick) instead of twenty: at twenty, 1,024 agents took 1.3 of the
-machine's 2 cores doing nothing, at four 0.55. What the benchmark reads back, written as JSON
-to --out when the host is told to stop (SIGTERM or SIGINT):
+process; only the trainers are stand-ins (no process: a 2-core machine cannot run thousands).
+By default they run until stopped (`StandInTrainer`), so each agent looks at them four times
+a second (`--tick`, AgentConfig.tick) instead of twenty: at twenty, 1,024 agents took 1.3 of
+the machine's 2 cores doing nothing, at four 0.55.
+
+With `--finish-after SECONDS` they do their job's work instead (`FinishingTrainer`): all of
+a job's iterations (the launch's workload says how many) in that many seconds of running,
+whatever its shape, so a backlog of trace jobs days long ends in minutes; a stopped one
+resumes where its checkpoint left it. They write what the emulated trainer writes (the
+progress record the agent reads, trainer/checkpoint; the node's ledger, trainer/ledger.py:
+`start`, `checkpoint`, `end`) and exit as it does (finished, or stopped when told to stop),
+so the agent reports them through its own paths and `trainer.ledger.verdict` can judge the
+run. A job must fit one node (the launch of a job over several nodes gives each its own
+stand-in, as it gives each its own emulated trainer).
+
+What the benchmark reads back, written as JSON to --out when the host is told to stop
+(SIGTERM or SIGINT):
 
 * `handled`: (wall time, request type, job id, node) of every launch, stop and regroup an
   agent answered, for the whole-round latency;
@@ -15,11 +27,14 @@ to --out when the host is told to stop (SIGTERM or SIGINT):
   within the timeout before is wrong).
 
 Run from the repository root (bench_service.py --real-agents starts these):
-    python bench/agent_host.py --endpoints FILE --run-dir DIR --first 0 --count 256 --out F
+    python bench/agent_host.py --endpoints FILE --run-dir DIR --first 0 --count 256 --out F \
+        [--finish-after SECONDS]
+Each agent's run folder is DIR/<node> (its checkpoints, trainers' files and ledger).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import signal
@@ -38,7 +53,9 @@ from node_agent import agent as node_agent  # noqa: E402
 from node_agent import launcher  # noqa: E402
 from node_agent.config import AgentConfig  # noqa: E402
 from node_agent.link import Link  # noqa: E402
-from trainer.exits import EXIT_STOPPED  # noqa: E402
+from trainer import checkpoint  # noqa: E402
+from trainer.exits import EXIT_FINISHED, EXIT_STOPPED  # noqa: E402
+from trainer.ledger import Ledger, ledger_path  # noqa: E402
 
 GPUS_PER_NODE = 8
 
@@ -64,9 +81,72 @@ class StandInTrainer:
         return self.returncode
 
 
-def stand_in_spawn(cfg: AgentConfig, job_id: int, gpus: tuple, workload: dict, *rest: Any) -> list:
+class FinishingTrainer(StandInTrainer):
+    """A stand-in that does its job's work: iterations at a fixed rate, all `total` of them
+    in `finish_after` s of running, from where the job's progress record (or the launch's
+    start, whichever is ahead) left it, as the emulated trainer resumes (trainer/api.py).
+
+    Its records are the emulated trainer's, by the trainer's own writers: the ledger's
+    `start` at launch; at its end, the ledger's `checkpoint`, the progress record the agent
+    reads (done when finished) and the ledger's `end`. It ends when the agent looks at it
+    (`poll`) once its work is done (exit finished), or when told to stop (`terminate`: exit
+    stopped where it stands, or finished if its work was done by then). A relaunch of a
+    finished job ends at once, finished, as the trainer's does.
+
+    No process: its ledger pid is this host's (the process its work ran in: a death of the
+    host bounds all of its runs), and the ledger's own random incarnation, one per run, is
+    what tells its runs apart. `pid` stays 0 for the agent: there is nothing to signal."""
+
+    def __init__(self, cfg: AgentConfig, job_id: int, total: float, start: float,
+                 finish_after: float):
+        super().__init__()
+        self.cfg, self.job_id, self.total = cfg, int(job_id), float(total)
+        self.rate = self.total / finish_after  # iterations a second
+        self.lock = threading.Lock()  # the agent's threads may poll and stop it together
+        self.ledger = Ledger(ledger_path(cfg.run_dir, cfg.node), job_id, cfg.node)
+        record = checkpoint.read(cfg.checkpoint_dir, job_id)
+        self.resumed = max(record.iterations if record else 0.0, float(start))
+        self.began = time.monotonic()
+        self.ledger.start(self.resumed, self.total)
+        if record is not None and record.done and record.iterations >= self.total:
+            self.ledger.end("finished")  # nothing to do: trainer.api.Job.exit_finished
+            self.returncode = EXIT_FINISHED
+
+    def position(self) -> float:
+        return min(self.total, self.resumed + self.rate * (time.monotonic() - self.began))
+
+    def poll(self) -> int | None:
+        with self.lock:
+            if self.returncode is None and self.position() >= self.total:
+                self._end(self.total)
+            return self.returncode
+
+    def terminate(self) -> None:
+        with self.lock:
+            if self.returncode is None:
+                self._end(self.position())
+
+    kill = terminate
+
+    def _end(self, at: float) -> None:
+        """The trainer's stop or finish (trainer.api.Job._save, then its exit)."""
+        done = at >= self.total
+        self.ledger.checkpoint(at)  # before the record is durable, as the ledger requires
+        checkpoint.write(self.cfg.checkpoint_dir, checkpoint.Checkpoint(
+            job_id=self.job_id, iterations=at, total=self.total, node=self.cfg.node,
+            done=done))
+        self.ledger.end("finished" if done else "stopped")
+        self.returncode = EXIT_FINISHED if done else EXIT_STOPPED
+
+
+def stand_in_spawn(cfg: AgentConfig, job_id: int, gpus: tuple, workload: dict, start: float,
+                   *rest: Any, finish_after: float | None = None) -> list:
+    """launcher.spawn with stand-ins: one that runs until stopped, or, with `finish_after`,
+    one that does the job's work (its launch's iterations) in that many seconds."""
     cfg.trainer_dir.mkdir(parents=True, exist_ok=True)  # a regroup writes the pace file there
-    return [StandInTrainer()]
+    if finish_after is None:
+        return [StandInTrainer()]
+    return [FinishingTrainer(cfg, job_id, workload["iterations"], start, finish_after)]
 
 
 class Records:
@@ -112,11 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--tick", type=float, default=0.25,
                     help="how often each agent looks at its trainers (AgentConfig.tick): the "
-                         "stand-ins end only when stopped, so a node's 20 looks a second "
-                         "would be this machine's CPU spent on nothing")
+                         "stand-ins end only when stopped (or, with --finish-after, are seen "
+                         "finished this late at most), so a node's 20 looks a second would "
+                         "be this machine's CPU spent on nothing")
+    ap.add_argument("--finish-after", type=float, default=None,
+                    help="stand-ins that do all of a job's iterations in this many seconds "
+                         "of running and write the trainers' ledger (default: they run "
+                         "until stopped and write nothing)")
     args = ap.parse_args(argv)
+    if args.finish_after is not None and not args.finish_after > 0:
+        ap.error("--finish-after must be > 0")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    launcher.spawn = stand_in_spawn
+    launcher.spawn = functools.partial(stand_in_spawn, finish_after=args.finish_after)
     records = Records()
     records.install()
     stop = threading.Event()

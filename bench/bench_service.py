@@ -378,9 +378,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start_hosts(ep_file: Path, run_dir: Path, count: int, per_host: int, heartbeat: float,
-                tail: LogTail) -> list[tuple[subprocess.Popen, Path]]:
-    """Start `count` real node agents, `per_host` to an agent_host.py process, and wait
-    until the scheduler logged every one registered."""
+                tail: LogTail, extra: tuple[str, ...] = ()
+                ) -> list[tuple[subprocess.Popen, Path]]:
+    """Start `count` real node agents, `per_host` to an agent_host.py process (`extra`: more
+    of its options), and wait until the scheduler logged every one registered. Each agent's
+    run folder is RUN_DIR/agents/<node>."""
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     hosts = []
     for first in range(0, count, per_host):
@@ -389,7 +391,7 @@ def start_hosts(ep_file: Path, run_dir: Path, count: int, per_host: int, heartbe
             [sys.executable, str(ROOT / "bench" / "agent_host.py"), "--endpoints", str(ep_file),
              "--run-dir", str(run_dir / "agents"), "--first", str(first),
              "--count", str(min(per_host, count - first)), "--heartbeat", str(heartbeat),
-             "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+             "--out", str(out), *extra], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
             stderr=open(run_dir / f"host-{first}.err", "wb")), out))
 
     def registered() -> bool:
