@@ -20,8 +20,7 @@ Three cases:
   second, by the agents' own record of the launches they answered (from the first to the last
   launch of the fill, and from the first registration), the launches the scheduler logged,
   and that no job was launched twice without a stop between.
-* finish (`--starts --finish SECONDS`): the starts case's backlog (of jobs that fit a node:
-  an 8-GPU job never starts on this spec), then agents whose stand-in trainers do a job's
+* finish (`--starts --finish SECONDS`): the starts case's backlog, then agents whose stand-in trainers do a job's
   work in SECONDS of running (agent_host.py --finish-after; stopped ones resume from their
   checkpoint) and write the trainers' ledgers; over once the scheduler logged every job
   finished (or after --finish-timeout). Reported, besides the launches and stops: the jobs
@@ -79,20 +78,17 @@ from trainer.ledger import read_ledgers, verdict  # noqa: E402
 
 CLIENT_RANGE = 10_000_000  # client c submits ids c * CLIENT_RANGE + 1, + 2, ...
 SETTLED_S = 5.0  # the fill is over once no job started for this long
-# the largest job that fits a node of the bench's spec (8 GPUs, 32 CPUs): an 8-GPU job asks
-# for 48 CPUs (scheduler.core.placement.Demand), so it never starts there, let alone finishes
-FITS_A_NODE_GPUS = 4
 
 
 def client(ep_file: str, index: int, start_at: float, seconds: float, count: int | None,
-           out, max_gpus: int = 8) -> None:
-    """Submit jobs of at most `max_gpus` GPUs one request at a time from `start_at` (wall
+           out) -> None:
+    """Submit jobs one request at a time from `start_at` (wall
     clock) for `seconds`, or until `count` were acknowledged; put (acknowledged ids,
     latencies in ms, refused, the wall time of each acknowledgement, the iterations of each
     acknowledged job) on `out`."""
     endpoints = Endpoints.load(Path(ep_file))
     requester = Requester(endpoints, f"bench-client-{index}", timeout=30.0, retries=5)
-    shapes = generate(500, seed=100 + index, max_gpus=max_gpus, backlog=True,
+    shapes = generate(500, seed=100 + index, max_gpus=8, backlog=True,
                       median_duration=10 * 86400.0, min_duration=86400.0)
     acked, latencies, refused, times, iterations = [], [], 0, [], []
     time.sleep(max(0.0, start_at - time.time()))  # all clients begin together
@@ -113,16 +109,15 @@ def client(ep_file: str, index: int, start_at: float, seconds: float, count: int
     out.put((acked, latencies, refused, times, iterations))
 
 
-def run_clients(ep_file: Path, clients: int, seconds: float, count: int | None = None,
-                max_gpus: int = 8) -> tuple[list, float]:
+def run_clients(ep_file: Path, clients: int, seconds: float,
+                count: int | None = None) -> tuple[list, float]:
     """M client processes submitting together; their results and the wall time they took
     (from the moment all began)."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     start_at = time.time() + 3.0  # the clients' imports done before the clock starts
     each = None if count is None else -(-count // clients)
-    procs = [ctx.Process(target=client, args=(str(ep_file), c + 1, start_at, seconds, each, out,
-                                                 max_gpus))
+    procs = [ctx.Process(target=client, args=(str(ep_file), c + 1, start_at, seconds, each, out))
              for c in range(clients)]
     for p in procs:
         p.start()
@@ -261,11 +256,10 @@ def submissions(args, run_dir: Path, ep_file: Path, sched) -> dict:
             "_samples": sampler.end()}
 
 
-def backlog(args, ep_file: Path, tail: LogTail,
-            max_gpus: int = 8) -> tuple[list[int], dict[int, float]]:
+def backlog(args, ep_file: Path, tail: LogTail) -> tuple[list[int], dict[int, float]]:
     """Submit `--backlog` jobs while no agent is up and wait until the scheduler has them
     all; the acknowledged ids and each one's iterations, as its client submitted it."""
-    results, _ = run_clients(ep_file, args.clients, float("inf"), args.backlog, max_gpus)
+    results, _ = run_clients(ep_file, args.clients, float("inf"), args.backlog)
     acked = [j for r in results for j in r[0]]
     totals = {j: float(its) for r in results for j, its in zip(r[0], r[4])}
     submitted = counter(tail, "job_submitted")
@@ -338,7 +332,7 @@ def finishes(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[
     work (agent_host.py --finish-after); over once the scheduler logged every acknowledged
     job finished, or after --finish-timeout (the checks then find what did not finish).
     Returns the result and the agent hosts."""
-    acked, totals = backlog(args, ep_file, tail, FITS_A_NODE_GPUS)
+    acked, totals = backlog(args, ep_file, tail)
     usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
     hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail,
                         ("--finish-after", repr(args.finish)))

@@ -346,10 +346,12 @@ def main(argv: list[str] | None = None) -> int:
             "regroups": sum(a["regroups"] for a in arrivals),
             # rounds (ticks) that ran between an arrival and its own round: 0 expected
             "other_rounds_in_window": sum(a["other_rounds"] for a in arrivals),
-            # agent replies after the first arrival that fell in no arrival's round: 0 unless
-            # a round_done came before its round's last reply (or a tick round sent some)
+            # agent replies between the first arrival and the last one's round_done that fell
+            # in no arrival's round: 0 unless a round_done came before its round's last reply
+            # (or a tick round sent some); after it, stopping the agent hosts requeues jobs
             "replies_outside_rounds": sum(
-                1 for t, *_ in list(acks) if t >= arrivals[0]["window"][0]
+                1 for t, *_ in list(acks)
+                if arrivals[0]["window"][0] <= t <= arrivals[-1]["window"][1]
                 and not any(a["window"][0] <= t <= a["window"][1] for a in arrivals)),
             "target_median_ms": args.target_ms,
             "heartbeats_refused": len(errors),
@@ -427,11 +429,13 @@ def busy_processes(count: int) -> list[subprocess.Popen]:
 
 
 def cluster_files(prefix: str, agents: int) -> tuple[Path, Path, Path]:
-    """A fresh run folder, its spec (one node per stand-in agent) and the endpoints path."""
+    """A fresh run folder, its spec (one node per stand-in agent, shaped as the project's
+    8-GPU specs: an 8-GPU job asks for 48 CPUs, so nodes of fewer never run one) and the
+    endpoints path."""
     run_dir = Path(tempfile.mkdtemp(prefix=prefix))
     spec_file = run_dir / "spec.csv"
     spec_file.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
-                         f"1,{agents},{GPUS_PER_NODE},32,256\n")
+                         f"1,{agents},{GPUS_PER_NODE},92,520\n")
     return run_dir, spec_file, run_dir / "endpoints.json"
 
 
