@@ -161,16 +161,27 @@ class Sampler:
             return
 
 
+def reader(tail: LogTail, event: str):
+    """A function that returns the scheduler's `event` records logged since it was last
+    called, reading only those (the bench polls it while the scheduler works)."""
+    read = 0
+
+    def new() -> list[dict]:
+        nonlocal read
+        records = tail.poll()
+        found = [r for r in records[read:] if r["event"] == event]
+        read = len(records)
+        return found
+    return new
+
+
 def counter(tail: LogTail, event: str):
-    """A function that counts the scheduler's `event` records so far, reading only the
-    records new since it last counted (the bench polls it while the scheduler works)."""
-    read, found = 0, 0
+    """A function that counts the scheduler's `event` records so far (see `reader`)."""
+    new, found = reader(tail, event), 0
 
     def count() -> int:
-        nonlocal read, found
-        records = tail.poll()
-        found += sum(1 for r in records[read:] if r["event"] == event)
-        read = len(records)
+        nonlocal found
+        found += len(new())
         return found
     return count
 
@@ -319,12 +330,18 @@ def judge_starts(result: dict, acks: list) -> dict:
     for t, _, job_id, _ in launches:
         first_launch.setdefault(job_id, t)
     result["_events"] = list(first_launch.values())
-    return dict(result, launch_requests=len(launches), jobs_started=len(jobs),
-                stops=sum(1 for a in acks if a[1] == "job.stop"),
-                fill_s=round(end - first, 2),
+    return dict(result, **agent_work(acks), fill_s=round(end - first, 2),
                 starts_per_s=round(len(jobs) / max(end - first, 1e-9), 1),
-                starts_per_s_from_registration=round(len(jobs) / max(end - registered, 1e-9), 1),
-                launched_twice_without_stop=launched_twice(acks))
+                starts_per_s_from_registration=round(len(jobs) / max(end - registered, 1e-9), 1))
+
+
+def agent_work(acks: list) -> dict:
+    """What the agents' own record says they did: launches answered, jobs started, stops,
+    and whether a job was launched twice on a node without a stop between."""
+    launches = [a for a in acks if a[1] == "job.launch"]
+    return {"launch_requests": len(launches), "jobs_started": len({a[2] for a in launches}),
+            "stops": sum(1 for a in acks if a[1] == "job.stop"),
+            "launched_twice_without_stop": launched_twice(acks)}
 
 
 def finishes(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[dict, list]:
@@ -336,13 +353,10 @@ def finishes(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[
     usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
     hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail,
                         ("--finish-after", repr(args.finish)))
-    want, finished, read = set(acked), set(), 0
+    want, finished, new = set(acked), set(), reader(tail, "job_finished")
 
     def all_finished() -> bool:
-        nonlocal read
-        records = tail.poll()
-        finished.update(r.get("job_id") for r in records[read:] if r["event"] == "job_finished")
-        read = len(records)
+        finished.update(r.get("job_id") for r in new())
         return want <= finished
 
     try:
@@ -423,10 +437,7 @@ def judge_finishes(result: dict, acks: list, run_dir: Path, tail: LogTail) -> di
     logged = [r.get("job_id") for r in tail.poll() if r["event"] == "job_finished"]
     check = finish_check(run_dir / "agents", run_dir / "journal.db", logged, result["_acked"],
                          result.pop("_totals"))
-    return dict(result, launch_requests=sum(1 for a in acks if a[1] == "job.launch"),
-                jobs_started=len({a[2] for a in acks if a[1] == "job.launch"}),
-                stops=sum(1 for a in acks if a[1] == "job.stop"),
-                launched_twice_without_stop=launched_twice(acks), **check)
+    return dict(result, **agent_work(acks), **check)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -510,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         if hosts:
             stop_hosts(hosts)
         stop_cluster(threading.Event(), [], procs)
+
 
 if __name__ == "__main__":
     sys.exit(main())

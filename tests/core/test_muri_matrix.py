@@ -243,10 +243,11 @@ def test_windowed_matching_pairs_only_within_windows(monkeypatch):
 
 
 class Candidate:
-    """A job as _window_members sees it: the group it runs in now (its members' ids)."""
+    """A job as _window_members sees it: its id and the group it runs in now (its members'
+    ids)."""
 
-    def __init__(self, group_key: tuple):
-        self.group_key = group_key
+    def __init__(self, job_id: int, group_key: tuple):
+        self.id, self.group_key = job_id, group_key
 
 
 @given(st.lists(st.integers(min_value=-1, max_value=6), min_size=2, max_size=60),
@@ -257,9 +258,9 @@ def test_a_running_group_is_matched_in_one_window(labels, size):
     running group share the window of the first of them; every candidate is in at most one."""
     from scheduler.core.policies.muri_pairs import _group_labels, _window_members, _windows
 
-    nodes = [[Candidate(() if g < 0 else (100 + g, 200 + g))] for g in labels]
+    nodes = [[Candidate(i, () if g < 0 else (100 + g, 200 + g))] for i, g in enumerate(labels)]
     keys = list(range(len(nodes)))
-    windows = _window_members(_group_labels(nodes), size, keys)
+    windows = _window_members(_group_labels(nodes), size, nodes)
     home = {}
     for w, (lo, hi) in enumerate(_windows(len(nodes), size, keys)):
         home.update((i, w) for i in range(lo, hi))

@@ -203,7 +203,7 @@ class Pairing:
             return partner
         if self._dense:
             pairs = []
-            for idx in _window_members(_group_labels(nodes), self.window, _anchors(nodes)):
+            for idx in _window_members(_group_labels(nodes), self.window, nodes):
                 found = max_weight_pairs_dense(
                     self.weight_matrix([nodes[i] for i in idx], [bonus[i] for i in idx]),
                     backend=self.backend, rel_gap=self.rel_gap)
@@ -285,7 +285,7 @@ class Pairing:
         gpus = nodes[0][0].num_gpu
         stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
         pairs: list[tuple[int, int]] = []
-        for idx in _window_members(labels, self.window, _anchors(nodes)):
+        for idx in _window_members(labels, self.window, nodes):
             rows, cols, weight, tt = self._window_merges([nodes[i] for i in idx])
             if not len(rows):
                 continue
@@ -604,17 +604,16 @@ def _windows(n: int, size: int, keys: Sequence[int] | None = None) -> list[tuple
     return list(zip(bounds, bounds[1:]))
 
 
-def _window_members(labels: np.ndarray, size: int,
-                    keys: Sequence[int] | None = None) -> list[np.ndarray]:
+def _window_members(labels: np.ndarray, size: int, nodes: list[Packing]) -> list[np.ndarray]:
     """The candidates of each matching window (indices, in priority order): the consecutive
-    windows of `_windows` (`keys`: see `_anchors`), except that a candidate
-    running in a group now (`labels`: _group_labels) joins the window of its group's first
-    candidate; a window of one matches nothing and is left out. Without this, a boundary
-    that fell between a running pair split it, and the pair regrouped."""
+    windows of `_windows` (anchored as `_anchors` says), except that a candidate running in
+    a group now (`labels`: _group_labels) joins the window of its group's first candidate;
+    a window of one matches nothing and is left out. Without this, a boundary that fell
+    between a running pair split it, and the pair regrouped."""
     n = len(labels)
-    bounds = _windows(n, size, keys)
-    if len(bounds) == 1:
+    if size <= 0 or n <= size:
         return [np.arange(n)]
+    bounds = _windows(n, size, _anchors(nodes))
     window = np.empty(n, dtype=int)
     for w, (lo, hi) in enumerate(bounds):
         window[lo:hi] = w
