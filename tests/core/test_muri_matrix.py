@@ -256,11 +256,13 @@ class Candidate:
 def test_a_running_group_is_matched_in_one_window(labels, size):
     """Each candidate's window is its consecutive one, except that the candidates of one
     running group share the window of the first of them; every candidate is in at most one."""
-    from scheduler.core.policies.muri_pairs import _group_labels, _window_members, _windows
+    from scheduler.core.policies.muri_pairs import (_group_labels, _numbered,
+                                                    _window_members, _windows)
 
     nodes = [[Candidate(i, () if g < 0 else (100 + g, 200 + g))] for i, g in enumerate(labels)]
     keys = list(range(len(nodes)))
-    windows = _window_members(_group_labels(nodes), size, nodes)
+    windows, pulled = _window_members(_group_labels(nodes),
+                                      _numbered(_windows(len(nodes), size, keys), len(nodes)))
     home = {}
     for w, (lo, hi) in enumerate(_windows(len(nodes), size, keys)):
         home.update((i, w) for i in range(lo, hi))
@@ -272,6 +274,8 @@ def test_a_running_group_is_matched_in_one_window(labels, size):
     for i, g in enumerate(labels):
         expected.setdefault(home[first[g]] if g >= 0 else home[i], []).append(i)
     assert sorted(map(list, windows)) == sorted(m for m in expected.values() if len(m) > 1)
+    assert pulled.tolist() == [g >= 0 and home[first[g]] != home[i]
+                               for i, g in enumerate(labels)]
 
 
 def test_an_arrival_ranked_first_regroups_few_running_jobs():
@@ -331,3 +335,24 @@ def test_a_full_window_cache_drops_the_least_recently_used_entry_not_all():
     cache.put("d", "D")
     assert cache.get("b") is None and [cache.get(k) for k in "acd"] == ["A", "C", "D"]
     assert len(cache) == 3
+
+
+@pytest.mark.parametrize("seed, window", [(35, 8), (69, 8), (108, 8), (4, 16), (48, 16),
+                                          (49, 16)])
+def test_rounds_with_nothing_new_change_nothing_once_settled(seed, window):
+    """With no arrival, finish or new profile, a plan is a fixed point: once the backlog has
+    settled, a round stops and starts nobody. These generated cases (4 nodes of 4 GPUs, 80
+    one-GPU jobs, small matching windows) each cycled a group between partners round after
+    round while a member pulled into its group's window could pair with that window's jobs."""
+    from traces.generate import generate
+
+    preset = get_preset("default", muri_matching_window=window)
+    core = Core(spec(nodes=4, gpus=4), make_policy("muri-s", preset), preset.model)
+    for rec in generate(80, seed=seed, max_gpus=1, backlog=True, median_duration=10 * 86400.0,
+                        min_duration=86400.0):
+        core.submit(rec, 0.0)
+    changes = []
+    for t in range(9):
+        core.advance(float(t))
+        changes.append(len(core.round(float(t)).changes.kinds))
+    assert changes[4:] == [0] * 5, changes

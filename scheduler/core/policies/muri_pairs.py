@@ -82,6 +82,9 @@ class Pairing:
         # the round after it weigh every window again)
         self._window_cache: Recent = Recent(256)
         self._window_matchings: Recent = Recent(1024)
+        # each job's window in the first matching round of the last plan that weighed it
+        # (see _windows_of): the later rounds' windows join those
+        self._home: dict[JobView, int] = {}
         # Whole weight matrices in numpy and the pruned exact matcher; the artifact-compatible
         # "blossom" backend and the ordering ablations keep the pair-by-pair path.
         self._dense = backend in ("auto", "rustworkx", "networkx") and ordering == "best"
@@ -198,15 +201,21 @@ class Pairing:
             key += tuple(j.group_key for node in nodes for j in node)
         if hysteresis:
             key += tuple(round(b, 3) for b, node in zip(bonus, nodes) if node[0].group_key)
+        windows = None
+        if self._dense and self.window and n > self.window:
+            labels = _group_labels(nodes)
+            windows, pulled = self._windows_of(nodes, labels)
+            key += tuple(tuple(idx.tolist()) for idx in windows)  # they follow the first round
         partner = self._matchings.get(key)
         if partner is not None:
             return partner
         if self._dense:
             pairs = []
-            for idx in _window_members(_group_labels(nodes), self.window, nodes):
-                found = max_weight_pairs_dense(
-                    self.weight_matrix([nodes[i] for i in idx], [bonus[i] for i in idx]),
-                    backend=self.backend, rel_gap=self.rel_gap)
+            for idx in windows or [np.arange(n)]:
+                w = self.weight_matrix([nodes[i] for i in idx], [bonus[i] for i in idx])
+                if windows and pulled[idx].any():
+                    w[_strangers(labels, pulled, idx[:, None], idx[None, :])] = 0.0
+                found = max_weight_pairs_dense(w, backend=self.backend, rel_gap=self.rel_gap)
                 pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
             return self._remember(key, pairs)
         if self.backend == "blossom":
@@ -276,20 +285,23 @@ class Pairing:
 
     def _windowed_pairs(self, nodes: list[Packing], look: Outlook,
                         labels: np.ndarray) -> dict[int, int]:
-        """_paying_pairs window by window (`_window_members`): only merges within a window
-        are weighed, each window's remembered by its candidates, and each window's
-        matching by its paying edges. Windows are anchored to candidates (`_windows`), so an
-        arrival makes one or two windows new; weighing those as whole arrays costs little,
+        """_paying_pairs window by window (`_windows_of`): only merges within a window are
+        weighed, each window's remembered by its candidates, and each window's matching by
+        its paying edges. Windows stay with their jobs, so an arrival makes one or two
+        windows new; weighing those as whole arrays costs little,
         where weighing every pair of a deep queue (or a table of its shapes: live profiles
         are all distinct) costs seconds."""
         gpus = nodes[0][0].num_gpu
         stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
         pairs: list[tuple[int, int]] = []
-        for idx in _window_members(labels, self.window, nodes):
+        windows, pulled = self._windows_of(nodes, labels)
+        for idx in windows:
             rows, cols, weight, tt = self._window_merges([nodes[i] for i in idx])
             if not len(rows):
                 continue
             pays = merge_pays(stats[idx[rows]], stats[idx[cols]], tt, gpus, look.gpus)
+            if pulled[idx].any():
+                pays &= ~_strangers(labels, pulled, idx[rows], idx[cols])
             if not pays.any():
                 continue
             rows, cols, weight = rows[pays], cols[pays], weight[pays]
@@ -306,6 +318,34 @@ class Pairing:
                 self._window_matchings.put(key, found)
             pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
         return _partners(pairs)
+
+    def _windows_of(self, nodes: list[Packing],
+                    labels: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """The matching windows of more than `window` candidates of a class, as
+        `_window_members` gives them from each candidate's window number.
+
+        The first matching round (single jobs) cuts windows anchored to the jobs (`_windows`
+        with their ids), so an arrival changes the window it lands in, not every window
+        behind it. A later round's candidates are the earlier rounds' pairs, each of one
+        first-round window: its windows join consecutive first-round windows, as many as
+        keep about `window` candidates each (a power of two, so the joins stay put while
+        the count moves a little). Cut afresh, the later rounds' windows moved with every
+        regroup and missed their caches."""
+        n, size = len(nodes), self.window
+        if all(len(node) == 1 for node in nodes):
+            window = _numbered(_windows(n, size, [node[0].id for node in nodes]), n)
+            if len(self._home) > 200_000:
+                self._home.clear()
+            self._home.update(zip((node[0] for node in nodes), window.tolist()))
+            return _window_members(labels, window)
+        home = self._home
+        try:
+            first = np.array([home[node[0]] for node in nodes], dtype=np.int64)
+        except KeyError:  # not met in a first round (a caller's own candidates): even cuts
+            return _window_members(labels, _numbered(_windows(n, size), n))
+        spread = int(first.max()) + 1
+        join = 1 << max(0, math.floor(math.log2(max(1.0, spread * size / n))))
+        return _window_members(labels, first // join)
 
     def _window_merges(self, nodes: list[Packing]) -> tuple:
         """(rows, cols, weight, tt): every merge i < j of one window's candidates that may
@@ -604,36 +644,42 @@ def _windows(n: int, size: int, keys: Sequence[int] | None = None) -> list[tuple
     return list(zip(bounds, bounds[1:]))
 
 
-def _window_members(labels: np.ndarray, size: int, nodes: list[Packing]) -> list[np.ndarray]:
-    """The candidates of each matching window (indices, in priority order): the consecutive
-    windows of `_windows` (anchored as `_anchors` says), except that a candidate running in
-    a group now (`labels`: _group_labels) joins the window of its group's first candidate;
-    a window of one matches nothing and is left out. Without this, a boundary that fell
-    between a running pair split it, and the pair regrouped."""
-    n = len(labels)
-    if size <= 0 or n <= size:
-        return [np.arange(n)]
-    bounds = _windows(n, size, _anchors(nodes))
-    window = np.empty(n, dtype=int)
-    for w, (lo, hi) in enumerate(bounds):
-        window[lo:hi] = w
+def _window_members(labels: np.ndarray,
+                    window: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """(windows, pulled): the candidates of each window number (indices, in priority
+    order; windows in number order, a window of one left out, as it matches nothing), and
+    which candidates were pulled into theirs: a candidate running in a group now (`labels`:
+    _group_labels) joins the window of its group's first candidate. Without this, a
+    boundary that fell between a running pair split it, and the pair regrouped. A pulled
+    candidate may merge only with its own group there (`_strangers`)."""
+    home = window
+    window = window.copy()
     first: dict[int, int] = {}
     for i, label in enumerate(labels.tolist()):
         if label >= 0:
             window[i] = first.setdefault(label, window[i])
-    members = (np.flatnonzero(window == w) for w in range(len(bounds)))
-    return [idx for idx in members if len(idx) > 1]
+    pulled = window != home
+    order = np.argsort(window, kind="stable")
+    cuts = np.flatnonzero(np.diff(window[order])) + 1
+    return [idx for idx in np.split(order, cuts) if len(idx) > 1], pulled
 
 
-def _anchors(nodes: list[Packing]) -> list[int] | None:
-    """What a matching round's windows are anchored to: the job ids when every candidate is
-    one job (the first matching round, where most of a deep queue's windows are); None for
-    later rounds, split evenly, whose candidates are the last round's pairs and follow the
-    groups running now: windows anchored to those moved with each regroup, and a group
-    flipped between two partners round after round."""
-    if all(len(node) == 1 for node in nodes):
-        return [node[0].id for node in nodes]
-    return None
+def _numbered(bounds: list[tuple[int, int]], n: int) -> np.ndarray:
+    """Each of n candidates' window number, from `_windows`' ranges."""
+    window = np.empty(n, dtype=np.int64)
+    for w, (lo, hi) in enumerate(bounds):
+        window[lo:hi] = w
+    return window
+
+
+def _strangers(labels: np.ndarray, pulled: np.ndarray, rows: np.ndarray,
+               cols: np.ndarray) -> np.ndarray:
+    """Which merges (rows[k], cols[k]) join a pulled candidate (`_window_members`) to one
+    outside its running group. Such a candidate meets the window's jobs only while it runs:
+    waiting, it is back in its own window. Were those merges weighed, a member left over
+    from its group's pair could pair with one of them, be left unplaced and stop, then
+    rejoin its group once waiting, and so on every round."""
+    return (pulled[rows] | pulled[cols]) & (labels[rows] != labels[cols])
 
 
 def _group_labels(nodes: list[Packing]) -> np.ndarray:
