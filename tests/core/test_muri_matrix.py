@@ -337,19 +337,27 @@ def test_a_full_window_cache_drops_the_least_recently_used_entry_not_all():
     assert len(cache) == 3
 
 
-@pytest.mark.parametrize("seed, window", [(35, 8), (69, 8), (108, 8), (4, 16), (48, 16),
-                                          (49, 16)])
-def test_rounds_with_nothing_new_change_nothing_once_settled(seed, window):
+@pytest.mark.parametrize("nodes, gpus, cpus, jobs, max_gpus, seed, window", [
+    (4, 4, 64, (80, 80), 1, 35, 8), (4, 4, 64, (80, 80), 1, 69, 8), (4, 4, 64, (80, 80), 1, 108, 8),
+    (4, 4, 64, (80, 80), 1, 4, 16), (4, 4, 64, (80, 80), 1, 48, 16), (4, 4, 64, (80, 80), 1, 49, 16),
+    (128, 8, 32, (2500, 2530), 8, 11, None)])
+def test_rounds_with_nothing_new_change_nothing_once_settled(nodes, gpus, cpus, jobs,
+                                                             max_gpus, seed, window):
     """With no arrival, finish or new profile, a plan is a fixed point: once the backlog has
-    settled, a round stops and starts nobody. These generated cases (4 nodes of 4 GPUs, 80
-    one-GPU jobs, small matching windows) each cycled a group between partners round after
-    round while a member pulled into its group's window could pair with that window's jobs."""
+    settled, a round stops and starts nobody. Each of these generated cases (small ones with
+    small matching windows; a deep queue with the default's) cycled a group between partners
+    round after round: while the later matching rounds split afresh, and, the deep one, while
+    a member pulled into its group's window could pair there with jobs it never meets
+    waiting. `jobs`: (submitted, generated), the first of a generated trace."""
     from traces.generate import generate
 
-    preset = get_preset("default", muri_matching_window=window)
-    core = Core(spec(nodes=4, gpus=4), make_policy("muri-s", preset), preset.model)
-    for rec in generate(80, seed=seed, max_gpus=1, backlog=True, median_duration=10 * 86400.0,
-                        min_duration=86400.0):
+    overrides = {} if window is None else {"muri_matching_window": window}
+    preset = get_preset("default", **overrides)
+    core = Core(spec(nodes=nodes, gpus=gpus, cpus=cpus), make_policy("muri-s", preset),
+                preset.model)
+    submitted, generated = jobs
+    for rec in generate(generated, seed=seed, max_gpus=max_gpus, backlog=True,
+                        median_duration=10 * 86400.0, min_duration=86400.0)[:submitted]:
         core.submit(rec, 0.0)
     changes = []
     for t in range(9):
