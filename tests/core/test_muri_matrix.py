@@ -338,8 +338,8 @@ def test_a_full_window_cache_drops_the_least_recently_used_entry_not_all():
 
 
 @pytest.mark.parametrize("nodes, gpus, cpus, jobs, max_gpus, seed, window", [
-    (4, 4, 64, (80, 80), 1, 35, 8), (4, 4, 64, (80, 80), 1, 69, 8), (4, 4, 64, (80, 80), 1, 108, 8),
-    (4, 4, 64, (80, 80), 1, 4, 16), (4, 4, 64, (80, 80), 1, 48, 16), (4, 4, 64, (80, 80), 1, 49, 16),
+    *((4, 4, 64, (80, 80), 1, seed, window)
+      for seed, window in ((35, 8), (69, 8), (108, 8), (4, 16), (48, 16), (49, 16))),
     (128, 8, 32, (2500, 2530), 8, 11, None)])
 def test_rounds_with_nothing_new_change_nothing_once_settled(nodes, gpus, cpus, jobs,
                                                              max_gpus, seed, window):
