@@ -204,7 +204,7 @@ class Pairing:
         windows = None
         if self._dense and self.window and n > self.window:
             labels = _group_labels(nodes)
-            windows, pulled = self._windows_of(nodes, labels)
+            windows, bound = self._windows_of(nodes, labels)
             key += tuple(tuple(idx.tolist()) for idx in windows)  # they follow the first round
         partner = self._matchings.get(key)
         if partner is not None:
@@ -213,8 +213,8 @@ class Pairing:
             pairs = []
             for idx in windows or [np.arange(n)]:
                 w = self.weight_matrix([nodes[i] for i in idx], [bonus[i] for i in idx])
-                if windows and pulled[idx].any():
-                    w[_strangers(labels, pulled, idx[:, None], idx[None, :])] = 0.0
+                if windows and bound[idx].any():
+                    w[_strangers(labels, bound, idx[:, None], idx[None, :])] = 0.0
                 found = max_weight_pairs_dense(w, backend=self.backend, rel_gap=self.rel_gap)
                 pairs.extend((int(idx[i]), int(idx[j])) for i, j in found)
             return self._remember(key, pairs)
@@ -294,14 +294,14 @@ class Pairing:
         gpus = nodes[0][0].num_gpu
         stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
         pairs: list[tuple[int, int]] = []
-        windows, pulled = self._windows_of(nodes, labels)
+        windows, bound = self._windows_of(nodes, labels)
         for idx in windows:
             rows, cols, weight, tt = self._window_merges([nodes[i] for i in idx])
             if not len(rows):
                 continue
             pays = merge_pays(stats[idx[rows]], stats[idx[cols]], tt, gpus, look.gpus)
-            if pulled[idx].any():
-                pays &= ~_strangers(labels, pulled, idx[rows], idx[cols])
+            if bound[idx].any():
+                pays &= ~_strangers(labels, bound, idx[rows], idx[cols])
             if not pays.any():
                 continue
             rows, cols, weight = rows[pays], cols[pays], weight[pays]
@@ -646,22 +646,30 @@ def _windows(n: int, size: int, keys: Sequence[int] | None = None) -> list[tuple
 
 def _window_members(labels: np.ndarray,
                     window: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-    """(windows, pulled): the candidates of each window number (indices, in priority
-    order; windows in number order, a window of one left out, as it matches nothing), and
-    which candidates were pulled into theirs: a candidate running in a group now (`labels`:
-    _group_labels) joins the window of its group's first candidate. Without this, a
-    boundary that fell between a running pair split it, and the pair regrouped. A pulled
-    candidate may merge only with its own group there (`_strangers`)."""
+    """(windows, bound): the candidates of each window number (indices, in priority order;
+    windows in number order, a window of one left out, as it matches nothing), and which
+    candidates may merge only with their own running group (`_strangers`).
+
+    A candidate running in a group now (`labels`: _group_labels) joins the window of its
+    group's first candidate; without this, a boundary that fell between a running pair split
+    it, and the pair regrouped. Bound are those pulled out of their own window so (waiting,
+    they would not meet this one's jobs), and the members of a group that has more than two
+    candidates here: the one left over from its group's pair could pair with an outsider,
+    leaving the group, then rejoin it the round after, and so on."""
     home = window
     window = window.copy()
     first: dict[int, int] = {}
     for i, label in enumerate(labels.tolist()):
         if label >= 0:
             window[i] = first.setdefault(label, window[i])
-    pulled = window != home
+    bound = window != home
+    running = labels >= 0
+    if running.any():
+        counts = np.bincount(labels[running])
+        bound |= running & (counts[np.where(running, labels, 0)] > 2)
     order = np.argsort(window, kind="stable")
     cuts = np.flatnonzero(np.diff(window[order])) + 1
-    return [idx for idx in np.split(order, cuts) if len(idx) > 1], pulled
+    return [idx for idx in np.split(order, cuts) if len(idx) > 1], bound
 
 
 def _numbered(bounds: list[tuple[int, int]], n: int) -> np.ndarray:
@@ -672,14 +680,13 @@ def _numbered(bounds: list[tuple[int, int]], n: int) -> np.ndarray:
     return window
 
 
-def _strangers(labels: np.ndarray, pulled: np.ndarray, rows: np.ndarray,
+def _strangers(labels: np.ndarray, bound: np.ndarray, rows: np.ndarray,
                cols: np.ndarray) -> np.ndarray:
-    """Which merges (rows[k], cols[k]) join a pulled candidate (`_window_members`) to one
-    outside its running group. Such a candidate meets the window's jobs only while it runs:
-    waiting, it is back in its own window. Were those merges weighed, a member left over
-    from its group's pair could pair with one of them, be left unplaced and stop, then
-    rejoin its group once waiting, and so on every round."""
-    return (pulled[rows] | pulled[cols]) & (labels[rows] != labels[cols])
+    """Which merges (rows[k], cols[k]) join a bound candidate (`_window_members`) to one
+    outside its running group. Were those merges weighed, a member left over from its
+    group's pair could pair with an outsider, be left unplaced or split off, then rejoin its
+    group the round after, and so on every round."""
+    return (bound[rows] | bound[cols]) & (labels[rows] != labels[cols])
 
 
 def _group_labels(nodes: list[Packing]) -> np.ndarray:
