@@ -14,6 +14,7 @@ from specs.fit import POOL_TOO_LARGE, TOO_LARGE, Fit
 from specs.gpu_types import types_problem
 from specs.limits import (MAX_BATCH_SIZE, MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS,
                           MAX_SECONDS, MAX_TRACE_SECONDS, show)
+from specs.pools import NAME
 from traces.errors import Problem
 
 # (value, text shown after "got") for one field; a field that is absent or failed to parse
@@ -221,6 +222,12 @@ def check_job(
             message = types_problem(value, shown) or misfit.get("type")
             if message:
                 found.append((name, message))
+
+    if "tenant" in values:
+        value, shown = values["tenant"]
+        if not isinstance(value, str) or (value and not NAME.fullmatch(value)):
+            found.append(("tenant", f"must be empty or a name of 1-64 letters, digits or "
+                                    f"_.+- (starting with a letter or digit), got {shown}"))
 
     return found
 

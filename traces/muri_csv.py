@@ -232,6 +232,10 @@ def _read_row(
         else:
             values["gpu_type"] = (types, repr(text.strip()))
 
+    if "tenant" in columns and row[columns["tenant"]].strip():  # empty: none named
+        text = row[columns["tenant"]]
+        values["tenant"] = (text.strip(), repr(text))
+
     for field, message in check_job(values, stage_fields, known_models=known, fit=fit):
         problems.append(Problem(label, line, field, message))
 
@@ -260,6 +264,7 @@ def _read_row(
         priority=values["priority"][0] if "priority" in values else 0,  # type: ignore[arg-type]
         gpu_mem_gb=float(values["gpu_mem_gb"][0]) if "gpu_mem_gb" in values else 0.0,  # type: ignore[arg-type]
         gpu_types=values["gpu_type"][0] if "gpu_type" in values else (),  # type: ignore[arg-type]
+        tenant=values["tenant"][0] if "tenant" in values else "",  # type: ignore[arg-type]
     )
     return record, job_id, problems
 
@@ -290,10 +295,12 @@ def write_trace(path: PathLike, records: Iterable[JobRecord]) -> None:
     four = any(len(r.stage_times) == 4 for r in records)
     memory = any(r.gpu_mem_gb for r in records)
     types = any(r.gpu_types for r in records)
+    tenants = any(r.tenant for r in records)
     with open(path, "w", encoding="utf-8", newline="") as out:
-        writer = TraceWriter(out, four_stages=four, memory=memory, types=types)
+        writer = TraceWriter(out, four_stages=four, memory=memory, types=types,
+                             extra=("tenant",) if tenants else ())
         for r in records:
-            writer.write(r)
+            writer.write(r, (r.tenant,) if tenants else ())
 
 
 def _check_stages(record: JobRecord) -> None:
@@ -306,8 +313,9 @@ def _check_stages(record: JobRecord) -> None:
 
 class TraceWriter:
     """Writes Muri rows one at a time to an open text file, so a trace of millions of jobs
-    never has to be held in memory; `extra` names columns after `priority` (the reader
-    ignores them) for facts a trace carries beyond Muri's schema, such as user and tenant."""
+    never has to be held in memory; `extra` names columns after `priority` for facts a
+    trace carries beyond Muri's schema, such as user and tenant (the reader takes `tenant`
+    and ignores the rest)."""
 
     def __init__(self, out, *, four_stages: bool = False, memory: bool = False,
                  types: bool = False, extra: Sequence[str] = ()):

@@ -39,6 +39,8 @@ class JobRecord:
     gpu_mem_gb: float = 0.0
     # GPU types the job may run on (any one of them; all its GPUs of one type); (): any
     gpu_types: tuple[str, ...] = ()
+    # the tenant (team) the job runs for; "": none named (a tenants file's default, if any)
+    tenant: str = ""
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -62,6 +64,8 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
         out["gpu_types"] = list(record.gpu_types)
     else:
         del out["gpu_types"]
+    if not record.tenant:
+        del out["tenant"]
     return out
 
 
