@@ -16,10 +16,12 @@ from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.speed import TypeSpeeds
 from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
+from scheduler.core.tenants import Admission, admit
 from specs.limits import MAX_GPU_MEM_GB
 from specs.fit import Fit
 from specs.gpu_speed import MAX_SPEED, MIN_SPEED
 from specs.spec import ClusterSpec
+from specs.tenants import Tenancy, job_problem
 from traces.record import JobRecord
 
 # the group slowdowns a measurement may set: below 1, the cyclic model was pessimistic (the
@@ -43,7 +45,8 @@ def _finite(value: object) -> float | None:
 
 
 class Core:
-    def __init__(self, spec: ClusterSpec, policy: Policy, model: CostModel):
+    def __init__(self, spec: ClusterSpec, policy: Policy, model: CostModel,
+                 tenancy: Tenancy | None = None):
         self.spec = spec
         self.policy = policy
         self.model = model
@@ -78,6 +81,14 @@ class Core:
         self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
         self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
+        # Who shares the cluster (None: one queue for all). Each job's tenant, and what the
+        # last round admitted (scheduler/core/tenants.py): the policy plans those only.
+        if tenancy is not None and not policy.plans_partial:
+            raise SchedulingError(f"policy {policy.name!r} cannot plan for tenants: it keeps "
+                                  f"its own jobs running whatever the round's queue")
+        self.tenancy = tenancy
+        self.tenant: dict[int, str] = {}
+        self.admission: Admission | None = None
 
     # -- events ----------------------------------------------------------------------------
     def submit(self, record: JobRecord, now: float) -> Job:
@@ -91,6 +102,10 @@ class Core:
             if why:
                 raise SchedulingError(f"job {record.job_id}: no pool of the cluster holds it: "
                                       + "; ".join(message for _, message in why))
+        if self.tenancy is not None:
+            why = job_problem(self.tenancy, record.job_id, record.tenant, record.num_gpu)
+            if why:
+                raise SchedulingError(why)
         model = self.model
         solo = model.solo_time(record.iteration_time)
         profile = model.stage_times(record.stage_times)
@@ -110,6 +125,8 @@ class Core:
         self._arrival[job.id] = len(self._arrival)
         self._waiting[job.id] = job.num_gpu
         self.queue.append(job)
+        if self.tenancy is not None:
+            self.tenant[job.id] = self.tenancy.tenant_of(record.tenant).name  # type: ignore[union-attr]
         self.policy.on_submit(job, now)
         return job
 
@@ -289,6 +306,7 @@ class Core:
             job.preemptions += 1
             job.pending_mark = now
             job.group_key = ()
+            job.running_since = None
             self._set_running(job, False)
             self._waiting[job_id] = job.num_gpu
             self._unplace(job_id)
@@ -314,6 +332,7 @@ class Core:
         self._unplace(job_id)
         self._disturbed = True
         job.status = Status.DONE
+        job.running_since = None
         job.finish_time = now
         job.remaining = 0.0
         self.queue.remove(job)
@@ -326,8 +345,11 @@ class Core:
         where = self._where_view if self._sticky else {}
         # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
         policy = self.policy
-        plan = policy.plan(RoundContext(now, tuple(self.queue), self.cluster, self.model,
-                                        where))
+        queue = tuple(self.queue) if self.tenancy is None else self._admitted()
+        partial = len(queue) < len(self.queue)
+        plan = policy.plan(RoundContext(now, queue, self.cluster, self.model, where, partial))
+        if partial:
+            self._check_admitted(plan)
         groups = plan.groups
         if self.speeds.active:  # each group at the pace of the GPU type it landed on
             groups = self.speeds.retime(groups, self.jobs)
@@ -353,6 +375,26 @@ class Core:
         self.plan_now = plan
         return plan
 
+    def _admitted(self) -> tuple[Job, ...]:
+        """The runnable jobs the tenant layer admits this round, in the core's order; each
+        tenant's jobs offered in its policy's order (`Policy.queue_order`)."""
+        tenant_of, by_tenant = self.tenant, {}
+        for job in self.policy.queue_order(self.queue):
+            by_tenant.setdefault(tenant_of[job.id], []).append(
+                (job.id, job.num_gpu, job.running_since))
+        self.admission = admission = admit(self.tenancy, by_tenant,  # type: ignore[arg-type]
+                                           self.cluster.free_when_empty())
+        admitted = admission.admitted
+        return tuple(job for job in self.queue if job.id in admitted)
+
+    def _check_admitted(self, plan: Plan) -> None:
+        admitted = self.admission.admitted  # type: ignore[union-attr]
+        for group in plan.groups:
+            for job_id in group.jobs:
+                if job_id not in admitted:
+                    raise PlanError(f"policy {self.policy.name!r} planned job {job_id}, which "
+                                    f"the tenant layer held back this round")
+
     def _apply(self, changes: PlanChanges, now: float) -> None:
         """Bring each changed job's status, group and counters, and `placed`, up to the plan.
         (Each job's update is its own, so the order they are made in does not matter.)"""
@@ -370,6 +412,7 @@ class Core:
                 job.preemptions += 1
                 job.pending_mark = now
                 job.group_key = ()
+                job.running_since = None
                 self._set_running(job, False)
                 waiting[job_id] = job.num_gpu
                 del placed[job_id]
@@ -384,10 +427,12 @@ class Core:
                 if job.pending_mark is not None:
                     job.pending_since_run += now - job.pending_mark
                     job.pending_mark = None
+                job.running_since = now
                 self._set_running(job, True)
                 del waiting[job_id]
             elif kind in STARTS:
                 job.relaunches += 1
+                job.running_since = now
             job.group_key = placed[job_id].jobs
 
     def _unplace(self, job_id: int) -> None:

@@ -40,6 +40,7 @@ class Job:
     pending_mark: float | None = None  # when it last stopped running
     last_update: float = 0.0  # when its attained service was last brought up to date
     first_start: float | None = None
+    running_since: float | None = None  # when it last (re)started: its newest checkpoint
     finish_time: float | None = None
     preemptions: int = 0
     starts: int = 0
@@ -121,6 +122,8 @@ class JobView(Protocol):
     def last_update(self) -> float: ...
     @property
     def first_start(self) -> float | None: ...
+    @property
+    def running_since(self) -> float | None: ...
     @property
     def finish_time(self) -> float | None: ...
     @property

@@ -81,6 +81,7 @@ class AntMan(Policy):
     artifact_exact_events = True
     artifact_groups_ends = True
     artifact_merges_ends = True
+    plans_partial = False  # its GPUs' holders persist between rounds, whatever the queue
 
     def __init__(self, model):
         super().__init__(model)

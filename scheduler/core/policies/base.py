@@ -22,6 +22,9 @@ class RoundContext:
     cluster: ClusterState
     model: CostModel
     previous: dict[int, tuple[NodeSlice, ...]]  # where running jobs are now (if sticky)
+    # The queue leaves out runnable jobs the tenant layer holds back this round: a policy
+    # that keeps its own order of every job plans only the queue's (CarriedOrder.among).
+    partial: bool = False
 
     def where(self, job: JobView) -> tuple[NodeSlice, ...] | None:
         return self.previous.get(job.id)
@@ -39,6 +42,8 @@ class Policy:
     interleaves = False  # its groups may hold several jobs (AntMan's share GPUs instead)
     max_group = 4  # the most jobs an interleaving policy's group may hold (the core checks)
     runs_unplaced = False  # its plans may run a job on no GPUs (the core refuses it otherwise)
+    # It plans a partial queue (RoundContext.partial) as asked: a tenant layer may use it.
+    plans_partial = True
     # How the published artifact's simulator loop for this policy took events, which its
     # figures depend on. Only the simulator's artifact mode reads these (it replays that
     # loop; scheduler/sim/artifact.py). Its loops differ by policy: Muri's folds an event

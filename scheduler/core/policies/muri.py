@@ -94,9 +94,12 @@ class Muri(Policy):
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
         kept = self._kept
-        if kept is None:  # sorted afresh: Policy.carried_order's rule as written
-            queue = self.carried_order(ctx.queue)
-            queue.sort(key=self._rank)
+        if kept is None or ctx.partial:
+            if kept is None:  # sorted afresh: Policy.carried_order's rule as written
+                queue = self.carried_order(ctx.queue)
+                queue.sort(key=self._rank)
+            else:
+                queue = kept.among(ctx.queue)
             sizes: dict[int, int] = {}
             for job in queue:
                 gpus = job.record.num_gpu

@@ -141,6 +141,12 @@ class CarriedOrder:
             self._new.clear()
         return self._jobs
 
+    def among(self, queue: Sequence[JobView]) -> list[JobView]:
+        """This round's order of `queue`'s jobs only (some of those kept, the rest held
+        back this round); the order itself keeps every job."""
+        live = {id(j) for j in queue}
+        return [j for j in self.sync() if id(j) in live]
+
     def rebuild(self, queue: Sequence[JobView]) -> list[JobView]:
         """Start again from `queue` (its jobs new to the order appended in its order), as
         Policy.carried_order would: for a caller whose queue is not what it was told."""

@@ -41,10 +41,12 @@ class PriorityPolicy(Policy):
         self._kept.touch_all(jobs)
 
     def plan(self, ctx: RoundContext) -> Plan:
-        order = self._kept.sync()
-        if len(order) != len(ctx.queue):  # a caller that did not report every job
+        order, sizes = self._kept.sync(), self._kept.sizes
+        if ctx.partial:
+            order, sizes = self._kept.among(ctx.queue), None
+        elif len(order) != len(ctx.queue):  # a caller that did not report every job
             order = self._kept.rebuild(ctx.queue)
-        return Plan(tuple(place_in_order(ctx, order, self._kept.sizes, self._replay)))
+        return Plan(tuple(place_in_order(ctx, order, sizes, self._replay)))
 
 
 # The artifact's loops for all three compare event times exactly; its FIFO loop also takes

@@ -130,10 +130,13 @@ class Tiresias(Policy):
     def plan(self, ctx: RoundContext) -> Plan:
         if self.promote > 0:
             self._promote_starved(ctx.now)
+        queues, sizes, at = self._visible(ctx)
         if self.admit_by_gpu_count:
-            chosen, admitted_at, spots = self._admit_by_count(ctx)
+            chosen, admitted_at, spots = self._admit_by_count(ctx, queues, sizes)
         else:
-            chosen, admitted_at, spots = self._admit_placed(ctx)
+            chosen, admitted_at, spots = self._admit_placed(ctx, queues, sizes)
+        if at is not None:  # positions among the queue's jobs: in the whole queues
+            spots = [[where[i] for i in here] for where, here in zip(at, spots)]
         if self._promoted:
             self._resume_promoted(chosen, ctx.now)
         self._to_front(spots)
@@ -161,16 +164,31 @@ class Tiresias(Policy):
             if accounts is not None and job.status is Status.PENDING:
                 accounts.start(job, now)
 
-    def _admit_by_count(self, ctx: RoundContext) -> tuple[list[JobView], None, list[list[int]]]:
+    def _visible(self, ctx: RoundContext) -> tuple[list[list[JobView]], dict[int, int],
+                                                   list[list[int]] | None]:
+        """Its queues as this round plans them, their jobs counted by #GPUs, and (with jobs
+        held back: ctx.partial) where each shown job stands in its whole queue."""
+        if not ctx.partial:
+            return self.queues, self.sizes, None
+        live = {id(j) for j in ctx.queue}
+        at = [[i for i, job in enumerate(queue) if id(job) in live] for queue in self.queues]
+        queues = [[queue[i] for i in where] for queue, where in zip(self.queues, at)]
+        sizes: dict[int, int] = {}
+        for job in chain.from_iterable(queues):
+            sizes[job.num_gpu] = sizes.get(job.num_gpu, 0) + 1
+        return queues, sizes, at
+
+    def _admit_by_count(self, ctx: RoundContext, queues: list[list[JobView]],
+                        sizes: dict[int, int]) -> tuple[list[JobView], None, list[list[int]]]:
         """The artifact's admission (its mode in the simulator): by free-GPU count, whatever
         the nodes. Returns the jobs, no placements, and where each queue's admitted jobs
         stand in it."""
         free = ctx.cluster.spec.total_gpus
-        left = dict(self.sizes)  # Remaining, inlined: this visits every admitted job
+        left = dict(sizes)  # Remaining, inlined: this visits every admitted job
         smallest = min(left, default=math.inf)
         chosen: list[JobView] = []
         spots: list[list[int]] = []
-        for queue in self.queues:
+        for queue in queues:
             here: list[int] = []
             spots.append(here)
             for i, job in enumerate(queue):
@@ -193,8 +211,8 @@ class Tiresias(Policy):
             break
         return chosen, None, spots
 
-    def _admit_placed(self, ctx: RoundContext
-                      ) -> tuple[list[JobView], list[tuple], list[list[int]]]:
+    def _admit_placed(self, ctx: RoundContext, queues: list[list[JobView]],
+                      sizes: dict[int, int]) -> tuple[list[JobView], list[tuple], list[list[int]]]:
         """Admission by placement, in queue order: a job no node can take now waits, and the
         smaller jobs behind it may still fit. Returns the jobs, where each was placed, and
         where each queue's admitted jobs stand in it.
@@ -203,14 +221,14 @@ class Tiresias(Policy):
         base.greedy), and the walk ends when no job left could fit."""
         cluster = ctx.cluster
         cluster.reset()
-        chosen, where, positions = greedy(cluster, chain.from_iterable(self.queues), self.sizes,
+        chosen, where, positions = greedy(cluster, chain.from_iterable(queues), sizes,
                                           fits_monotone(ctx.model))
         # positions count over the queues end to end: turn them into (queue, place in it)
-        spots: list[list[int]] = [[] for _ in self.queues]
+        spots: list[list[int]] = [[] for _ in queues]
         queue, start = 0, 0
         for position in positions:
-            while position >= start + len(self.queues[queue]):
-                start += len(self.queues[queue])
+            while position >= start + len(queues[queue]):
+                start += len(queues[queue])
                 queue += 1
             spots[queue].append(position - start)
         return chosen, where, spots

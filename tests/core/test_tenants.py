@@ -1,0 +1,192 @@
+"""The tenant layer: its file, its admission rule, and the core planning only what it admits."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.engine import Core, SchedulingError
+from scheduler.core.tenants import admit
+from scheduler.plugins import make_policy
+from scheduler.presets import get_preset
+from specs.tenants import Tenancy, Tenant, TenantsError, load_tenants, tenancy_of
+from tests.helpers import job, spec
+
+POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "muri-s", "muri-l"]
+
+
+# -- the file ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, says", [
+    ("[tenants.a]\nborrow_limit = 2\n", "tenant 'a': quota is missing"),
+    ("[tenants.a]\nquota = -1\n", "tenant 'a': quota must be a whole number of GPUs in [0, "),
+    ("[tenants.a]\nquota = 2.5\n", "quota must be a whole number"),
+    ("[tenants.a]\nquota = true\n", "quota must be a whole number"),
+    ("[tenants.a]\nquota = 2\nweight = 0\n", "weight must be a number in (0, "),
+    ("[tenants.a]\nquota = 2\nweight = nan\n", "weight must be a number"),
+    ("[tenants.a]\nquota = 2\nqouta = 3\n", "tenant 'a': unknown key 'qouta'"),
+    ("[tenants.a]\nquota = 2\ncohort = 'a b'\n", "cohort must be a name"),
+    ("[tenants.'a b']\nquota = 2\n", "tenant 'a b': a name is 1-64"),
+    ("default = 'b'\n[tenants.a]\nquota = 2\n", "default 'b' is not a tenant of the file"),
+    ("[tenant.a]\nquota = 2\n", "unknown key 'tenant'"),
+    ("x = 1\n", "unknown key 'x'"),
+    ("", "no [tenants.NAME] table"),
+    ("[tenants.a]\nquota = 2\n[tenants.a]\n", "not TOML: "),
+    ("[tenants]\na = 3\n", "tenant 'a': must be a table"),
+])
+def test_a_bad_tenants_file_is_one_line_naming_the_file_and_the_fault(tmp_path, text, says):
+    path = tmp_path / "t.toml"
+    path.write_text(text)
+    with pytest.raises(TenantsError) as err:
+        load_tenants(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and says in message and "\n" not in message
+
+
+def test_the_example_file_loads_as_documented():
+    tenancy = load_tenants("examples/tenants.toml")
+    assert tenancy.default == "research"
+    assert {n: (t.quota, t.borrow_limit, t.weight, t.cohort)
+            for n, t in tenancy.tenants.items()} == {
+        "prod": (32, 0, 1.0, "main"), "research": (24, 40, 2.0, "main"),
+        "interns": (8, 16, 1.0, "main")}
+
+
+def test_a_missing_file_and_a_directory_are_refused_in_one_line(tmp_path):
+    for path, says in ((tmp_path / "none.toml", "no such file"), (tmp_path, "directory")):
+        with pytest.raises(TenantsError, match=says):
+            load_tenants(path)
+
+
+# -- admission, alone ---------------------------------------------------------------------------
+tenant_names = ["a", "b", "c", "d"]
+
+
+@st.composite
+def cases(draw):
+    count = draw(st.integers(1, 4))
+    tenants = {}
+    for name in tenant_names[:count]:
+        tenants[name] = Tenant(name, draw(st.integers(0, 8)), draw(st.integers(0, 8)),
+                               draw(st.sampled_from([0.5, 1.0, 3.0])),
+                               draw(st.sampled_from(["", "x"])))
+    jobs, next_id = {}, 0
+    for name in tenants:
+        queue = []
+        for _ in range(draw(st.integers(0, 8))):
+            since = draw(st.one_of(st.none(), st.integers(0, 5).map(float)))
+            queue.append((next_id, draw(st.integers(1, 4)), since))
+            next_id += 1
+        jobs[name] = queue
+    return Tenancy(tenants), jobs, draw(st.integers(0, 24))
+
+
+@given(cases())
+@settings(max_examples=400, deadline=None)
+def test_admission_keeps_every_bound_and_lends_what_it_may(case):
+    """Each bound of the rule, checked from the admitted set alone: owed within quota and
+    first-fit (a job left out would not fit what its tenant's quota leaves); borrowed within
+    the borrowing limit, the cohort's idle quota and the cluster's free GPUs; and nothing left
+    out that every one of those bounds would still take."""
+    tenancy, jobs, total = case
+    got = admit(tenancy, jobs, total)
+    tenants = tenancy.tenants
+    first, holds = {}, {}
+    for name, queue in jobs.items():
+        quota = tenants[name].quota
+        # the owed part is the first-fit walk of the tenant's order under its quota
+        o = 0
+        for job_id, gpus, _ in queue:
+            if o + gpus <= quota:
+                o += gpus
+                assert job_id in got.admitted
+        first[name] = o
+        holds[name] = sum(g for j, g, _ in queue if j in got.admitted)
+        assert got.held[name].owed == min(holds[name], quota)
+        assert got.held[name].borrowed == max(0, holds[name] - quota)
+        assert holds[name] <= quota + tenants[name].borrow_limit
+    free = total - sum(holds.values())
+    assert free >= 0 or holds == first  # past the cluster only by quotas beyond it
+    unquoted = max(0, total - sum(t.quota for t in tenants.values()))
+    for cohort in {t.cohort for t in tenants.values()}:
+        members = [n for n, t in tenants.items() if t.cohort == cohort]
+        idle = sum(tenants[n].quota - first[n] for n in members) + (unquoted if not cohort
+                                                                   else 0)
+        lent = sum(holds[n] - first[n] for n in members)
+        assert lent <= idle
+        for name in members:
+            limit = tenants[name].quota + tenants[name].borrow_limit
+            for job_id, gpus, _ in jobs[name]:
+                if job_id not in got.admitted:
+                    assert (holds[name] + gpus > limit or gpus > idle - lent
+                            or gpus > free), (name, job_id)
+
+
+def test_idle_gpus_are_lent_by_weight():
+    tenancy = Tenancy({"owner": Tenant("owner", 9), "a": Tenant("a", 0, 9, 2.0),
+                       "b": Tenant("b", 0, 9, 1.0)})
+    jobs = {"owner": [], "a": [(i, 1, None) for i in range(9)],
+            "b": [(10 + i, 1, None) for i in range(9)]}
+    held = admit(tenancy, jobs, 9).held
+    assert (held["a"].borrowed, held["b"].borrowed) == (6, 3)
+
+
+def test_borrowed_gpus_come_back_from_the_most_recently_started_jobs_first():
+    """Stopping the job whose checkpoint is newest (it started last) loses least work."""
+    tenancy = Tenancy({"owner": Tenant("owner", 4), "b": Tenant("b", 0, 8)})
+    running = [(1, 1, 5.0), (2, 1, 1.0), (3, 1, 9.0), (4, 1, 3.0)]  # (id, GPUs, since)
+    before = admit(tenancy, {"owner": [], "b": running}, 4).admitted
+    after = admit(tenancy, {"owner": [(9, 2, None)], "b": running}, 4).admitted
+    assert before == {1, 2, 3, 4} and after == {9, 2, 4}
+
+
+def test_a_cohort_lends_only_among_its_members():
+    tenancy = Tenancy({"a": Tenant("a", 4, 8, cohort="x"), "b": Tenant("b", 4, 8, cohort="y"),
+                       "c": Tenant("c", 4, 8, cohort="x")})
+    jobs = {"a": [(i, 1, None) for i in range(8)], "b": [], "c": []}
+    assert admit(tenancy, jobs, 12).held["a"] .borrowed == 4  # c's idle 4, never b's
+
+
+# -- the core -----------------------------------------------------------------------------------
+def test_a_job_of_no_tenant_or_too_large_for_its_tenant_is_refused_at_submit():
+    tenancy = tenancy_of({"tenants": {"a": {"quota": 2, "borrow_limit": 1}}})
+    preset = get_preset("default")
+    core = Core(spec(nodes=1, gpus=4), make_policy("srsf", preset), preset.model, tenancy)
+    with pytest.raises(SchedulingError, match="names no tenant and the tenants file has no"):
+        core.submit(job(1), 0.0)
+    with pytest.raises(SchedulingError, match="tenant 'z' is not in the tenants file"):
+        core.submit(replace(job(1), tenant="z"), 0.0)
+    with pytest.raises(SchedulingError, match=r"needs 4 GPUs; tenant 'a' may hold at most 3 "
+                                              r"\(quota 2 \+ borrow_limit 1\)"):
+        core.submit(replace(job(1, num_gpu=4), tenant="a"), 0.0)
+    assert not core.jobs
+
+
+def test_a_policy_that_keeps_its_own_jobs_running_is_refused_with_tenants():
+    tenancy = tenancy_of({"tenants": {"a": {"quota": 2}}})
+    preset = get_preset("default")
+    with pytest.raises(SchedulingError, match="policy 'antman' cannot plan for tenants"):
+        Core(spec(), make_policy("antman", preset), preset.model, tenancy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_owner_gets_its_quota_back_at_the_round_it_asks(policy):
+    """A borrower fills the idle cluster; the owner's jobs arrive: the next round stops the
+    borrower's jobs past its quota, and the owner's run. (Which of its jobs the borrower
+    keeps is its policy's order: Themis ranks the ones that ran least first.)"""
+    tenancy = tenancy_of({"tenants": {"owner": {"quota": 6}, "b": {"quota": 2,
+                                                                    "borrow_limit": 6}}})
+    preset = get_preset("default")
+    core = Core(spec(nodes=2, gpus=4), make_policy(policy, preset), preset.model, tenancy)
+    for i in range(8):
+        core.submit(replace(job(i, iterations=10_000), tenant="b"), float(i))
+        core.advance(float(i))
+        core.round(float(i))
+    assert {j.id for j in core.running_jobs()} == set(range(8))
+    for i in range(10, 16):
+        core.submit(replace(job(i, iterations=10_000), tenant="owner"), 20.0)
+    core.advance(20.0)
+    core.round(20.0)
+    running = {j.id for j in core.running_jobs()}
+    assert running >= set(range(10, 16)) and len(running) == 8, running
