@@ -13,8 +13,9 @@ from specs.fit import Fit
 from specs.limits import (MAX_GPUS, MAX_ID, MAX_JOBS, MAX_SEED, MAX_SIGMA, MAX_TRACE_SECONDS,
                           show)
 from specs.options import OneLineParser, number
+from specs.tenants import TenantsError, load_tenants
 from traces.errors import TraceError
-from traces.generate import generate
+from traces.generate import generate, spread_over
 from traces.muri_csv import write_trace
 from traces.validate import validate
 
@@ -52,6 +53,10 @@ def _parser() -> OneLineParser:
                      help="shortest run time, seconds (default 60)")
     gen.add_argument("--max-duration", type=_positive_trace_seconds, default=5 * 86400.0,
                      help="longest run time, seconds (default 5 days)")
+    gen.add_argument("--tenants", metavar="FILE.toml",
+                     help="spread the jobs over this tenants file's tenants, each job to one "
+                          "that may hold it, in proportion to quota + borrow_limit (a tenant "
+                          "column; seeded by --seed)")
 
     _import_parser(sub)
 
@@ -261,6 +266,12 @@ def _generate(args: argparse.Namespace) -> int:
         min_duration=args.min_duration,
         max_duration=args.max_duration,
     )
+    if args.tenants is not None:
+        try:
+            records = spread_over(records, load_tenants(args.tenants), args.seed)
+        except (TenantsError, ValueError) as err:
+            print(f"{PROG}: error: --tenants {err}", file=sys.stderr)
+            return 2
     if records and records[-1].submit_time > MAX_TRACE_SECONDS:
         print(f"{PROG}: error: --mean-interarrival: {args.jobs} jobs {args.mean_interarrival:g} s "
               f"apart end at {records[-1].submit_time:.4g} s, past the traces' limit of "

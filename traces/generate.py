@@ -7,11 +7,13 @@ the MODELS catalogue with a few percent of noise, so interleaving has realistic 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 import numpy as np
 
 from specs.limits import MAX_TRACE_SECONDS
+from specs.tenants import Tenancy
 from traces.models import MODELS
 from traces.record import JobRecord
 
@@ -105,3 +107,20 @@ def generate(
         )
         previous_ms = this_ms
     return jobs
+
+
+def spread_over(records: list[JobRecord], tenancy: Tenancy, seed: int) -> list[JobRecord]:
+    """`records`, each given a tenant of `tenancy` that may hold it (quota + borrow_limit at
+    least its GPUs), drawn in proportion to that sum; ValueError naming a job none may."""
+    rng = np.random.default_rng([seed, 1])  # a stream apart from the jobs' own
+    tenants = sorted(tenancy.tenants.values(), key=lambda t: t.name)
+    most = np.array([t.quota + t.borrow_limit for t in tenants], dtype=float)
+    out = []
+    for record in records:
+        weights = np.where(most >= record.num_gpu, most, 0.0)
+        if not weights.sum():
+            raise ValueError(f"job {record.job_id} needs {record.num_gpu} GPUs; no tenant "
+                             f"may hold more than {int(most.max())}")
+        pick = tenants[int(rng.choice(len(tenants), p=weights / weights.sum()))]
+        out.append(dataclasses.replace(record, tenant=pick.name))
+    return out

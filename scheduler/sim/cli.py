@@ -24,6 +24,7 @@ from specs import DEFAULT_SPEC, SpecError, available_specs, load_spec, spec_path
 from specs.gpu_speed import missing_types
 from specs.limits import MAX_SECONDS
 from specs.options import OneLineParser, gpu_speed, number
+from specs.tenants import Tenancy, TenantsError, job_problem, load_tenants
 from traces import TraceError, available_traces, default_trace_path, read_trace
 from traces.validate import no_jobs_problem
 
@@ -132,6 +133,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="how fast a GPU type runs a job's GPU stage, a V100 being 1, for one "
                         "model or every model, in place of the shipped table (interlace-spec "
                         "show prints it); repeat for several")
+    p.add_argument("--tenants", metavar="FILE.toml",
+                   help="teams sharing the cluster: quotas, borrowing limits, weights, "
+                        "cohorts (docs/tenants.md); each job's tenant from the trace's tenant "
+                        "column. Adds per-tenant figures to the table, --json and --out")
     p.add_argument("--json", action="store_true", help="one JSON object per policy per line")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the JCT CDF of the policies (any format matplotlib writes: "
@@ -266,6 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if not records:
             problems.append(str(no_jobs_problem(trace_path)))
+    tenancy = None
+    if args.tenants is not None:
+        try:
+            tenancy = load_tenants(args.tenants)
+        except TenantsError as err:
+            problems.append(f"--tenants {err}")
+        else:
+            problems.extend(_tenant_problems(tenancy, records or (), trace_path, policies,
+                                             preset))
     problems.extend(check_outputs(args.plot, args.out))
     if args.explain and (args.json or len(policies) < 2):
         problems.append("--explain: needs two or more policies, and a table (not --json)")
@@ -278,15 +292,18 @@ def main(argv: list[str] | None = None) -> int:
         bar.begin(len(records))
         log = logs[name] = GroupLog() if args.explain else None
         try:
-            result = simulate(records, spec, name, preset, progress=bar, on_round=log)
+            result = simulate(records, spec, name, preset, progress=bar, on_round=log,
+                              tenancy=tenancy)
         except (RuntimeError, PolicyError) as err:
             bar.close(ok=False)
             return _fail([f"{name}: {err}"])
         bar.close()
         results.append(result)
         if args.json:
+            extra = {} if result.tenants is None else {"tenants": result.tenants}
             print(dumps(summary_dict(name, result.summary, round(result.wall_s, 4),
-                                     preset=preset.name, rounds=result.rounds)), flush=True)
+                                     preset=preset.name, rounds=result.rounds, **extra)),
+                  flush=True)
         if args.out:
             try:
                 _write_outputs(Path(args.out), result)
@@ -294,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail([f"--out {args.out}: cannot write ({err.strerror or err})"])
     if not args.json:
         print(format_table(results))
+        if tenancy is not None:
+            print("\n" + format_tenants(results))
     if args.explain:
         print("\n".join(explain(results[0], results[-1], records, logs)))
     if args.plot:
@@ -303,6 +322,45 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as err:
             return _fail([f"--plot {args.plot}: cannot write ({err})"])
     return 0
+
+
+def _tenant_problems(tenancy: Tenancy, records: Sequence, trace: object,
+                     policies: Sequence[str], preset, shown: int = 5) -> list[str]:
+    """Why the trace's jobs or the policies cannot run under `tenancy`: the first `shown`
+    jobs at fault, and how many more."""
+    found = [why for r in records
+             if (why := job_problem(tenancy, r.job_id, r.tenant, r.num_gpu))]
+    lines = [f"{trace}: {why}" for why in found[:shown]]
+    if len(found) > shown:
+        lines.append(f"{trace}: and {len(found) - shown} more jobs the tenants file cannot "
+                     f"take")
+    for name in policies:
+        try:
+            if not make_policy(name, preset).plans_partial:
+                lines.append(f"--tenants: policy {name!r} cannot plan for tenants (it keeps "
+                             f"its own jobs running whatever the round's queue)")
+        except PolicyError:
+            pass  # said already
+    return lines
+
+
+def format_tenants(results: list[SimResult]) -> str:
+    """Per policy and tenant: jobs, average JCT and waiting, GPU-hours used against owed,
+    borrowed, the most GPUs held; and the fairness index."""
+    rows = [("policy", "tenant", "jobs", "avg JCT h", "waiting h", "GPU-h used", "GPU-h owed",
+             "borrowed", "peak GPUs", "fairness")]
+    for r in results:
+        tenants = r.tenants or {"by_tenant": {}, "fairness": None}
+        fair = tenants["fairness"]
+        for name, t in tenants["by_tenant"].items():
+            rows.append((r.policy, name, str(t["jobs"]),
+                         "-" if t["avg_jct"] is None else f"{t['avg_jct'] / 3600:.2f}",
+                         "-" if t["avg_queueing"] is None else f"{t['avg_queueing'] / 3600:.2f}",
+                         f"{t['gpu_hours']:.1f}", f"{t['quota_gpu_hours']:.1f}",
+                         f"{t['borrowed_gpu_hours']:.1f}", str(t["peak_gpus"]),
+                         "-" if fair is None else f"{fair:.3f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows)
 
 
 def write_jobs_csv(path: Path, outcomes: Sequence[JobOutcome]) -> None:
@@ -320,9 +378,18 @@ def write_jobs_csv(path: Path, outcomes: Sequence[JobOutcome]) -> None:
 def _write_outputs(out: Path, result: SimResult) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_jobs_csv(out / f"{result.policy}-jobs.csv", result.outcomes)
+    extra = {} if result.tenants is None else {"tenants": result.tenants}
     (out / f"{result.policy}-summary.json").write_text(
         dumps(summary_dict(result.policy, result.summary, result.wall_s, preset=result.preset,
-                           utilisation=result.utilisation)) + "\n")
+                           utilisation=result.utilisation, **extra)) + "\n")
+    if result.tenants is not None:
+        with open(out / f"{result.policy}-tenants.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["time", "tenant", "gpus", "quota", "borrow_limit"])
+            by_tenant = result.tenants["by_tenant"]
+            for time_s, name, gpus in result.tenant_rows:
+                w.writerow([time_s, name, gpus, by_tenant[name]["quota"],
+                            by_tenant[name]["borrow_limit"]])
 
 
 def format_table(results: list[SimResult]) -> str:

@@ -19,7 +19,9 @@ from scheduler.plugins import make_policy
 from scheduler.presets import Preset
 from scheduler.sim import artifact
 from scheduler.sim.cluster import Accounting, Faults, SimulatedCluster
+from scheduler.sim.tenant_usage import TenantUsage
 from specs.spec import ClusterSpec
+from specs.tenants import Tenancy
 from traces.record import JobRecord
 
 
@@ -32,6 +34,10 @@ class SimResult:
     utilisation: list[tuple[float, int]] = field(default_factory=list)  # (time, busy GPUs)
     rounds: int = 0
     wall_s: float = 0.0
+    # with a tenants file: per tenant what it held and got (TenantUsage.summary), and each
+    # change of a tenant's GPUs in use (time, tenant, GPUs)
+    tenants: dict | None = None
+    tenant_rows: list[tuple[float, str, int]] = field(default_factory=list)
 
 
 def core_preset(preset: Preset) -> Preset:
@@ -40,21 +46,23 @@ def core_preset(preset: Preset) -> Preset:
     return artifact.for_core(preset) if preset.artifact else preset
 
 
-def make_core(spec: ClusterSpec, policy: str, preset: Preset) -> Core:
-    """The core a simulation of `policy` under `preset` runs."""
+def make_core(spec: ClusterSpec, policy: str, preset: Preset,
+              tenancy: Tenancy | None = None) -> Core:
+    """The core a simulation of `policy` under `preset` runs (for `tenancy`'s tenants)."""
     preset = core_preset(preset)
-    return Core(spec, make_policy(policy, preset), preset.model)
+    return Core(spec, make_policy(policy, preset), preset.model, tenancy)
 
 
 class Simulator:
     def __init__(self, records: Sequence[JobRecord], spec: ClusterSpec, policy: str,
                  preset: Preset, progress: Callable[[int, int], None] | None = None,
                  on_round: Callable[[float, Plan, Core], None] | None = None,
-                 faults: Faults | None = None):
+                 faults: Faults | None = None, tenancy: Tenancy | None = None):
         self.spec = spec
         self.preset = preset
         self.policy_name = policy
-        self.core = make_core(spec, policy, preset)
+        self.core = make_core(spec, policy, preset, tenancy)
+        self.usage = None if tenancy is None else TenantUsage(tenancy)
         accounting = artifact.accounting(self.core.policy) if preset.artifact else Accounting()
         self.cluster = SimulatedCluster(records, self.core.model, accounting, faults, progress)
         # on_round sees every round's plan and the core after it (a sweep's time series)
@@ -63,10 +71,18 @@ class Simulator:
         self.ran_on: dict[int, list[str]] = {}
         self._types = [spec.layout[p].gpu_type for p in spec.node_pools()] if spec.pools \
             else None
-        self.loop = Loop(self.core, self.cluster,
-                         on_round if self._types is None else self._note_types)
+        hook = on_round if self._types is None and self.usage is None else self._each_round
+        self.loop = Loop(self.core, self.cluster, hook)
 
-    def _note_types(self, now: float, plan: Plan, core: Core) -> None:
+    def _each_round(self, now: float, plan: Plan, core: Core) -> None:
+        if self._types is not None:
+            self._note_types(plan)
+        if self.usage is not None:
+            self.usage(now, plan, core)
+        if self._on_round is not None:
+            self._on_round(now, plan, core)
+
+    def _note_types(self, plan: Plan) -> None:
         """Where the plan's started and changed groups run: their nodes' GPU types."""
         types, ran_on = self._types, self.ran_on
         for group in plan.changes.added if plan.changes is not None else ():
@@ -74,8 +90,6 @@ class Simulator:
             for job in group.jobs:
                 seen = ran_on.setdefault(job, [])
                 seen.extend(sorted(k for k in kinds if k and k not in seen))
-        if self._on_round is not None:
-            self._on_round(now, plan, core)
 
     def run(self) -> SimResult:
         started = time.perf_counter()
@@ -85,13 +99,19 @@ class Simulator:
                     for job in self.core.jobs.values()]
         wall = time.perf_counter() - started
         utilisation = self.cluster.utilisation
-        return SimResult(self.policy_name, self.preset.name, outcomes,
-                         summarize(outcomes, utilisation, self.spec.total_gpus),
-                         utilisation, self.loop.rounds, wall)
+        summary = summarize(outcomes, utilisation, self.spec.total_gpus)
+        result = SimResult(self.policy_name, self.preset.name, outcomes, summary,
+                           utilisation, self.loop.rounds, wall)
+        if self.usage is not None:
+            self.usage(summary.makespan, self.core.plan_now, self.core)  # held till the end
+            result.tenants = self.usage.summary(outcomes, self.core.tenant, summary.makespan)
+            result.tenant_rows = self.usage.rows
+        return result
 
 
 def simulate(records: Sequence[JobRecord], spec: ClusterSpec, policy: str, preset: Preset,
              progress: Callable[[int, int], None] | None = None,
              on_round: Callable[[float, Plan, Core], None] | None = None,
-             faults: Faults | None = None) -> SimResult:
-    return Simulator(records, spec, policy, preset, progress, on_round, faults).run()
+             faults: Faults | None = None, tenancy: Tenancy | None = None) -> SimResult:
+    return Simulator(records, spec, policy, preset, progress, on_round, faults,
+                     tenancy).run()
