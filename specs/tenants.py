@@ -1,12 +1,20 @@
 """The tenants file: who shares the cluster, and how much of it each may hold.
 
     default = "research"        # the tenant of jobs that name none (optional)
+    default_class = "batch"     # the priority class of jobs that name none (optional)
+
+    [classes.batch]
+    priority = 0                # a tenant's jobs of higher classes are admitted first
+    preemptible = true          # false: once running, never stopped by the planner
+    min_run_s = 600             # seconds a job runs before the planner may stop it
+    restart_budget = 6          # the most planner stops of one job in any hour (0: none)
 
     [tenants.research]
     quota = 32                  # GPUs the tenant is owed: its jobs get them back when it asks
     borrow_limit = 16           # GPUs past its quota it may hold while others leave theirs idle
     weight = 2.0                # its share of idle GPUs against other borrowers (default 1)
     cohort = "lab"              # lends to and borrows from this cohort's members only
+    classes = ["batch"]         # the classes its jobs may use (default: every class)
 
 Read with the standard library (tomllib). A fault is one line naming the file, the tenant
 and the key, and the bound it breaks (`TenantsError`). docs/tenants.md gives the rules the
@@ -17,7 +25,8 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from specs.limits import MAX_GPUS, MAX_SMALL_FILE_BYTES, InputFileError, read_regular, show
@@ -25,7 +34,11 @@ from specs.pools import NAME
 
 MAX_TENANTS = 4096  # a real cluster has tens; past this, a generated file gone wrong
 MAX_WEIGHT = 1e6
-KEYS = ("quota", "borrow_limit", "weight", "cohort")
+MAX_PRIORITY = 10**6
+MAX_MIN_RUN_S = 7 * 86400.0  # a week: past it, no job could ever be reclaimed
+MAX_RESTART_BUDGET = 3600  # stops an hour: one a second
+KEYS = ("quota", "borrow_limit", "weight", "cohort", "classes")
+CLASS_KEYS = ("priority", "preemptible", "min_run_s", "restart_budget")
 
 
 class TenantsError(ValueError):
@@ -39,28 +52,71 @@ class Tenant:
     borrow_limit: int = 0  # GPUs past quota
     weight: float = 1.0
     cohort: str = ""  # "": the cohort of every tenant that names none
+    classes: tuple[str, ...] = ()  # the priority classes its jobs may use; (): every one
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """How a job is ranked within its tenant, and when the planner may stop it."""
+
+    name: str = ""
+    priority: int = 0  # higher: admitted first within its tenant
+    preemptible: bool = True  # False: never stopped by the planner once running
+    min_run_s: float = 0.0  # seconds it runs before the planner may stop it
+    restart_budget: int = 0  # the most planner stops of one job in any hour; 0: no bound
+
+
+ANY_CLASS = PriorityClass()  # a file without classes: every job is of this one
 
 
 @dataclass(frozen=True, slots=True)
 class Tenancy:
     """The tenants, by name, and the one jobs that name none belong to ("": such jobs are
-    refused)."""
+    refused); the priority classes, and the one of jobs naming none."""
 
     tenants: Mapping[str, Tenant]
     default: str = ""
+    classes: Mapping[str, PriorityClass] = field(
+        default_factory=lambda: MappingProxyType({"": ANY_CLASS}))
+    default_class: str = ""
 
     def tenant_of(self, name: str) -> Tenant | None:
         """The tenant a job naming `name` belongs to, or None when the file has none."""
         return self.tenants.get(name or self.default)
 
+    def class_of(self, name: str) -> PriorityClass | None:
+        """The class of a job naming `name`, or None when the file has none such."""
+        return self.classes.get(name or self.default_class)
 
-def job_problem(tenancy: Tenancy, job_id: int, tenant: str, num_gpu: int) -> str | None:
-    """Why a job of `num_gpu` GPUs naming `tenant` can never run under `tenancy`, or None."""
+    @property
+    def guards(self) -> bool:
+        """Some class bounds when the planner may stop a job."""
+        return any(not c.preemptible or c.min_run_s or c.restart_budget
+                   for c in self.classes.values())
+
+
+def job_problem(tenancy: Tenancy, job_id: int, tenant: str, num_gpu: int,
+                priority_class: str = "") -> str | None:
+    """Why a job of `num_gpu` GPUs naming `tenant` and `priority_class` can never run under
+    `tenancy`, or None."""
     owner = tenancy.tenant_of(tenant)
     if owner is None:
         return (f"job {job_id}: tenant {tenant!r} is not in the tenants file" if tenant else
                 f"job {job_id} names no tenant and the tenants file has no default")
-    most = owner.quota + owner.borrow_limit
+    kind = tenancy.class_of(priority_class)
+    if kind is None:
+        return (f"job {job_id}: priority class {priority_class!r} is not in the tenants file"
+                if priority_class else
+                f"job {job_id} names no priority class and the tenants file has no "
+                f"default_class")
+    if owner.classes and kind.name not in owner.classes:
+        return (f"job {job_id}: tenant {owner.name!r} may not use priority class "
+                f"{kind.name!r} (it may use {', '.join(owner.classes)})")
+    most = owner.quota + (owner.borrow_limit if kind.preemptible else 0)
+    if not kind.preemptible and num_gpu > most:
+        return (f"job {job_id} needs {num_gpu} GPUs; a job of the unpreemptible class "
+                f"{kind.name!r} runs within its tenant's quota, and tenant {owner.name!r} "
+                f"has {owner.quota}")
     if num_gpu > most:
         return (f"job {job_id} needs {num_gpu} GPUs; tenant {owner.name!r} may hold at most "
                 f"{most} (quota {owner.quota} + borrow_limit {owner.borrow_limit})")
@@ -86,32 +142,73 @@ def load_tenants(path: str | os.PathLike[str]) -> Tenancy:
 
 def tenancy_of(data: Mapping[str, Any], label: str = "tenants") -> Tenancy:
     """The tenancy of a parsed tenants document, or TenantsError naming `label`."""
-    extra = sorted(set(data) - {"default", "tenants"})
+    extra = sorted(set(data) - {"default", "default_class", "tenants", "classes"})
     if extra:
-        raise TenantsError(f"{label}: unknown key {extra[0]!r} (expected 'default' and "
-                           f"[tenants.NAME] tables)")
+        raise TenantsError(f"{label}: unknown key {extra[0]!r} (expected 'default', "
+                           f"'default_class', [classes.NAME] and [tenants.NAME] tables)")
+    classes = _classes(label, data.get("classes"))
     table = data.get("tenants")
     if not isinstance(table, dict) or not table:
         raise TenantsError(f"{label}: no [tenants.NAME] table")
     if len(table) > MAX_TENANTS:
         raise TenantsError(f"{label}: {len(table)} tenants, more than {MAX_TENANTS}")
-    tenants = {name: _tenant(label, name, fields) for name, fields in table.items()}
+    tenants = {name: _tenant(label, name, fields, classes) for name, fields in table.items()}
     default = data.get("default", "")
     if not isinstance(default, str) or (default and default not in tenants):
         raise TenantsError(f"{label}: default {default!r} is not a tenant of the file")
-    return Tenancy(tenants, default)
+    default_class = data.get("default_class", "")
+    if not isinstance(default_class, str) or default_class not in classes:
+        raise TenantsError(f"{label}: default_class {default_class!r} is not a class of the "
+                           f"file")
+    return Tenancy(tenants, default, MappingProxyType(classes), default_class)
 
 
-def _tenant(label: str, name: str, fields: Any) -> Tenant:
-    where = f"{label}: tenant {name!r}"
+def _table(where: str, name: str, fields: Any, keys: tuple[str, ...]) -> str:
+    """`where`, once the table `name` is checked to be a named table of only `keys`."""
     if not NAME.fullmatch(name):
         raise TenantsError(f"{where}: a name is 1-64 letters, digits or _.+- (starting with "
                            f"a letter or digit)")
     if not isinstance(fields, dict):
-        raise TenantsError(f"{where}: must be a table of {', '.join(KEYS)}")
-    extra = sorted(set(fields) - set(KEYS))
+        raise TenantsError(f"{where}: must be a table of {', '.join(keys)}")
+    extra = sorted(set(fields) - set(keys))
     if extra:
-        raise TenantsError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(KEYS)})")
+        raise TenantsError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(keys)})")
+    return where
+
+
+def _classes(label: str, table: Any) -> dict[str, PriorityClass]:
+    if table is None:
+        return {"": ANY_CLASS}
+    if not isinstance(table, dict) or not table:
+        raise TenantsError(f"{label}: classes must be [classes.NAME] tables")
+    out = {}
+    for name, fields in table.items():
+        where = _table(f"{label}: class {name!r}", name, fields, CLASS_KEYS)
+        priority = fields.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int) \
+                or abs(priority) > MAX_PRIORITY:
+            raise TenantsError(f"{where}: priority must be a whole number in "
+                               f"[-{MAX_PRIORITY}, {MAX_PRIORITY}], got {priority!r}")
+        preemptible = fields.get("preemptible", True)
+        if not isinstance(preemptible, bool):
+            raise TenantsError(f"{where}: preemptible must be true or false, got "
+                               f"{preemptible!r}")
+        min_run = fields.get("min_run_s", 0)
+        if isinstance(min_run, bool) or not isinstance(min_run, (int, float)) \
+                or not 0 <= min_run <= MAX_MIN_RUN_S:
+            raise TenantsError(f"{where}: min_run_s must be a number of seconds in "
+                               f"[0, {show(MAX_MIN_RUN_S)}], got {min_run!r}")
+        budget = fields.get("restart_budget", 0)
+        if isinstance(budget, bool) or not isinstance(budget, int) \
+                or not 0 <= budget <= MAX_RESTART_BUDGET:
+            raise TenantsError(f"{where}: restart_budget must be a whole number of stops an "
+                               f"hour in [0, {MAX_RESTART_BUDGET}], got {budget!r}")
+        out[name] = PriorityClass(name, priority, preemptible, float(min_run), budget)
+    return out
+
+
+def _tenant(label: str, name: str, fields: Any, classes: Mapping[str, PriorityClass]) -> Tenant:
+    where = _table(f"{label}: tenant {name!r}", name, fields, KEYS)
     if "quota" not in fields:
         raise TenantsError(f"{where}: quota is missing (GPUs the tenant is owed)")
     quota = _count(where, "quota", fields["quota"])
@@ -125,7 +222,13 @@ def _tenant(label: str, name: str, fields: Any) -> Tenant:
     if not isinstance(cohort, str) or (cohort and not NAME.fullmatch(cohort)):
         raise TenantsError(f"{where}: cohort must be a name of 1-64 letters, digits or "
                            f"_.+-, got {cohort!r}")
-    return Tenant(name, quota, borrow, float(weight), cohort)
+    allowed = fields.get("classes", [])
+    if not isinstance(allowed, list) or not all(isinstance(c, str) for c in allowed):
+        raise TenantsError(f"{where}: classes must be a list of class names")
+    for kind in allowed:
+        if kind not in classes or not kind:
+            raise TenantsError(f"{where}: class {kind!r} is not a class of the file")
+    return Tenant(name, quota, borrow, float(weight), cohort, tuple(dict.fromkeys(allowed)))
 
 
 def _count(where: str, key: str, value: Any) -> int:

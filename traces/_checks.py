@@ -223,10 +223,11 @@ def check_job(
             if message:
                 found.append((name, message))
 
-    if "tenant" in values:
-        value, shown = values["tenant"]
-        if not isinstance(value, str) or (value and not NAME.fullmatch(value)):
-            found.append(("tenant", f"must be empty or a name of 1-64 letters, digits or "
+    for name in ("tenant", "priority_class"):
+        if name in values:
+            value, shown = values[name]
+            if not isinstance(value, str) or (value and not NAME.fullmatch(value)):
+                found.append((name, f"must be empty or a name of 1-64 letters, digits or "
                                     f"_.+- (starting with a letter or digit), got {shown}"))
 
     return found

@@ -27,7 +27,7 @@ from traces._checks import (
 )
 from traces.errors import Problem, TraceError
 from traces.models import MODELS
-from traces.record import JobRecord
+from traces.record import NAMES, JobRecord
 
 PathLike = str | os.PathLike[str]
 
@@ -232,9 +232,10 @@ def _read_row(
         else:
             values["gpu_type"] = (types, repr(text.strip()))
 
-    if "tenant" in columns and row[columns["tenant"]].strip():  # empty: none named
-        text = row[columns["tenant"]]
-        values["tenant"] = (text.strip(), repr(text))
+    for name in NAMES:
+        if name in columns and row[columns[name]].strip():  # empty: none named
+            text = row[columns[name]]
+            values[name] = (text.strip(), repr(text))
 
     for field, message in check_job(values, stage_fields, known_models=known, fit=fit):
         problems.append(Problem(label, line, field, message))
@@ -264,7 +265,7 @@ def _read_row(
         priority=values["priority"][0] if "priority" in values else 0,  # type: ignore[arg-type]
         gpu_mem_gb=float(values["gpu_mem_gb"][0]) if "gpu_mem_gb" in values else 0.0,  # type: ignore[arg-type]
         gpu_types=values["gpu_type"][0] if "gpu_type" in values else (),  # type: ignore[arg-type]
-        tenant=values["tenant"][0] if "tenant" in values else "",  # type: ignore[arg-type]
+        **{name: values[name][0] for name in NAMES if name in values},  # type: ignore[arg-type]
     )
     return record, job_id, problems
 
@@ -295,12 +296,11 @@ def write_trace(path: PathLike, records: Iterable[JobRecord]) -> None:
     four = any(len(r.stage_times) == 4 for r in records)
     memory = any(r.gpu_mem_gb for r in records)
     types = any(r.gpu_types for r in records)
-    tenants = any(r.tenant for r in records)
+    names = [name for name in NAMES if any(getattr(r, name) for r in records)]
     with open(path, "w", encoding="utf-8", newline="") as out:
-        writer = TraceWriter(out, four_stages=four, memory=memory, types=types,
-                             extra=("tenant",) if tenants else ())
+        writer = TraceWriter(out, four_stages=four, memory=memory, types=types, extra=names)
         for r in records:
-            writer.write(r, (r.tenant,) if tenants else ())
+            writer.write(r, [getattr(r, name) for name in names])
 
 
 def _check_stages(record: JobRecord) -> None:

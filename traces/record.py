@@ -6,6 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+# The names a job may carry beyond Muri's schema: whom it runs for, and its class.
+NAMES = ("tenant", "priority_class")
+
 # Muri's published traces give three per-iteration stage times (resource_time_0..2).
 STAGES_3 = ("data", "gpu", "net")
 # The live system times the four stages separately.
@@ -41,6 +44,8 @@ class JobRecord:
     gpu_types: tuple[str, ...] = ()
     # the tenant (team) the job runs for; "": none named (a tenants file's default, if any)
     tenant: str = ""
+    # its priority class in the tenants file; "": none named (the file's default_class)
+    priority_class: str = ""
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -64,8 +69,9 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
         out["gpu_types"] = list(record.gpu_types)
     else:
         del out["gpu_types"]
-    if not record.tenant:
-        del out["tenant"]
+    for name in NAMES:
+        if not out[name]:
+            del out[name]
     return out
 
 

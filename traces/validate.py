@@ -67,7 +67,8 @@ def _check_record(
     values: dict[str, Value] = {}
     for name in (
         "job_id", "num_gpu", "submit_time", "iterations", "model_name", "batch_size",
-        "duration", "interval", "iteration_time", "priority", "gpu_mem_gb", "gpu_types", "tenant",
+        "duration", "interval", "iteration_time", "priority", "gpu_mem_gb", "gpu_types",
+        "tenant", "priority_class",
     ):
         value = getattr(record, name, None)
         values[name] = (value, repr(value))
