@@ -16,12 +16,12 @@ from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.speed import TypeSpeeds
 from scheduler.core.state import Group, Job, NodeSlice, Plan, Status
-from scheduler.core.tenants import Admission, admit
+from scheduler.core.tenant_layer import TenantLayer
 from specs.limits import MAX_GPU_MEM_GB
 from specs.fit import Fit
 from specs.gpu_speed import MAX_SPEED, MIN_SPEED
 from specs.spec import ClusterSpec
-from specs.tenants import Tenancy, job_problem
+from specs.tenants import Tenancy
 from traces.record import JobRecord
 
 # the group slowdowns a measurement may set: below 1, the cyclic model was pessimistic (the
@@ -81,14 +81,12 @@ class Core:
         self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
         self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
-        # Who shares the cluster (None: one queue for all). Each job's tenant, and what the
-        # last round admitted (scheduler/core/tenants.py): the policy plans those only.
+        # Who shares the cluster (None: one queue for all): what each round admits, which
+        # the policy plans alone, and which running jobs it may not stop now.
         if tenancy is not None and not policy.plans_partial:
             raise SchedulingError(f"policy {policy.name!r} cannot plan for tenants: it keeps "
                                   f"its own jobs running whatever the round's queue")
-        self.tenancy = tenancy
-        self.tenant: dict[int, str] = {}
-        self.admission: Admission | None = None
+        self.tenants = None if tenancy is None else TenantLayer(tenancy)
 
     # -- events ----------------------------------------------------------------------------
     def submit(self, record: JobRecord, now: float) -> Job:
@@ -102,8 +100,8 @@ class Core:
             if why:
                 raise SchedulingError(f"job {record.job_id}: no pool of the cluster holds it: "
                                       + "; ".join(message for _, message in why))
-        if self.tenancy is not None:
-            why = job_problem(self.tenancy, record.job_id, record.tenant, record.num_gpu)
+        if self.tenants is not None:
+            why = self.tenants.problem(record)
             if why:
                 raise SchedulingError(why)
         model = self.model
@@ -125,8 +123,8 @@ class Core:
         self._arrival[job.id] = len(self._arrival)
         self._waiting[job.id] = job.num_gpu
         self.queue.append(job)
-        if self.tenancy is not None:
-            self.tenant[job.id] = self.tenancy.tenant_of(record.tenant).name  # type: ignore[union-attr]
+        if self.tenants is not None:
+            self.tenants.add(record)
         self.policy.on_submit(job, now)
         return job
 
@@ -333,6 +331,8 @@ class Core:
         self._disturbed = True
         job.status = Status.DONE
         job.running_since = None
+        if self.tenants is not None:
+            self.tenants.finished(job_id)
         job.finish_time = now
         job.remaining = 0.0
         self.queue.remove(job)
@@ -345,12 +345,21 @@ class Core:
         where = self._where_view if self._sticky else {}
         # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
         policy = self.policy
-        queue = tuple(self.queue) if self.tenancy is None else self._admitted()
+        tenants = self.tenants
+        if tenants is None:
+            queue = tuple(self.queue)
+        else:
+            queue = tenants.admitted(self.queue, policy, self.placed,
+                                     self.cluster.free_when_empty(), now)
         partial = len(queue) < len(self.queue)
         plan = policy.plan(RoundContext(now, queue, self.cluster, self.model, where, partial))
-        if partial:
-            self._check_admitted(plan)
         groups = plan.groups
+        if tenants is not None:
+            tenants.check(groups, policy.name)
+            groups, until = tenants.guard(groups, self.placed, self.jobs, self._in_place, now)
+            if until is not None and (plan.wakeup is None or until < plan.wakeup):
+                plan = plan._replace(wakeup=until)
+            plan = plan._replace(groups=groups)
         if self.speeds.active:  # each group at the pace of the GPU type it landed on
             groups = self.speeds.retime(groups, self.jobs)
         if not self._disturbed and groups == self.plan_now.groups:
@@ -370,30 +379,12 @@ class Core:
                 self.check.check_memory(policy.name, plan, changes.added, self.jobs,
                                         self._lonely)
                 self._apply(changes, now)
+                if tenants is not None:
+                    tenants.stopped(changes.stopping, now)
         self._disturbed = False
         plan = _new_plan(Plan, (groups, plan.wakeup, plan.shared_gpus, changes))
         self.plan_now = plan
         return plan
-
-    def _admitted(self) -> tuple[Job, ...]:
-        """The runnable jobs the tenant layer admits this round, in the core's order; each
-        tenant's jobs offered in its policy's order (`Policy.queue_order`)."""
-        tenant_of, by_tenant = self.tenant, {}
-        for job in self.policy.queue_order(self.queue):
-            by_tenant.setdefault(tenant_of[job.id], []).append(
-                (job.id, job.num_gpu, job.running_since))
-        self.admission = admission = admit(self.tenancy, by_tenant,  # type: ignore[arg-type]
-                                           self.cluster.free_when_empty())
-        admitted = admission.admitted
-        return tuple(job for job in self.queue if job.id in admitted)
-
-    def _check_admitted(self, plan: Plan) -> None:
-        admitted = self.admission.admitted  # type: ignore[union-attr]
-        for group in plan.groups:
-            for job_id in group.jobs:
-                if job_id not in admitted:
-                    raise PlanError(f"policy {self.policy.name!r} planned job {job_id}, which "
-                                    f"the tenant layer held back this round")
 
     def _apply(self, changes: PlanChanges, now: float) -> None:
         """Bring each changed job's status, group and counters, and `placed`, up to the plan.

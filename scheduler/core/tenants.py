@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 from specs.tenants import Tenancy
 
@@ -44,31 +44,48 @@ class Held:
         return max(0, self.gpus - self.quota)
 
 
+class Ask(NamedTuple):
+    """A job asking to run this round."""
+
+    job_id: int
+    gpus: int
+    since: float | None = None  # when it last (re)started, or None while waiting
+    borrows: bool = True  # it may run on lent GPUs (an unpreemptible job may not)
+    kept: bool = False  # it runs on whatever the round (the planner may not stop it now)
+
+
 @dataclass(slots=True)
 class Admission:
     admitted: set[int] = field(default_factory=set)  # job ids
     held: dict[str, Held] = field(default_factory=dict)  # by tenant name
 
 
-def admit(tenancy: Tenancy, jobs: Mapping[str, Iterable[tuple[int, int, float | None]]],
-          total_gpus: int) -> Admission:
-    """The jobs admitted this round. `jobs`: per tenant name, its (job id, GPUs, since when
-    it runs or None) in the tenant's order (its policy's, most wanted first). Its owed jobs
-    are taken in that order; what it borrows, running jobs first, the longest running
+def admit(tenancy: Tenancy, jobs: Mapping[str, Iterable[Ask]], total_gpus: int) -> Admission:
+    """The jobs admitted this round. `jobs`: per tenant name, what its jobs ask in the
+    tenant's order (most wanted first). Kept jobs are admitted first, whatever they hold;
+    then owed jobs in that order; what it borrows, running jobs first, the longest running
     first, then waiting ones in that order."""
     tenants = tenancy.tenants
     out = Admission(held={name: Held(t.quota) for name, t in tenants.items()})
     rest: dict[str, list[tuple[int, int]]] = {}
     for name, queue in jobs.items():
-        quota, held, left = tenants[name].quota, out.held[name], []
-        for job_id, gpus, since in queue:
-            if held.gpus + gpus <= quota:
-                held.gpus += gpus
-                out.admitted.add(job_id)
-            else:
-                left.append((job_id, gpus, since))
+        quota, held = tenants[name].quota, out.held[name]
+        queue = list(queue)
+        for ask in queue:
+            if ask.kept:
+                held.gpus += ask.gpus
+                out.admitted.add(ask.job_id)
+        left = []
+        for ask in queue:
+            if ask.kept:
+                continue
+            if held.gpus + ask.gpus <= quota:
+                held.gpus += ask.gpus
+                out.admitted.add(ask.job_id)
+            elif ask.borrows:
+                left.append(ask)
         left.sort(key=_borrow_order)  # stable: waiting jobs keep the tenant's order
-        rest[name] = [(job_id, gpus) for job_id, gpus, _ in left]
+        rest[name] = [(ask.job_id, ask.gpus) for ask in left]
     free = total_gpus - sum(h.gpus for h in out.held.values())
     unquoted = max(0, total_gpus - sum(t.quota for t in tenants.values()))
     cohorts: dict[str, list[str]] = {}
@@ -76,16 +93,16 @@ def admit(tenancy: Tenancy, jobs: Mapping[str, Iterable[tuple[int, int, float | 
         cohorts.setdefault(tenant.cohort, []).append(name)
     for cohort in sorted(cohorts):
         members = cohorts[cohort]
-        idle = sum(tenants[n].quota - out.held[n].gpus for n in members)
+        idle = sum(tenants[n].quota - out.held[n].gpus for n in members)  # kept: less
         if not cohort:
             idle += unquoted
-        lend = min(idle, free)
+        lend = max(0, min(idle, free))
         free -= lend - _lend(tenancy, members, rest, lend, out)
     return out
 
 
-def _borrow_order(job: tuple[int, int, float | None]) -> tuple[bool, float]:
-    since = job[2]
+def _borrow_order(ask: Ask) -> tuple[bool, float]:
+    since = ask.since
     return (since is None, 0.0 if since is None else since)
 
 

@@ -104,7 +104,7 @@ class Simulator:
                            utilisation, self.loop.rounds, wall)
         if self.usage is not None:
             self.usage(summary.makespan, self.core.plan_now, self.core)  # held till the end
-            result.tenants = self.usage.summary(outcomes, self.core.tenant, summary.makespan)
+            result.tenants = self.usage.summary(outcomes, self.core.tenants.tenant, summary.makespan)
             result.tenant_rows = self.usage.rows
         return result
 

@@ -33,7 +33,7 @@ class TenantUsage:
         self._settle(now)
         held = dict.fromkeys(self.tenancy.tenants, 0)
         for job in core.running_jobs():
-            held[core.tenant[job.id]] += job.num_gpu
+            held[core.tenants.tenant[job.id]] += job.num_gpu
         for name, gpus in held.items():
             if gpus != self._held.get(name):
                 self.rows.append((now, name, gpus))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.engine import Core, SchedulingError
-from scheduler.core.tenants import admit
+from scheduler.core.tenants import Ask, admit
 from scheduler.plugins import make_policy
 from scheduler.presets import get_preset
 from specs.tenants import Tenancy, Tenant, TenantsError, load_tenants, tenancy_of
@@ -34,6 +34,17 @@ POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "muri-s", "muri-l"]
     ("", "no [tenants.NAME] table"),
     ("[tenants.a]\nquota = 2\n[tenants.a]\n", "not TOML: "),
     ("[tenants]\na = 3\n", "tenant 'a': must be a table"),
+    ("[classes.p]\npreemptible = 1\n[tenants.a]\nquota = 2\n",
+     "class 'p': preemptible must be true or false"),
+    ("[classes.p]\nmin_run_s = -5\n[tenants.a]\nquota = 2\n",
+     "class 'p': min_run_s must be a number of seconds in [0, 604800]"),
+    ("[classes.p]\nrestart_budget = 1.5\n[tenants.a]\nquota = 2\n",
+     "class 'p': restart_budget must be a whole number of stops an hour"),
+    ("[classes.p]\npriorty = 1\n[tenants.a]\nquota = 2\n", "class 'p': unknown key 'priorty'"),
+    ("[classes.p]\n[tenants.a]\nquota = 2\nclasses = ['q']\n",
+     "tenant 'a': class 'q' is not a class of the file"),
+    ("default_class = 'q'\n[classes.p]\n[tenants.a]\nquota = 2\n",
+     "default_class 'q' is not a class of the file"),
 ])
 def test_a_bad_tenants_file_is_one_line_naming_the_file_and_the_fault(tmp_path, text, says):
     path = tmp_path / "t.toml"
@@ -76,7 +87,7 @@ def cases(draw):
         queue = []
         for _ in range(draw(st.integers(0, 8))):
             since = draw(st.one_of(st.none(), st.integers(0, 5).map(float)))
-            queue.append((next_id, draw(st.integers(1, 4)), since))
+            queue.append(Ask(next_id, draw(st.integers(1, 4)), since))
             next_id += 1
         jobs[name] = queue
     return Tenancy(tenants), jobs, draw(st.integers(0, 24))
@@ -97,12 +108,12 @@ def test_admission_keeps_every_bound_and_lends_what_it_may(case):
         quota = tenants[name].quota
         # the owed part is the first-fit walk of the tenant's order under its quota
         o = 0
-        for job_id, gpus, _ in queue:
+        for job_id, gpus, *_ in queue:
             if o + gpus <= quota:
                 o += gpus
                 assert job_id in got.admitted
         first[name] = o
-        holds[name] = sum(g for j, g, _ in queue if j in got.admitted)
+        holds[name] = sum(g for j, g, *_ in queue if j in got.admitted)
         assert got.held[name].owed == min(holds[name], quota)
         assert got.held[name].borrowed == max(0, holds[name] - quota)
         assert holds[name] <= quota + tenants[name].borrow_limit
@@ -117,7 +128,7 @@ def test_admission_keeps_every_bound_and_lends_what_it_may(case):
         assert lent <= idle
         for name in members:
             limit = tenants[name].quota + tenants[name].borrow_limit
-            for job_id, gpus, _ in jobs[name]:
+            for job_id, gpus, *_ in jobs[name]:
                 if job_id not in got.admitted:
                     assert (holds[name] + gpus > limit or gpus > idle - lent
                             or gpus > free), (name, job_id)
@@ -126,8 +137,8 @@ def test_admission_keeps_every_bound_and_lends_what_it_may(case):
 def test_idle_gpus_are_lent_by_weight():
     tenancy = Tenancy({"owner": Tenant("owner", 9), "a": Tenant("a", 0, 9, 2.0),
                        "b": Tenant("b", 0, 9, 1.0)})
-    jobs = {"owner": [], "a": [(i, 1, None) for i in range(9)],
-            "b": [(10 + i, 1, None) for i in range(9)]}
+    jobs = {"owner": [], "a": [Ask(i, 1) for i in range(9)],
+            "b": [Ask(10 + i, 1) for i in range(9)]}
     held = admit(tenancy, jobs, 9).held
     assert (held["a"].borrowed, held["b"].borrowed) == (6, 3)
 
@@ -135,16 +146,16 @@ def test_idle_gpus_are_lent_by_weight():
 def test_borrowed_gpus_come_back_from_the_most_recently_started_jobs_first():
     """Stopping the job whose checkpoint is newest (it started last) loses least work."""
     tenancy = Tenancy({"owner": Tenant("owner", 4), "b": Tenant("b", 0, 8)})
-    running = [(1, 1, 5.0), (2, 1, 1.0), (3, 1, 9.0), (4, 1, 3.0)]  # (id, GPUs, since)
+    running = [Ask(1, 1, 5.0), Ask(2, 1, 1.0), Ask(3, 1, 9.0), Ask(4, 1, 3.0)]
     before = admit(tenancy, {"owner": [], "b": running}, 4).admitted
-    after = admit(tenancy, {"owner": [(9, 2, None)], "b": running}, 4).admitted
+    after = admit(tenancy, {"owner": [Ask(9, 2)], "b": running}, 4).admitted
     assert before == {1, 2, 3, 4} and after == {9, 2, 4}
 
 
 def test_a_cohort_lends_only_among_its_members():
     tenancy = Tenancy({"a": Tenant("a", 4, 8, cohort="x"), "b": Tenant("b", 4, 8, cohort="y"),
                        "c": Tenant("c", 4, 8, cohort="x")})
-    jobs = {"a": [(i, 1, None) for i in range(8)], "b": [], "c": []}
+    jobs = {"a": [Ask(i, 1) for i in range(8)], "b": [], "c": []}
     assert admit(tenancy, jobs, 12).held["a"] .borrowed == 4  # c's idle 4, never b's
 
 
@@ -161,6 +172,64 @@ def test_a_job_of_no_tenant_or_too_large_for_its_tenant_is_refused_at_submit():
                                               r"\(quota 2 \+ borrow_limit 1\)"):
         core.submit(replace(job(1, num_gpu=4), tenant="a"), 0.0)
     assert not core.jobs
+
+
+CLASSES = {"default_class": "batch",
+           "classes": {"prod": {"priority": 10, "preemptible": False},
+                       "batch": {"min_run_s": 100, "restart_budget": 2}},
+           "tenants": {"owner": {"quota": 6, "borrow_limit": 2},
+                       "b": {"quota": 2, "borrow_limit": 6, "classes": ["batch"]}}}
+
+
+def test_a_class_the_tenant_may_not_use_or_an_unpreemptible_job_past_quota_is_refused():
+    preset = get_preset("default")
+    core = Core(spec(nodes=2, gpus=4), make_policy("srsf", preset), preset.model,
+                tenancy_of(CLASSES))
+    with pytest.raises(SchedulingError, match="tenant 'b' may not use priority class 'prod' "
+                                              r"\(it may use batch\)"):
+        core.submit(replace(job(1), tenant="b", priority_class="prod"), 0.0)
+    with pytest.raises(SchedulingError, match="priority class 'gold' is not in the tenants"):
+        core.submit(replace(job(1), tenant="b", priority_class="gold"), 0.0)
+    with pytest.raises(SchedulingError, match="a job of the unpreemptible class 'prod' runs "
+                                              "within its tenant's quota, and tenant 'owner' "
+                                              "has 6"):
+        core.submit(replace(job(1, num_gpu=8), tenant="owner", priority_class="prod"), 0.0)
+
+
+def test_an_unpreemptible_job_never_borrows_and_a_higher_class_is_admitted_first():
+    preset = get_preset("default")
+    core = Core(spec(nodes=2, gpus=4), make_policy("fifo", preset), preset.model,
+                tenancy_of(CLASSES))
+    for i in range(4):  # batch first in submission order: FIFO alone would run these first
+        core.submit(replace(job(i, iterations=10_000), tenant="owner"), 0.0)
+    for i in range(4, 12):
+        core.submit(replace(job(i, iterations=10_000), tenant="owner",
+                            priority_class="prod"), 0.0)
+    core.round(0.0)
+    # the owner's quota of 6 goes to prod first; prod never borrows; batch borrows 2
+    running = {j.id for j in core.running_jobs()}
+    assert running == {4, 5, 6, 7, 8, 9, 0, 1}, running
+
+
+def test_reclaim_waits_out_a_minimum_run_and_the_round_is_due_then():
+    """The bound: a borrower's job is stopped for the owner no sooner than its class's
+    minimum run time after it started, and the plan asks for a round at that time."""
+    preset = get_preset("default")
+    core = Core(spec(nodes=2, gpus=4), make_policy("srsf", preset), preset.model,
+                tenancy_of(CLASSES))
+    for i in range(8):
+        core.submit(replace(job(i, iterations=100_000), tenant="b"), 0.0)
+    core.round(0.0)
+    assert len(core.running_jobs()) == 8
+    for i in range(10, 16):
+        core.submit(replace(job(i, iterations=100_000), tenant="owner"), 30.0)
+    core.advance(30.0)
+    plan = core.round(30.0)
+    assert {j.id for j in core.running_jobs()} == set(range(8)) and plan.wakeup == 100.0
+    core.advance(100.0)
+    core.round(100.0)
+    running = {j.id for j in core.running_jobs()}
+    assert running >= set(range(10, 16)) and len(running) == 8, running
 
 
 def test_a_policy_that_keeps_its_own_jobs_running_is_refused_with_tenants():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from scheduler.presets import get_preset
 from scheduler.sim.simulator import simulate
-from specs.tenants import Tenancy, Tenant
+from specs.tenants import PriorityClass, Tenancy, Tenant
 from tests.helpers import job, spec
 
 POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "muri-s", "muri-l"]
@@ -94,3 +94,141 @@ def test_an_owner_under_quota_never_waits_while_another_borrows(policy, case):
 
     simulate(records, spec(nodes=NODES, gpus=GPUS), policy, get_preset("default"),
              on_round=check, tenancy=tenancy)
+
+
+@st.composite
+def classed_runs(draw):
+    """As `runs`, with two priority classes: `prod` (never preempted) and `batch` (a
+    minimum run time and a restart budget drawn here), and each job of one of them."""
+    tenancy, records = draw(runs(max_gpus=1))
+    classes = {"prod": PriorityClass("prod", 10, preemptible=False),
+               "batch": PriorityClass("batch", 0, True,
+                                      draw(st.sampled_from([0.0, 100.0, 1000.0])),
+                                      draw(st.integers(0, 3)))}
+    tenancy = Tenancy(tenancy.tenants, classes=classes, default_class="batch")
+    out = []
+    for r in records:
+        quota = tenancy.tenants[r.tenant].quota
+        prod = quota >= r.num_gpu and draw(st.booleans())
+        out.append(replace(r, priority_class="prod" if prod else ""))
+    return tenancy, out
+
+
+class Watch:
+    """What the changes of each round show, kept apart from the core: each job's last start
+    and its stops (a restart counts)."""
+
+    def __init__(self):
+        self.since: dict[int, float] = {}
+        self.stops: dict[int, list[float]] = {}
+
+    def check_stops(self, now, plan, kind, batch):
+        """No job this round stops is prod, inside its minimum run time, or past its
+        budget."""
+        for j in plan.changes.stopping:
+            assert kind[j] != "prod", (now, j)
+            since = self.since.get(j)
+            if since is not None and batch.min_run_s:
+                assert now >= since + batch.min_run_s - 1e-9, (now, j, since)
+            if batch.restart_budget:
+                recent = [t for t in self.stops.get(j, []) if t > now - 3600.0]
+                assert len(recent) < batch.restart_budget, (now, j, recent)
+        self.note(now, plan)
+
+    def note(self, now, plan):
+        changes = plan.changes
+        for j in changes.stopping:
+            self.stops.setdefault(j, []).append(now)
+            self.since.pop(j, None)
+        for j in changes.starting:
+            self.since[j] = now
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(case=classed_runs())
+@settings(max_examples=25, deadline=None)
+def test_classes_guard_prod_minimum_runs_and_restart_budgets(policy, case):
+    """No prod job is ever stopped once started; no batch job is stopped sooner than its
+    minimum run time after it started, nor more often than its budget in any hour; every
+    tenant within quota and borrowing limit; and a tenant with a waiting job that fits its
+    quota waits only on jobs guarded so (the stated bound: a borrower's minimum run time,
+    or the hour its budget is spent for)."""
+    tenancy, records = case
+    if not records:
+        return
+    batch = tenancy.classes["batch"]
+    kind = {r.job_id: r.priority_class or "batch" for r in records}
+    watch = Watch()
+
+    def guarded(j, now):
+        since = watch.since.get(j)
+        if kind[j] == "prod":
+            return True
+        if batch.min_run_s and since is not None and now < since + batch.min_run_s:
+            return True
+        recent = [t for t in watch.stops.get(j, []) if t > now - 3600.0]
+        return bool(batch.restart_budget) and len(recent) >= batch.restart_budget
+
+    def check(now, plan, core):
+        watch.check_stops(now, plan, kind, batch)
+        now_held = held(core)
+        for name, gpus in now_held.items():
+            t = tenancy.tenants[name]
+            assert gpus <= t.quota + t.borrow_limit, (now, name, gpus)
+        for j in core.queue:
+            name = j.record.tenant
+            if j.status.value == "pending" and now_held.get(name, 0) + j.num_gpu \
+                    <= tenancy.tenants[name].quota:
+                for other in core.running_jobs():
+                    owner = other.record.tenant
+                    if now_held[owner] > tenancy.tenants[owner].quota:
+                        assert guarded(other.id, now), (now, j.id, other.id)
+
+    simulate(records, spec(nodes=NODES, gpus=GPUS), policy, get_preset("default"),
+             on_round=check, tenancy=tenancy)
+
+
+@st.composite
+def pressed_runs(draw):
+    """Two tenants whose quotas may together exceed the cluster, jobs of 1, 2 and 4 GPUs in
+    bursts, a third of them `prod` where their tenant's quota holds them: policies preempt,
+    move and regroup here, so every guard is tried."""
+    tenants = {n: Tenant(n, draw(st.integers(2, 8)), draw(st.integers(0, 8))) for n in "ab"}
+    classes = {"prod": PriorityClass("prod", 10, preemptible=False),
+               "batch": PriorityClass("batch", 0, True,
+                                      draw(st.sampled_from([0.0, 300.0])),
+                                      draw(st.integers(0, 3)))}
+    records, t = [], 0.0
+    for i in range(draw(st.integers(5, 30))):
+        t += draw(st.sampled_from([0.0, 0.0, 50.0, 500.0]))
+        owner = draw(st.sampled_from("ab"))
+        gpus = draw(st.sampled_from([1, 1, 2, 4]))
+        if gpus > tenants[owner].quota + tenants[owner].borrow_limit:
+            continue
+        prod = gpus <= tenants[owner].quota and draw(st.integers(0, 2)) == 0
+        records.append(replace(job(i, num_gpu=gpus, submit=t,
+                                   iterations=draw(st.integers(1000, 50_000)),
+                                   stages=draw(st.sampled_from([(0.1, 0.1, 0.1),
+                                                                (0.05, 0.2, 0.05)]))),
+                               tenant=owner, priority_class="prod" if prod else ""))
+    return Tenancy(tenants, classes=classes, default_class="batch"), records
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(case=pressed_runs())
+@settings(max_examples=30, deadline=None)
+def test_under_pressure_no_guard_is_broken(policy, case):
+    tenancy, records = case
+    batch = tenancy.classes["batch"]
+    kind = {r.job_id: r.priority_class or "batch" for r in records}
+    watch = Watch()
+
+    def check(now, plan, core):
+        watch.check_stops(now, plan, kind, batch)
+        for name, gpus in held(core).items():
+            t = tenancy.tenants[name]
+            assert gpus <= t.quota + t.borrow_limit, (now, name, gpus)
+
+    if records:
+        simulate(records, spec(nodes=NODES, gpus=GPUS), policy, get_preset("default"),
+                 on_round=check, tenancy=tenancy)
