@@ -349,14 +349,14 @@ class Core:
         if tenants is None:
             queue = tuple(self.queue)
         else:
-            queue = tenants.admitted(self.queue, policy, self.placed,
+            queue = tenants.admitted(self.queue, policy, self.placed, self.jobs,
                                      self.cluster.free_when_empty(), now)
         partial = len(queue) < len(self.queue)
         plan = policy.plan(RoundContext(now, queue, self.cluster, self.model, where, partial))
         groups = plan.groups
         if tenants is not None:
             tenants.check(groups, policy.name)
-            groups, until = tenants.guard(groups, self.placed, self.jobs, self._in_place, now)
+            groups, until = tenants.guard(groups, self.placed, self.jobs, self._in_place)
             if until is not None and (plan.wakeup is None or until < plan.wakeup):
                 plan = plan._replace(wakeup=until)
             plan = plan._replace(groups=groups)

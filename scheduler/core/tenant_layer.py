@@ -29,6 +29,8 @@ class TenantLayer:
         self._stops: dict[int, deque[float]] = {}  # planner stops in the last hour, by job
         self._guards = tenancy.guards
         self.admission: Admission | None = None  # the last round's
+        # the running jobs the planner may not stop this round, and until when (`_guarded`)
+        self._held: dict[int, float | None] = {}
 
     # -- jobs ------------------------------------------------------------------------------
     def problem(self, record: JobRecord) -> str | None:
@@ -53,11 +55,12 @@ class TenantLayer:
 
     # -- a round ---------------------------------------------------------------------------
     def admitted(self, queue: Sequence[Job], policy: Policy, placed: Mapping[int, Group],
-                 total_gpus: int, now: float) -> tuple[Job, ...]:
+                 jobs: Mapping[int, Job], total_gpus: int, now: float) -> tuple[Job, ...]:
         """The runnable jobs admitted this round, in the core's order. Each tenant's jobs
         are offered by class priority, then in its policy's order (`Policy.queue_order`);
         the members of a guarded job's group are kept."""
-        kept = self._kept(queue, placed, now)
+        self._held = self._guarded(placed, jobs, now)
+        kept = {member for job_id in self._held for member in placed[job_id].jobs}
         kind, tenant_of, by_tenant = self.kind, self.tenant, {}
         order = sorted(policy.queue_order(queue), key=lambda j: -kind[j.id].priority)
         for job in order:
@@ -78,12 +81,12 @@ class TenantLayer:
                                     f"tenant layer held back this round")
 
     def guard(self, groups: tuple[Group, ...], placed: Mapping[int, Group], jobs,
-              in_place: bool, now: float) -> tuple[tuple[Group, ...], float | None]:
-        """`groups` with no guarded job stopped: each one the plan would stop (leave out,
-        move, or regroup where that restarts) runs on as it does, and the plan's groups
-        sharing a job or a GPU with those are left out. Also when the first guard ends (a
-        round is due then, to take what it held back)."""
-        guarded = self._guarded(placed, jobs, now)
+              in_place: bool) -> tuple[tuple[Group, ...], float | None]:
+        """`groups` with no job guarded this round (`admitted`) stopped: each one the plan
+        would stop (leave out, move, or regroup where that restarts) runs on as it does,
+        and the plan's groups sharing a job or a GPU with those are left out. Also when the
+        first guard ends (a round is due then, to take what it held back)."""
+        guarded = self._held
         if not guarded:
             return groups, None
         ends = [end for end in guarded.values() if end is not None]
@@ -113,15 +116,6 @@ class TenantLayer:
             if not more:
                 break
         return tuple(out) + tuple(dict.fromkeys(kept.values())), wakeup
-
-    def _kept(self, queue: Sequence[Job], placed: Mapping[int, Group], now: float) -> set[int]:
-        """The jobs whose running the planner may not change: every member of a guarded
-        job's group."""
-        if not self._guards:
-            return set()
-        jobs = {j.id: j for j in queue}
-        return {member for job_id in self._guarded(placed, jobs, now)
-                for member in placed[job_id].jobs}
 
     def _guarded(self, placed: Mapping[int, Group], jobs, now: float
                  ) -> dict[int, float | None]:
