@@ -66,6 +66,7 @@ class Core:
         self._running_order: list[Job] | None = []  # cached, in submission order
         self._arrival: dict[int, int] = {}
         self._waiting: dict[int, int] = {}  # jobs that may start, by id: their #GPUs
+        self._judged = 0  # how many jobs had been submitted when the last round began
         self.plan_now = Plan((), changes=NO_CHANGES)
         # What runs: each running job's group, as the last plans and the stops since left it.
         # Every plan is compared with this (plan_changes.diff), never with object identity.
@@ -343,6 +344,7 @@ class Core:
         """Decide what runs now: the policy's plan, checked, with its changes against what
         runs (`Plan.changes`). Updates the status, group and counters of each job it changes."""
         where = self._where_view if self._sticky else {}
+        self._judged = len(self._arrival)
         # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
         policy = self.policy
         tenants = self.tenants
@@ -437,6 +439,10 @@ class Core:
             return self.jobs[job_id]
         except KeyError:
             raise SchedulingError(f"unknown job {job_id}") from None
+
+    def judged(self, job_id: int) -> bool:
+        """Whether the last round saw the job (it was submitted before that round)."""
+        return self._arrival[job_id] < self._judged
 
     def running_jobs(self) -> list[Job]:
         """Running jobs in submission order, whatever order a policy planned them in."""

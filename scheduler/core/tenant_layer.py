@@ -29,8 +29,16 @@ class TenantLayer:
         self._stops: dict[int, deque[float]] = {}  # planner stops in the last hour, by job
         self._guards = tenancy.guards
         self.admission: Admission | None = None  # the last round's
-        # the running jobs the planner may not stop this round, and until when (`_guarded`)
+        # the last round's order: each tenant's job ids as admission was offered them
+        self.order: dict[str, list[int]] = {}
+        # the running jobs the planner may not stop this round, until when (`_guarded`),
+        # and why: "unpreemptible", "min_run" or "restart_budget"
         self._held: dict[int, float | None] = {}
+        self.cause: dict[int, str] = {}
+        # the last round's guard: the guarded jobs it kept against the plan, and the jobs
+        # of the groups it left out for them (read by `waiting`, for people)
+        self.kept: frozenset[int] = frozenset()
+        self.displaced: frozenset[int] = frozenset()
 
     # -- jobs ------------------------------------------------------------------------------
     def problem(self, record: JobRecord) -> str | None:
@@ -67,6 +75,7 @@ class TenantLayer:
             by_tenant.setdefault(tenant_of[job.id], []).append(
                 Ask(job.id, job.num_gpu, job.running_since, kind[job.id].preemptible,
                     job.id in kept))
+        self.order = {name: [ask.job_id for ask in asks] for name, asks in by_tenant.items()}
         self.admission = admission = admit(self.tenancy, by_tenant, total_gpus)
         chosen = admission.admitted
         return tuple(job for job in queue if job.id in chosen)
@@ -87,6 +96,7 @@ class TenantLayer:
         and the plan's groups sharing a job or a GPU with those are left out. Also when the
         first guard ends (a round is due then, to take what it held back)."""
         guarded = self._held
+        self.kept = self.displaced = frozenset()
         if not guarded:
             return groups, None
         ends = [end for end in guarded.values() if end is not None]
@@ -96,7 +106,7 @@ class TenantLayer:
         for job_id in guarded:
             if _stops(placed[job_id], new.get(job_id), in_place):
                 kept[job_id] = _as_it_runs(placed[job_id], placed, jobs)
-        out = list(groups)
+        out, displaced = list(groups), set()
         while kept:
             jobs_kept = {j for g in kept.values() for j in g.jobs}
             gpus_kept = {(s.node, gpu) for g in kept.values() for s in g.placement
@@ -107,6 +117,7 @@ class TenantLayer:
                         (s.node, gpu) for s in g.placement for gpu in s.gpus):
                     left.append(g)
                     continue
+                displaced.update(g.jobs)
                 for j in g.jobs:  # left out: its guarded jobs run on as they do
                     if j in guarded and j not in jobs_kept:
                         group = _as_it_runs(placed[j], placed, jobs)
@@ -115,23 +126,37 @@ class TenantLayer:
             out = left
             if not more:
                 break
+        self.kept = frozenset(j for g in kept.values() for j in g.jobs if j in guarded)
+        self.displaced = frozenset(displaced - self.kept)
         return tuple(out) + tuple(dict.fromkeys(kept.values())), wakeup
+
+    @property
+    def guarded(self) -> frozenset[int]:
+        """The running jobs the planner could not stop at the last round."""
+        return frozenset(self._held)
+
+    def guard_end(self, job_id: int) -> float | None:
+        """When the running job's guard of the last round ends (None: never, or unguarded)."""
+        return self._held.get(job_id)
 
     def _guarded(self, placed: Mapping[int, Group], jobs, now: float
                  ) -> dict[int, float | None]:
         """The running jobs the planner may not stop now, each with when that ends (None:
         never, an unpreemptible class)."""
+        self.cause = {}
         if not self._guards:
             return {}
         out: dict[int, float | None] = {}
-        kind, stops = self.kind, self._stops
+        kind, stops, cause = self.kind, self._stops, self.cause
         for job_id in placed:
             cls = kind[job_id]
             if not cls.preemptible:
                 out[job_id] = None
+                cause[job_id] = "unpreemptible"
                 continue
             end = -math.inf  # guarded while now is before it
             since = jobs[job_id].running_since
+            why = "min_run"
             if cls.min_run_s and since is not None:
                 end = since + cls.min_run_s
             history = stops.get(job_id)
@@ -141,9 +166,12 @@ class TenantLayer:
                 if len(history) >= cls.restart_budget:
                     # spent while its oldest stop is within the hour (as the pruning judges
                     # it: the sum below may round to now)
-                    end = max(end, history[0] + HOUR, math.nextafter(now, math.inf))
+                    spent = max(history[0] + HOUR, math.nextafter(now, math.inf))
+                    if spent > end:
+                        end, why = spent, "restart_budget"
             if end > now:
                 out[job_id] = end
+                cause[job_id] = why
         return out
 
 
