@@ -25,6 +25,7 @@ from specs import spec_path
 from specs.gpu_speed import missing_types
 from specs.options import gpu_speed
 from specs.spec import ClusterSpec, SpecError, load_spec
+from specs.tenants import TenantsError, load_tenants
 from specs.limits import MAX_TIME_SCALE, MAX_WAIT_S
 from specs.options import number
 
@@ -74,6 +75,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                         "training of each job's model (needs the train extra)")
     p.add_argument("--torch-config", default="{}",
                    help="JSON settings for every torch workload, e.g. '{\"input_size\": 16}'")
+    p.add_argument("--tenants", default=None, metavar="FILE",
+                   help="the tenants file (TOML: quotas, borrowing, priority classes; "
+                        "docs/tenants.md); without it, one queue for everyone")
     p.add_argument("--log-level", default="info")
     from broker.metrics_http import add_arguments as add_metrics_arguments
     add_metrics_arguments(p)
@@ -106,9 +110,17 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     for problem in missing_types(a.gpu_speed, (pool.gpu_type for pool in spec.layout)):
         p.error(problem)
     try:
-        make_policy(a.policy, preset)  # a plug-in's mistake: one line now, not in the service
+        policy = make_policy(a.policy, preset)  # a plug-in's mistake: one line now
     except PolicyError as err:
         p.exit(2, f"{p.prog}: error: --policy: {err}\n")
+    if a.tenants is not None:
+        try:
+            a.tenants = load_tenants(a.tenants)
+        except TenantsError as err:
+            p.exit(2, f"{p.prog}: error: --tenants: {err}\n")
+        if not policy.plans_partial:
+            p.exit(2, f"{p.prog}: error: --tenants: policy {policy.name!r} cannot plan for "
+                      "tenants: it keeps its own jobs running whatever the round's queue\n")
     return a, spec
 
 
@@ -154,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       metrics=args.metrics, metrics_key=args.metrics_key,
                       metrics_insecure=args.metrics_insecure,
                       interference=not args.no_interference,
-                      gpu_speed=dict(args.gpu_speed))
+                      gpu_speed=dict(args.gpu_speed), tenancy=args.tenants)
     try:
         service = SchedulerService(endpoints, options, log=log)
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above

@@ -53,6 +53,9 @@ class Handlers:
         if not math.isfinite(record.iterations * record.iteration_time):
             raise Refusal("bad_job", "iterations x iteration_time is not finite")
         problem = command_problem(record)
+        tenants = self.state.core.tenants  # its file never changes: read without the lock
+        if not problem and tenants is not None:
+            problem = tenants.problem(record)
         if problem:
             raise Refusal("bad_job", problem)
         return record

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specs.spec import ClusterSpec
+from specs.tenants import Tenancy
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Options:
     metrics: tuple[str, int] | None = None  # (host, port) to serve Prometheus metrics on
     metrics_key: str | None = None  # the secret non-loopback scrapers must send (--metrics-key)
     metrics_insecure: bool = False  # allow a non-loopback metrics host keyless
+    tenancy: Tenancy | None = None  # who shares the cluster (--tenants); None: one queue
 
     @property
     def journal_path(self) -> Path:

@@ -70,7 +70,8 @@ class LiveState:
             {"regroup_in_place": False} if options.workload == "torch" else {}), **(
             {} if options.interference else {"group_slowdown": {}}), **(
             {"gpu_speed": dict(options.gpu_speed)} if options.gpu_speed else {}))
-        self.core = Core(options.spec, make_policy(options.policy, preset), preset.model)
+        self.core = Core(options.spec, make_policy(options.policy, preset), preset.model,
+                         options.tenancy)
         self.journal = Journal(options.journal_path)
         # True once requests are answered by a service that syncs the journal before it
         # sends a batch's replies: a submission's commit then need not wait for the disk

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.core.state import Status
+from scheduler.core.waiting import why_waiting
 from scheduler.live.ledger import node_name
 from scheduler.live.queue_view import projection
 from scheduler.live.state import LiveState
 
-# a status reply lists at most this many jobs (~120 bytes each; frames are capped at 256 KiB)
-STATUS_JOBS_LIMIT = 1500
+# a status reply lists at most this many jobs (up to ~470 bytes each, a waiting job's reason
+# with long tenant names included; frames are capped at 256 KiB)
+STATUS_JOBS_LIMIT = 500
 # what a cut status list keeps first
 _STATE_ORDER = {"running": 0, "pending": 1, "finished": 2, "cancelled": 3}
 
@@ -20,17 +23,19 @@ def job_state(state: LiveState, job_id: int) -> str:
     return state.jobs.status_of(job_id)
 
 
-def status(state: LiveState, jobs: bool = True) -> dict[str, Any]:
-    """The status.query reply: counts, agents and (unless a summary) every job's state."""
+def status(state: LiveState, jobs: bool = True, limit: int | None = None) -> dict[str, Any]:
+    """The status.query reply: counts, agents and (unless a summary) every job's state, at
+    most `limit` jobs (running first; default STATUS_JOBS_LIMIT)."""
+    limit = STATUS_JOBS_LIMIT if limit is None else limit
     with state.locked():
         listed = []
         wall = state.clock()
         if jobs:
             listed = _jobs(state)
         total = len(listed)
-        if total > STATUS_JOBS_LIMIT:
+        if total > limit:
             listed.sort(key=lambda j: (_STATE_ORDER[j["state"]], j["job_id"]))
-            del listed[STATUS_JOBS_LIMIT:]
+            del listed[limit:]
         return {
             "now": state.now(), "policy": state.opt.policy, "rounds": state.rounds.count,
             "counts": state.jobs.status_counts(),
@@ -51,20 +56,33 @@ def _jobs(state: LiveState) -> list[dict[str, Any]]:
     before it from the journal."""
     listed = []
     # position and expected start of each pending job: O(jobs log jobs), per query only
-    queue = projection(state.core, state.opt.time_scale, state.nodes.gpus_of)
-    for job_id, job in state.core.jobs.items():
+    core, scale, now = state.core, state.opt.time_scale, state.now()
+    queue = projection(core, scale, state.nodes.gpus_of)
+    why = why_waiting(core)  # O(jobs log jobs), per query only
+    tenant_of = core.tenants.tenant if core.tenants is not None else {}
+    for job_id, job in core.jobs.items():
         where = state.ledger.placed.get(job_id)
-        listed.append({
+        line = {
             "job_id": job_id, "state": state.jobs.status_of(job_id),
             "iterations_done": job.record.iterations - job.remaining,
             "iterations": job.record.iterations, "num_gpu": job.num_gpu,
             "nodes": [node_name(n) for n in where.nodes] if where else [],
             "group": list(where.group) if where else [],
             "preemptions": job.preemptions,
-        })
+        }
+        if job_id in tenant_of:
+            line["tenant"] = tenant_of[job_id]
         if job_id in queue:
-            listed[-1]["position"], listed[-1]["expected_start"] = queue[job_id]
-    for job_id, entry in state.jobs.past.items():
+            line["position"], line["expected_start"] = queue[job_id]
+        if line["state"] == "pending":
+            line.update(_waiting(why.get(job_id), now, scale))
+        elif job.status is Status.RUNNING and job.running_since is not None:
+            group = core.placed.get(job_id)
+            line["running_for"] = max(0.0, (now - job.running_since) / scale)
+            if group is not None and job.solo_time > 0:
+                line["slowdown"] = group.tt / job.solo_time
+        listed.append(line)
+    for job_id, entry in state.jobs.past.items():  # ended before this run
         listed.append({
             "job_id": job_id, "state": state.jobs.status_of(job_id),
             "iterations_done": entry.iterations_done,
@@ -72,3 +90,16 @@ def _jobs(state: LiveState) -> list[dict[str, Any]]:
             "nodes": [], "group": [], "preemptions": entry.preemptions,
         })
     return listed
+
+
+def _waiting(why, now: float, scale: float) -> dict[str, Any]:
+    """A pending job's reason fields (docs/waiting.md); a job the core started but whose
+    launch is under way is `launching`."""
+    if why is None:
+        return {"reason": "launching", "why": "its trainers are being launched", "ahead": 0}
+    out: dict[str, Any] = {"reason": why.reason, "why": why.text, "ahead": why.ahead}
+    if why.until is not None:
+        out["reason_ends"] = max(0.0, (why.until - now) / scale)
+    if why.guard:
+        out["guard"] = why.guard
+    return out

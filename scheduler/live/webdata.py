@@ -187,8 +187,10 @@ def cluster(state: LiveState) -> dict[str, Any]:
 
 def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     """The /api/status document."""
-    with state.locked():  # one read: a round between the reply and the groups would show a
-        body = status_reply.status(state, jobs=True)  # job both queued and in a group
+    # one read: a round between the reply and the groups would show a job both queued and
+    # in a group
+    with state.locked():
+        body = status_reply.status(state, jobs=True, limit=PAGE_JOBS_LIMIT)
         running_groups = groups(state)  # a copy of the ledger's groups: O(running jobs)
         now, wall = state.now(), state.clock()
         measured = {tuple(g["members"]): state.gate_feed.measured(g["members"], wall)
@@ -248,19 +250,27 @@ def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str
                    "nodes": [], "group": []}
         else:
             return None
-    if doc["state"] == "pending":
-        body = status_reply.status(state, jobs=True)
+    if doc["state"] in ("pending", "running"):  # its line of the status: why it waits, or
+        body = status_reply.status(state, jobs=True)  # since when and how fast it runs
         pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]
         for position, j in enumerate(pending, start=1):
             if j["job_id"] == job_id:
                 doc["position"] = j.get("position", position)
-                if "expected_start" in j:
-                    doc["expected_start"] = j["expected_start"]
+        for j in body.get("jobs", []):
+            if j["job_id"] == job_id:
+                doc.update((k, j[k]) for k in _LINE_KEYS if k in j)
     try:
         doc["events"] = reader.recent_events(limit=200, job_id=job_id)
     except sqlite3.Error:
         doc["events"] = []
     return doc
+
+
+# the jobs /api/status lists (an HTTP body, not a message frame: more than a status reply)
+PAGE_JOBS_LIMIT = 1500
+# what /api/jobs/ID takes from the job's status line (status.py, docs/waiting.md)
+_LINE_KEYS = ("expected_start", "reason", "why", "ahead", "reason_ends", "guard", "tenant",
+              "running_for", "slowdown")
 
 
 class Snapshot:

@@ -218,13 +218,16 @@ def format_job(job: dict[str, Any]) -> str:
         line += f"  on {','.join(job['nodes'])}"
     if "position" in job:
         line += f"  position {job['position']}, expected start {_when(job['expected_start'])}"
+    if "reason" in job:  # docs/waiting.md
+        line += f"  [{job['reason']}: {job['why']}]"
     return line
 
 
 def _status_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="interlace-status", description=(
-        "Jobs on a live Interlace scheduler: state, and for queued jobs their position and "
-        "expected start (a projection: see scheduler/live/queue_view.py)."))
+        "Jobs on a live Interlace scheduler: state, and for queued jobs their position, "
+        "expected start (a projection: see scheduler/live/queue_view.py) and why they wait "
+        "(docs/waiting.md)."))
     p.add_argument("job", nargs="?", type=JOB_ID, metavar="JOB", help="only this job")
     p.add_argument("--json", action="store_true", help="print the reply as JSON")
     _common(p)

@@ -7,6 +7,7 @@ deadline (a launch arriving, a status turning), never a fixed sleep.
 from __future__ import annotations
 
 import queue
+from dataclasses import replace
 import sqlite3
 import threading
 from pathlib import Path
@@ -477,6 +478,37 @@ def test_status_lists_running_jobs_first_when_cut(tmp_path, monkeypatch):
         assert body["counts"] == {"pending": 2, "running": 1, "finished": 0}
         assert [j["job_id"] for j in body["jobs"]] == [3, 1] and body["jobs_truncated"] is True
         assert "jobs" not in svc.status(jobs=False)
+    finally:
+        svc.close()
+
+
+def test_a_cut_status_of_waiting_jobs_with_long_reasons_fits_one_frame(tmp_path):
+    """The longest lines a status lists: waiting jobs of tenants with names of the longest
+    allowed, held back with their tenant's quota at the largest bound."""
+    from broker.messages import MAX_MESSAGE_BYTES, encode, make
+    import scheduler.live.status as status
+    from specs.limits import MAX_GPUS
+    from specs.tenants import load_tenants
+
+    name = "t" * 64
+    tenants = tmp_path / "t.toml"
+    tenants.write_text(f"[tenants.{name}]\nquota = 1\nborrow_limit = {MAX_GPUS - 1}\n")
+    svc = SchedulerService(None, Options(spec=spec(nodes=1, gpus=1), policy="fifo",
+                                         run_dir=tmp_path, tenancy=load_tenants(tenants)))
+    try:
+        for i in range(status.STATUS_JOBS_LIMIT + 5):
+            record = replace(job(10**9 + i), tenant=name)
+            msg = make("job.submit", "test", f"id{i}", job=record_to_map(record))
+            assert svc.handle(msg)["accepted"]
+        with svc.state.locked():  # a round with the node up (no agent: nothing launches)
+            svc.state.core.set_node_online(0, True)
+            svc.state.core.round(svc.now())
+        body = svc.status()
+        reasons = {j.get("reason") for j in body["jobs"]}
+        assert body["jobs_truncated"] and reasons == {"launching", "no_idle_to_borrow"}
+        size = len(encode(make("reply", "scheduler", "r" * 64, re="q" * 64, ok=True,
+                               body=body)))
+        assert size < MAX_MESSAGE_BYTES, size
     finally:
         svc.close()
 

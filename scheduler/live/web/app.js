@@ -97,13 +97,14 @@ function drawQueue(s) {
   const pending = (s.jobs || []).filter(j => j.state === "pending");
   const t = el("table", { id: "queue-table" });
   const head = el("tr");
-  for (const h of ["position", "job", "GPUs", "iterations", "expected start"]) head.appendChild(el("th", {}, h));
+  for (const h of ["position", "job", "GPUs", "iterations", "expected start", "why it waits"]) head.appendChild(el("th", {}, h));
   t.appendChild(head);
   pending.forEach((j, i) => {
     const tr = el("tr", { "data-job": j.job_id });
     const cells = [j.position ?? i + 1, j.job_id, j.num_gpu, `${Math.round(j.iterations_done)}/${j.iterations}`,
-                   "expected_start" in j && j.expected_start !== null ? fmt(j.expected_start) + " s" : "-"];
-    cells.forEach((c, k) => tr.appendChild(el("td", { class: k === 1 || k === 4 ? "" : "num" }, String(c))));
+                   "expected_start" in j && j.expected_start !== null ? fmt(j.expected_start) + " s" : "-",
+                   j.reason ? `${j.reason}: ${j.why}` : "-"];
+    cells.forEach((c, k) => tr.appendChild(el("td", { class: k === 1 || k >= 4 ? "" : "num" }, String(c))));
     t.appendChild(tr);
   });
   const box = document.getElementById("queue");
