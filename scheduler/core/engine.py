@@ -310,6 +310,8 @@ class Core:
             self._waiting[job_id] = job.num_gpu
             self._unplace(job_id)
             self._disturbed = True
+            if self.tenants is not None:
+                self.tenants.lost(job_id)
             self.policy.on_change(job)
         return job
 

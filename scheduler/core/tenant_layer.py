@@ -8,7 +8,7 @@ plan runs nothing held back (`check`); and the plan with every guarded job left 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from typing import Mapping, Sequence
 
 from scheduler.core.plan_check import PlanError
@@ -39,6 +39,9 @@ class TenantLayer:
         # of the groups it left out for them (read by `waiting`, for people)
         self.kept: frozenset[int] = frozenset()
         self.displaced: frozenset[int] = frozenset()
+        # stops by (tenant, cause): "reclaim" (no longer admitted), "planner" (a regroup or
+        # the policy's choice), "lost" (outside a plan: a node lost, a trainer failed)
+        self.preempted: Counter[tuple[str, str]] = Counter()
 
     # -- jobs ------------------------------------------------------------------------------
     def problem(self, record: JobRecord) -> str | None:
@@ -54,8 +57,16 @@ class TenantLayer:
     def finished(self, job_id: int) -> None:
         self._stops.pop(job_id, None)
 
+    def lost(self, job_id: int) -> None:
+        """A running job stopped outside a plan (its node lost, its trainer failed)."""
+        self.preempted[self.tenant[job_id], "lost"] += 1
+
     def stopped(self, job_ids: Sequence[int], now: float) -> None:
         """The plan stopped these running jobs (a restart counts): their restart budgets."""
+        admitted = self.admission.admitted if self.admission is not None else ()
+        for job_id in job_ids:
+            cause = "planner" if job_id in admitted else "reclaim"
+            self.preempted[self.tenant[job_id], cause] += 1
         if self._guards:
             for job_id in job_ids:
                 if self.kind[job_id].restart_budget:

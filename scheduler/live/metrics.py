@@ -19,6 +19,8 @@ from scheduler.core.interleave import efficiency
 from scheduler.core.profiles import LAYOUTS
 from scheduler.core.state import Status
 from scheduler.live.nodes import UNSTATED
+from scheduler.live.tenant_metrics import families as tenant_families
+from scheduler.live.tenant_metrics import snapshot as tenant_snapshot
 
 # round phases are milliseconds to seconds; JCT and queueing delay are trace seconds (minutes
 # to weeks); journal commits are fsyncs (sub-ms to tens of ms); stage times are per iteration
@@ -142,6 +144,7 @@ class StateCollector(Collector):
             agents = len(state.agents)
             offline = len(core.cluster.offline)
             rounds, failures = state.rounds.count, state.rounds.failures
+            tenants = tenant_snapshot(core)  # None without --tenants
         refused = state.refusals.counts()  # the refusal log has a lock of its own
         by_size: Counter[int] = Counter()
         eff_sum: Counter[int] = Counter()
@@ -222,3 +225,5 @@ class StateCollector(Collector):
         for name, count in refused_moves.items():
             moves.add_metric([name], count)
         yield moves
+        if tenants is not None:
+            yield from tenant_families(tenants)

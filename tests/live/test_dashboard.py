@@ -17,6 +17,7 @@ from node_agent.metrics import AgentMetrics
 from scheduler.live.metrics import SchedulerMetrics
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
+from specs.tenants import tenancy_of
 from tests.helpers import spec
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "interlace.json"
@@ -31,7 +32,7 @@ class Log:
 
 def dashboard_exprs() -> list[str]:
     panels = json.loads(DASHBOARD.read_text())["panels"]
-    return [t["expr"] for p in panels for t in p["targets"]]
+    return [t["expr"] for p in panels for t in p.get("targets", ())]  # a row has none
 
 
 def metric_names(expr: str) -> set[str]:
@@ -40,8 +41,9 @@ def metric_names(expr: str) -> set[str]:
 
 def scraped(tmp_path) -> dict[str, str]:
     """Every sample name a real scrape can hold -> its family's TYPE."""
-    state = LiveState(Options(spec=spec(nodes=1, gpus=2), run_dir=tmp_path), Log(),
-                      time.monotonic)
+    tenancy = tenancy_of({"tenants": {"a": {"quota": 2}}})  # the tenant families too
+    state = LiveState(Options(spec=spec(nodes=1, gpus=2), run_dir=tmp_path, tenancy=tenancy),
+                      Log(), time.monotonic)
     cfg = AgentConfig(node="n0", gpus=(0, 1), cpus=1, mem=1.0, endpoints_file="unused",
                       run_dir=tmp_path)
     try:

@@ -225,12 +225,12 @@ def test_the_snapshot_is_built_once_per_ttl_whoever_asks():
 def test_the_queue_shows_expected_start_when_the_reply_has_it_and_a_dash_otherwise(tmp_path):
     """The page against a fixed /api/status document (the estimator is another part's): a
     pending job with `expected_start` shows it, one without shows "-", positions follow the
-    reply's order when it gives none."""
+    reply's order when it gives none; a job's reason shows as `reason: why`."""
     view = WebView(_state(tmp_path), "127.0.0.1", 0).start()
     doc = json.loads(view.snapshot.get())
     doc["jobs"] = [
         {"job_id": 5, "state": "pending", "num_gpu": 2, "iterations": 10, "iterations_done": 0,
-         "expected_start": 1234.5},
+         "expected_start": 1234.5, "reason": "no_room", "why": "needs 2 GPUs; 0 are free"},
         {"job_id": 9, "state": "running", "num_gpu": 1, "iterations": 10, "iterations_done": 3},
         {"job_id": 7, "state": "pending", "num_gpu": 1, "iterations": 10, "iterations_done": 0},
     ]
@@ -241,8 +241,9 @@ def test_the_queue_shows_expected_start_when_the_reply_has_it_and_a_dash_otherwi
         view.close()
     rows = re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', dom)
     cells = [(job, re.findall(r"<td[^>]*>([^<]*)</td>", row)) for job, row in rows]
-    assert cells == [("5", ["1", "5", "2", "0/10", "1234.5 s"]),
-                     ("7", ["2", "7", "1", "0/10", "-"])], cells
+    assert cells == [("5", ["1", "5", "2", "0/10", "1234.5 s", "no_room: needs 2 GPUs; 0 are "
+                                                              "free"]),
+                     ("7", ["2", "7", "1", "0/10", "-", "-"])], cells
 
 
 
