@@ -23,22 +23,36 @@ def job_state(state: LiveState, job_id: int) -> str:
     return state.jobs.status_of(job_id)
 
 
-def status(state: LiveState, jobs: bool = True, limit: int | None = None) -> dict[str, Any]:
+def tenant_of(state: LiveState, job_id: int) -> str:
+    """The tenant a known job runs for ("" without a tenants file)."""
+    layer = state.core.tenants
+    if layer is None:
+        return ""
+    if job_id in layer.tenant:
+        return layer.tenant[job_id]
+    entry = state.jobs.past.get(job_id)
+    return (entry.record.tenant if entry is not None else "") or layer.tenancy.default
+
+
+def status(state: LiveState, jobs: bool = True, limit: int | None = None,
+           tenant: str | None = None) -> dict[str, Any]:
     """The status.query reply: counts, agents and (unless a summary) every job's state, at
-    most `limit` jobs (running first; default STATUS_JOBS_LIMIT)."""
+    most `limit` jobs (running first; default STATUS_JOBS_LIMIT). With `tenant`, only that
+    tenant's jobs, and counts of them."""
     limit = STATUS_JOBS_LIMIT if limit is None else limit
     with state.locked():
         listed = []
         wall = state.clock()
         if jobs:
-            listed = _jobs(state)
+            listed = _jobs(state, tenant)
         total = len(listed)
         if total > limit:
             listed.sort(key=lambda j: (_STATE_ORDER[j["state"]], j["job_id"]))
             del listed[limit:]
         return {
             "now": state.now(), "policy": state.opt.policy, "rounds": state.rounds.count,
-            "counts": state.jobs.status_counts(),
+            "counts": state.jobs.status_counts() if tenant is None else
+            _counts(state, tenant),
             "agents": {name: {"online": True, "gpus": list(a.gpus),
                               "last_heartbeat_s": wall - a.last_seen,
                               **({"gpu_mem_gb": a.gpu_mem_gb} if a.gpu_mem_gb else {}),
@@ -47,20 +61,35 @@ def status(state: LiveState, jobs: bool = True, limit: int | None = None) -> dic
             "offline": [node_name(n) for n in sorted(state.core.cluster.offline)],
             "refused": state.refusals.counts(), "round_failures": state.rounds.failures,
             "transitions_refused": dict(state.jobs.refused),
+            # where a new job's id may start (interlace-submit): every id known, ended too
+            "max_job_id": max(max(state.core.jobs, default=0),
+                              max(state.jobs.past, default=0)),
             **({"jobs": listed, "jobs_truncated": total > len(listed)} if jobs else {}),
         }
 
 
-def _jobs(state: LiveState) -> list[dict[str, Any]]:
-    """Every job's line: those of this run from the core and the ledger, those that ended
-    before it from the journal."""
+def _counts(state: LiveState, tenant: str) -> dict[str, int]:
+    """Jobs of `tenant` per status word, a cancelled one counting as finished."""
+    out = {"pending": 0, "running": 0, "finished": 0}
+    for job_id in (*state.core.jobs, *state.jobs.past):
+        if tenant_of(state, job_id) == tenant:
+            word = state.jobs.status_of(job_id)
+            out["finished" if word == "cancelled" else word] += 1
+    return out
+
+
+def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
+    """Every job's line (only `tenant`'s, where given): those of this run from the core and
+    the ledger, those that ended before it from the journal."""
     listed = []
     # position and expected start of each pending job: O(jobs log jobs), per query only
     core, scale, now = state.core, state.opt.time_scale, state.now()
     queue = projection(core, scale, state.nodes.gpus_of)
     why = why_waiting(core)  # O(jobs log jobs), per query only
-    tenant_of = core.tenants.tenant if core.tenants is not None else {}
+    whose = core.tenants.tenant if core.tenants is not None else {}
     for job_id, job in core.jobs.items():
+        if tenant is not None and whose.get(job_id) != tenant:
+            continue
         where = state.ledger.placed.get(job_id)
         line = {
             "job_id": job_id, "state": state.jobs.status_of(job_id),
@@ -70,8 +99,8 @@ def _jobs(state: LiveState) -> list[dict[str, Any]]:
             "group": list(where.group) if where else [],
             "preemptions": job.preemptions,
         }
-        if job_id in tenant_of:
-            line["tenant"] = tenant_of[job_id]
+        if job_id in whose:
+            line["tenant"] = whose[job_id]
         if job_id in queue:
             line["position"], line["expected_start"] = queue[job_id]
         if line["state"] == "pending":
@@ -83,6 +112,8 @@ def _jobs(state: LiveState) -> list[dict[str, Any]]:
                 line["slowdown"] = group.tt / job.solo_time
         listed.append(line)
     for job_id, entry in state.jobs.past.items():  # ended before this run
+        if tenant is not None and tenant_of(state, job_id) != tenant:
+            continue
         listed.append({
             "job_id": job_id, "state": state.jobs.status_of(job_id),
             "iterations_done": entry.iterations_done,

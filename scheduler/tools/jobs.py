@@ -36,7 +36,8 @@ ID_TRIES = 20  # ids tried when another submitter took the one chosen meanwhile
 # the option behind each field of the job record, to name it when the record is refused
 OPTION_OF = {"num_gpu": "--gpus", "iterations": "--iterations",
              "iteration_time": "--iteration-time", "duration": "--iterations x --iteration-time",
-             "gpu_mem_gb": "--gpu-mem", "gpu_types": "--gpu-type"}
+             "gpu_mem_gb": "--gpu-mem", "gpu_types": "--gpu-type", "tenant": "--tenant",
+             "priority_class": "--class"}
 
 
 JOB_ID = number(0, MAX_ID, integer=True)  # the message schema's bound on a job id
@@ -81,7 +82,8 @@ def make_record(args: argparse.Namespace, job_id: int, command: Sequence[str],
                      batch_size=profile.batch_size, duration=args.iterations * tt, interval=0.0,
                      iteration_time=tt, stage_times=tuple(stages), priority=args.priority,
                      command=tuple(command), workdir=workdir if command else "",
-                     gpu_mem_gb=float(args.gpu_mem), gpu_types=tuple(args.gpu_type))
+                     gpu_mem_gb=float(args.gpu_mem), gpu_types=tuple(args.gpu_type),
+                     tenant=args.tenant, priority_class=args.priority_class)
 
 
 def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -158,6 +160,11 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-type", type=gpu_types, default=(), metavar="T[|T...]",
                    help="GPU types the job may run on, all its GPUs of one of them (default: "
                         "any); the scheduler refuses a job no pool of its spec can hold")
+    p.add_argument("--tenant", default="", metavar="NAME",
+                   help="the tenant the job runs for (the scheduler's tenants file; default: "
+                        "the file's default, or the tenant your key maps to)")
+    p.add_argument("--class", dest="priority_class", default="", metavar="NAME",
+                   help="its priority class (default: the tenants file's default_class)")
     p.add_argument("--job-id", type=JOB_ID, default=None,
                    help="the job's id (default: one above the highest the scheduler knows)")
     _common(p)
@@ -185,8 +192,8 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
         if args.job_id is not None:
             ids: Any = [args.job_id]
         else:
-            known = [j["job_id"] for j in _request(requester, "status.query").get("jobs", [])]
-            first = max(known, default=0) + 1
+            reply = _request(requester, "status.query", what="summary")
+            first = int(reply.get("max_job_id") or 0) + 1
             ids = range(first, first + ID_TRIES)
         for job_id in ids:
             outcome = feeder.submit(make_record(args, job_id, command, os.getcwd()))
