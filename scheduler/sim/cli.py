@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         except TenantsError as err:
             problems.append(f"--tenants {err}")
         else:
-            problems.extend(_tenant_problems(tenancy, records or (), trace_path, policies,
+            problems.extend(tenant_problems(tenancy, records or (), trace_path, policies,
                                              preset))
     problems.extend(check_outputs(args.plot, args.out))
     if args.explain and (args.json or len(policies) < 2):
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _tenant_problems(tenancy: Tenancy, records: Sequence, trace: object,
+def tenant_problems(tenancy: Tenancy, records: Sequence, trace: object,
                      policies: Sequence[str], preset, shown: int = 5) -> list[str]:
     """Why the trace's jobs or the policies cannot run under `tenancy`: the first `shown`
     jobs at fault, and how many more."""
