@@ -259,7 +259,7 @@ def _per_tenant(plt, rows: list[dict], where: str, path: Path) -> Path:
     from matplotlib.patches import Patch
 
     axes[0][0].legend(handles=[Patch(color=colours[k % len(colours)], alpha=0.8,
-                                     label="one queue" if t == NONE else Path(t).name)
+                                     label="one queue" if t == NONE else f"quotas of {Path(t).name}")
                                for k, t in enumerate(files)], fontsize=8, loc="upper left")
     seeds = len({r["seed"] for r in rows})
     fig.suptitle(f"Each tenant's jobs, with and without quotas ({seeds} seed"
