@@ -329,7 +329,8 @@ def tenant_problems(tenancy: Tenancy, records: Sequence, trace: object,
     """Why the trace's jobs or the policies cannot run under `tenancy`: the first `shown`
     jobs at fault, and how many more."""
     found = [why for r in records
-             if (why := job_problem(tenancy, r.job_id, r.tenant, r.num_gpu))]
+             if (why := job_problem(tenancy, r.job_id, r.tenant, r.num_gpu,
+                                    r.priority_class))]
     lines = [f"{trace}: {why}" for why in found[:shown]]
     if len(found) > shown:
         lines.append(f"{trace}: and {len(found) - shown} more jobs the tenants file cannot "

@@ -162,3 +162,17 @@ def test_bad_tenants_are_one_line_before_any_run(tmp_path, capsys, case, policie
     err = capsys.readouterr().err
     assert err == f"interlace-sweep: {expected.format(folder=tmp_path, trace=trace)}\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_job_of_a_class_the_file_lacks_is_refused_before_any_run(tmp_path, capsys):
+    """Not a worker's SchedulingError mid-sweep: the core would refuse the job at its
+    submission."""
+    write_trace(tmp_path / "classes.csv", [replace(job(0), tenant="a", priority_class="zz"),
+                                           replace(job(1), tenant="a")])
+    (tmp_path / "t.toml").write_text('default_class = "batch"\n[classes.batch]\n'
+                                     '[tenants.a]\nquota = 4\n')
+    trace = str(tmp_path / "classes.csv")
+    assert sweep.main(args(trace, tmp_path / "out", "--tenants", f"{tmp_path}/t.toml")) == 1
+    assert capsys.readouterr().err == \
+        f"interlace-sweep: {trace}: job 0: priority class 'zz' is not in the tenants file\n"
+    assert not (tmp_path / "out").exists()
