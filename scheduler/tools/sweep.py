@@ -202,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         if other:
             return _fail([f"--out {args.out}: holds runs on spec {', '.join(sorted(other))}, "
                           f"not {args.spec}; use another folder"])
-        keys = [(t, p, r, s, *tenancy) for t in traces for p in policies for r in presets
-                for s in range(args.seeds) for tenancy in ([(n,) for n in tenants]
-                                                           if tenants is not None else [()])]
+        files = [()] if tenants is None else [(name,) for name in tenants]  # the 5th key
+        keys = [(t, p, r, s, *f) for t in traces for p in policies for r in presets
+                for s in range(args.seeds) for f in files]
         todo = [k for k in keys if (k[0], k[1], k[2], str(k[3]), *k[4:]) not in have]
         processes = min(args.jobs or default_processes(), max(len(todo), 1))
         workers = (f"on Dask at {args.dask}" if args.dask else
