@@ -133,6 +133,12 @@ def load_tenants(path: str | os.PathLike[str]) -> Tenancy:
     except UnicodeDecodeError as err:
         raise TenantsError(f"{label}: not UTF-8 text ({err.reason} at byte {err.start})") \
             from None
+    return parse_tenants(text, label)
+
+
+def parse_tenants(text: str, label: str = "tenants") -> Tenancy:
+    """The tenancy a tenants file's text states, or TenantsError naming `label`: for a
+    process that gets the text, not the file (a Tenancy's mapping proxies do not pickle)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

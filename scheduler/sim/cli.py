@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         except TenantsError as err:
             problems.append(f"--tenants {err}")
         else:
-            problems.extend(_tenant_problems(tenancy, records or (), trace_path, policies,
+            problems.extend(tenant_problems(tenancy, records or (), trace_path, policies,
                                              preset))
     problems.extend(check_outputs(args.plot, args.out))
     if args.explain and (args.json or len(policies) < 2):
@@ -324,12 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _tenant_problems(tenancy: Tenancy, records: Sequence, trace: object,
+def tenant_problems(tenancy: Tenancy, records: Sequence, trace: object,
                      policies: Sequence[str], preset, shown: int = 5) -> list[str]:
     """Why the trace's jobs or the policies cannot run under `tenancy`: the first `shown`
     jobs at fault, and how many more."""
     found = [why for r in records
-             if (why := job_problem(tenancy, r.job_id, r.tenant, r.num_gpu))]
+             if (why := job_problem(tenancy, r.job_id, r.tenant, r.num_gpu,
+                                    r.priority_class))]
     lines = [f"{trace}: {why}" for why in found[:shown]]
     if len(found) > shown:
         lines.append(f"{trace}: and {len(found) - shown} more jobs the tenants file cannot "

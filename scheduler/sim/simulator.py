@@ -57,12 +57,23 @@ class Simulator:
     def __init__(self, records: Sequence[JobRecord], spec: ClusterSpec, policy: str,
                  preset: Preset, progress: Callable[[int, int], None] | None = None,
                  on_round: Callable[[float, Plan, Core], None] | None = None,
-                 faults: Faults | None = None, tenancy: Tenancy | None = None):
+                 faults: Faults | None = None, tenancy: Tenancy | None = None,
+                 watch: Tenancy | None = None):
+        """`watch`, in a run without `tenancy`: count each tenant's figures as a tenants run
+        does (a job is `watch.tenant_of` its trace's tenant), enforcing nothing; so one
+        queue for all can be compared with quotas tenant by tenant. Every job's tenant must
+        be one of `watch`'s (say, one per name the trace holds)."""
         self.spec = spec
         self.preset = preset
         self.policy_name = policy
         self.core = make_core(spec, policy, preset, tenancy)
-        self.usage = None if tenancy is None else TenantUsage(tenancy)
+        if tenancy is not None:
+            self.usage = TenantUsage(tenancy, self.core.tenants.tenant)  # filled as jobs come
+        elif watch is not None:
+            self.usage = TenantUsage(watch, {r.job_id: watch.tenant_of(r.tenant).name
+                                             for r in records})
+        else:
+            self.usage = None
         accounting = artifact.accounting(self.core.policy) if preset.artifact else Accounting()
         self.cluster = SimulatedCluster(records, self.core.model, accounting, faults, progress)
         # on_round sees every round's plan and the core after it (a sweep's time series)
@@ -104,7 +115,7 @@ class Simulator:
                            utilisation, self.loop.rounds, wall)
         if self.usage is not None:
             self.usage(summary.makespan, self.core.plan_now, self.core)  # held till the end
-            result.tenants = self.usage.summary(outcomes, self.core.tenants.tenant, summary.makespan)
+            result.tenants = self.usage.summary(outcomes, summary.makespan)
             result.tenant_rows = self.usage.rows
         return result
 
@@ -112,6 +123,7 @@ class Simulator:
 def simulate(records: Sequence[JobRecord], spec: ClusterSpec, policy: str, preset: Preset,
              progress: Callable[[int, int], None] | None = None,
              on_round: Callable[[float, Plan, Core], None] | None = None,
-             faults: Faults | None = None, tenancy: Tenancy | None = None) -> SimResult:
+             faults: Faults | None = None, tenancy: Tenancy | None = None,
+             watch: Tenancy | None = None) -> SimResult:
     return Simulator(records, spec, policy, preset, progress, on_round, faults,
-                     tenancy).run()
+                     tenancy, watch).run()

@@ -3,12 +3,13 @@
 Seen from outside the core, round by round: the GPUs each tenant's running jobs ask for
 (a job counts its own GPUs, as the tenant layer charges them), held from one round to the
 next. From those, GPU-hours used and borrowed (held past the quota), and per tenant the
-jobs' JCT and waiting time from the run's outcomes.
+jobs' JCT and waiting time from the run's outcomes. The same counting watches a run without
+a tenant layer (one queue for all), so the two can be compared tenant by tenant.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from scheduler.core.engine import Core
 from scheduler.core.metrics import JobOutcome
@@ -21,6 +22,7 @@ class TenantUsage:
     """An `on_round` hook: each round, every tenant's GPUs in use."""
 
     tenancy: Tenancy
+    owner: Mapping[int, str]  # job id -> its tenant (the tenant layer's, or the watcher's)
     # (time, tenant, GPUs in use) whenever a tenant's count changes
     rows: list[tuple[float, str, int]] = field(default_factory=list)
     used_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds
@@ -33,7 +35,7 @@ class TenantUsage:
         self._settle(now)
         held = dict.fromkeys(self.tenancy.tenants, 0)
         for job in core.running_jobs():
-            held[core.tenants.tenant[job.id]] += job.num_gpu
+            held[self.owner[job.id]] += job.num_gpu
         for name, gpus in held.items():
             if gpus != self._held.get(name):
                 self.rows.append((now, name, gpus))
@@ -51,12 +53,12 @@ class TenantUsage:
                                          + max(0, gpus - quota) * span)
         self._last = now if self._last is None else max(self._last, now)
 
-    def summary(self, outcomes: Iterable[JobOutcome], tenant_of: dict[int, str],
-                makespan: float) -> dict[str, dict]:
+    def summary(self, outcomes: Iterable[JobOutcome], makespan: float) -> dict[str, dict]:
         """Per tenant: jobs, average JCT and waiting (s, finished jobs), GPU-hours used,
         owed (quota x makespan) and borrowed, the most GPUs held at once; and Jain's
         fairness index of GPU-hours used per GPU-hour owed over tenants with a quota and
         jobs (one without jobs asked for nothing: its share says nothing of fairness)."""
+        tenant_of = self.owner
         jcts: dict[str, list[float]] = {}
         waits: dict[str, list[float]] = {}
         for o in outcomes:

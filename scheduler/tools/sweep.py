@@ -2,8 +2,9 @@
 (local processes, or an existing Dask cluster), into one tidy CSV and a folder of plots.
 
 The sweep resumes: a run whose row is already in OUT/runs.csv (keyed by trace, policy, preset,
-seed) is not run again, so a killed or interrupted sweep is finished by running the same
-command again. Bad input exits non-zero with one line per problem before any run starts.
+seed, and tenants file with --tenants) is not run again, so a killed or interrupted sweep is
+finished by running the same command again. Bad input exits non-zero with one line per
+problem before any run starts.
 """
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from pathlib import Path
 
 from scheduler.plugins import PolicyError, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
+from scheduler.sim.cli import tenant_problems
 from scheduler.tools.sweep_dask import DaskError, dask_missing, run_dask
-from scheduler.tools.sweep_runs import Task, default_processes, run_local
-from scheduler.tools.sweep_store import Store, StoreError
+from scheduler.tools.sweep_runs import NONE, Task, default_processes, run_local
+from scheduler.tools.sweep_store import TENANTS_CSV, Store, StoreError
 from scheduler.tools.sweep_traces import SEED_HELP, load, perturb
 from specs import DEFAULT_SPEC, SpecError, available_specs, load_spec, spec_path
 from specs.limits import MAX_PROCESSES, MAX_SEEDS, MAX_WAIT_S
 from specs.options import OneLineParser, number
+from specs.tenants import TenantsError, load_tenants
 from traces import TraceError, available_traces
 
 PROG = "interlace-sweep"
@@ -51,6 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", default=DEFAULT_SPEC, metavar="CSV|NAME",
                    help=f"cluster spec CSV or packaged name ({', '.join(available_specs())}; "
                         f"default: {DEFAULT_SPEC})")
+    p.add_argument("--tenants", metavar="none|FILE.toml[,...]",
+                   help="also sweep over teams' quotas: 'none' is one queue for all, a "
+                        "tenants file (docs/tenants.md) its quotas; none,FILE compares the "
+                        "two. Adds the tenants file and Jain's fairness index to runs.csv, "
+                        f"OUT/{TENANTS_CSV} (a row per run and tenant; without quotas a "
+                        "job's tenant is the trace's tenant column as it is) and a "
+                        "per-tenant plot")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="the sweep's folder: runs.csv, runs/ (per-run detail), report/ (PNGs)")
     where = p.add_mutually_exclusive_group()
@@ -82,6 +92,8 @@ class _Progress:
         failed = isinstance(outcome, BaseException)
         self.failed += failed
         what = f"{task.trace} {task.policy} {task.preset} seed {task.seed}"
+        if task.tenants is not None:
+            what += f" tenants {task.tenants}"
         if failed:
             line = f"{what}: failed: {type(outcome).__name__}: {outcome}"
         else:
@@ -103,11 +115,15 @@ class _Progress:
         self.stream.flush()
 
 
-def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[str]]:
-    """(problems, spec, records by trace, traces, policies, presets)."""
+def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[str],
+                         dict[str, str] | None]:
+    """(problems, spec, records by trace, traces, policies, presets, tenants files' texts by
+    name, "" for none; None without --tenants)."""
     problems: list[str] = []
     traces, policies, presets = _names(args.traces), _names(args.policies), _names(args.presets)
-    for flag, names in (("--traces", traces), ("--policies", policies), ("--presets", presets)):
+    tenants = None if args.tenants is None else _names(args.tenants)
+    for flag, names in (("--traces", traces), ("--policies", policies), ("--presets", presets),
+                        ("--tenants", [NONE] if tenants is None else tenants)):
         if not names:
             problems.append(f"{flag}: none given")
     if args.dask and (missing := dask_missing()):
@@ -129,6 +145,7 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
             else:
                 if not records[trace]:
                     problems.append(f"--traces: {trace}: no jobs")
+    made = None
     for preset in dict.fromkeys(presets):
         try:
             made = get_preset(preset)
@@ -140,8 +157,25 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
                 make_policy(policy, made)  # the worker makes it again by the same name
             except PolicyError as err:  # one line that names the policy or plug-in
                 problems.append(f"--policies: {err}")
+    texts = None if tenants is None else {}
+    for name in dict.fromkeys(tenants or ()):
+        if name == NONE:
+            texts[name] = ""
+            continue
+        try:
+            tenancy = load_tenants(name)
+            texts[name] = Path(name).read_text(encoding="utf-8")  # what the workers parse
+        except TenantsError as err:
+            problems.append(f"--tenants {err}")
+            continue
+        except OSError as err:  # gone since it was read
+            problems.append(f"--tenants {name}: cannot read ({err.strerror or err})")
+            continue
+        for trace, jobs in records.items():  # jobs it cannot take, AntMan: as interlace-sim
+            problems.extend(tenant_problems(tenancy, jobs, trace, policies if made else (),
+                                            made))
     return (problems, spec, records, list(dict.fromkeys(traces)),
-            list(dict.fromkeys(policies)), list(dict.fromkeys(presets)))
+            list(dict.fromkeys(policies)), list(dict.fromkeys(presets)), texts)
 
 
 def _fail(lines) -> int:
@@ -155,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already said in one line
         return exc.code if isinstance(exc.code, int) else 0
-    problems, spec, records, traces, policies, presets = _check(args)
+    problems, spec, records, traces, policies, presets, tenants = _check(args)
     if problems:
         return _fail(problems)
-    store = Store(Path(args.out))
+    store = Store(Path(args.out), tenants=tenants is not None)
     try:
         have = store.open()
     except StoreError as err:
@@ -168,18 +202,21 @@ def main(argv: list[str] | None = None) -> int:
         if other:
             return _fail([f"--out {args.out}: holds runs on spec {', '.join(sorted(other))}, "
                           f"not {args.spec}; use another folder"])
-        keys = [(t, p, r, s) for t in traces for p in policies for r in presets
-                for s in range(args.seeds)]
-        todo = [k for k in keys if (k[0], k[1], k[2], str(k[3])) not in have]
+        files = [()] if tenants is None else [(name,) for name in tenants]  # the 5th key
+        keys = [(t, p, r, s, *f) for t in traces for p in policies for r in presets
+                for s in range(args.seeds) for f in files]
+        todo = [k for k in keys if (k[0], k[1], k[2], str(k[3]), *k[4:]) not in have]
         processes = min(args.jobs or default_processes(), max(len(todo), 1))
         workers = (f"on Dask at {args.dask}" if args.dask else
                    f"in {processes} process{'es' * (processes > 1)}")
         print(f"{PROG}: {len(keys)} runs: {len(keys) - len(todo)} already in {store.csv}, "
               f"{len(todo)} to run {workers}", file=sys.stderr, flush=True)
         try:
-            failed = _execute(args, store, spec, records, todo) if todo else 0
+            failed = _execute(args, store, spec, records, todo, tenants) if todo else 0
         except DaskError as err:
             return _fail([err])
+        if tenants is not None:
+            store.write_tenants()
         if not args.no_report:
             from scheduler.tools.sweep_plots import write_report
 
@@ -194,16 +231,19 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
 
 
-def _execute(args, store: Store, spec, records: dict, todo: list[tuple]) -> int:
+def _execute(args, store: Store, spec, records: dict, todo: list[tuple],
+             tenants: dict[str, str] | None) -> int:
     """Run the missing tasks, a row for each as it finishes; the number that failed."""
     cache: dict[tuple[str, int], tuple] = {}
 
     def tasks():
-        for trace, policy, preset, seed in todo:
+        for trace, policy, preset, seed, *tenancy in todo:
             jobs = cache.get((trace, seed))
             if jobs is None:
                 jobs = cache[(trace, seed)] = tuple(perturb(records[trace], seed))
-            yield Task(trace, policy, preset, seed, args.spec, spec, jobs)
+            name = tenancy[0] if tenancy else None
+            yield Task(trace, policy, preset, seed, args.spec, spec, jobs, name,
+                       tenants[name] if name else "")
 
     progress = _Progress(len(todo))
     if args.dask:

@@ -2,6 +2,8 @@
 runs. One figure set per (trace, preset): the JCT CDF per policy, GPU utilisation and jobs
 waiting over time, and for each policy that forms groups (Muri) the group sizes and their
 efficiency; one figure per preset: the average JCT of each policy with its spread over seeds.
+A sweep over tenants files draws each of those per tenants file too, and per (trace, preset)
+each tenant's average JCT and waiting under each file, policy by policy.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
+from scheduler.tools.sweep_runs import NONE, TENANTS
 from scheduler.tools.sweep_store import Store
 
 BINS = 200  # time bins of the over-time panels (a time-weighted mean per bin)
@@ -32,6 +35,14 @@ def _label(trace: str) -> str:
     return Path(trace).stem if trace.endswith(".csv") else trace
 
 
+def _tenancy(name: str | None) -> tuple[tuple[str, ...], str]:
+    """A tenants file's part of a figure's file name, and of its title."""
+    if name is None:
+        return (), ""
+    return (Path(name).stem,), (", one queue" if name == NONE else
+                                f", tenants {Path(name).name}")
+
+
 def write_report(store: Store) -> list[Path]:
     """Draw every figure for the rows in the store; the paths written."""
     rows = store.rows()
@@ -41,27 +52,41 @@ def write_report(store: Store) -> list[Path]:
     out.mkdir(exist_ok=True)
     plt = _plt()
     made = []
-    by_case = defaultdict(list)  # (trace, preset) -> rows
+    by_case = defaultdict(list)  # (trace, preset, tenants file or None) -> rows
     for row in rows:
-        by_case[(row["trace"], row["preset"])].append(row)
+        by_case[(row["trace"], row["preset"], row.get(TENANTS))].append(row)
     spec = rows[0]["spec"]
-    for (trace, preset), case in by_case.items():
+    for (trace, preset, tenants), case in by_case.items():
         details = {}
         for row in case:
-            detail = store.detail((row["trace"], row["policy"], row["preset"], row["seed"]))
+            detail = store.detail(tuple(row[k] for k in store.key))
             if detail is not None:
                 details[(row["policy"], int(row["seed"]))] = detail
-        where = f"trace {_label(trace)}, preset {preset}, spec {spec}"
-        made.append(_jct_cdf(plt, details, where, out / f"jct_cdf_{_slug(_label(trace), preset)}.png"))
-        made.append(_timeline(plt, details, where, out / f"over_time_{_slug(_label(trace), preset)}.png"))
+        slug, said = _tenancy(tenants)
+        name = _slug(_label(trace), preset, *slug)
+        where = f"trace {_label(trace)}, preset {preset}, spec {spec}{said}"
+        made.append(_jct_cdf(plt, details, where, out / f"jct_cdf_{name}.png"))
+        made.append(_timeline(plt, details, where, out / f"over_time_{name}.png"))
         for policy in dict.fromkeys(p for p, _ in details):
             runs = [d for (p, _), d in details.items() if p == policy]
             if any(g[0] > 1 for d in runs for g in d["groups"]):
-                made.append(_groups(plt, runs, f"{policy}, {where}",
-                                    out / f"groups_{_slug(_label(trace), preset, policy)}.png"))
-    for preset in dict.fromkeys(r["preset"] for r in rows):
-        made.append(_avg_jct(plt, [r for r in rows if r["preset"] == preset],
-                             f"preset {preset}, spec {spec}", out / f"avg_jct_{_slug(preset)}.png"))
+                made.append(_groups(
+                    plt, runs, f"{policy}, {where}",
+                    out / f"groups_{_slug(_label(trace), preset, policy, *slug)}.png"))
+    for preset, tenants in dict.fromkeys((r["preset"], r.get(TENANTS)) for r in rows):
+        slug, said = _tenancy(tenants)
+        made.append(_avg_jct(plt, [r for r in rows
+                                   if r["preset"] == preset and r.get(TENANTS) == tenants],
+                             f"preset {preset}, spec {spec}{said}",
+                             out / f"avg_jct_{_slug(preset, *slug)}.png"))
+    if store.tenants:
+        by_trace = defaultdict(list)  # (trace, preset) -> rows of tenants.csv
+        for row in store.tenant_rows():
+            by_trace[(row["trace"], row["preset"])].append(row)
+        for (trace, preset), case in by_trace.items():
+            made.append(_per_tenant(plt, case, f"trace {_label(trace)}, preset {preset}, "
+                                               f"spec {spec}",
+                                    out / f"tenants_{_slug(_label(trace), preset)}.png"))
     return made
 
 
@@ -198,4 +223,46 @@ def _avg_jct(plt, rows: list[dict], where: str, path: Path) -> Path:
     seeds = len({r["seed"] for r in rows})
     fig.suptitle(f"Average JCT over {seeds} seed{'s' * (seeds > 1)}, {where}\n"
                  "bar = mean, whiskers = min to max, dots = each seed", fontsize=10)
+    return _finish(plt, fig, path)
+
+
+def _per_tenant(plt, rows: list[dict], where: str, path: Path) -> Path:
+    """Per policy (a column of panels), each tenant's average JCT (top) and waiting to first
+    start (bottom) under each tenants file side by side: bar = mean over seeds, whiskers =
+    min to max. What quotas change for whom, at a glance."""
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    files = list(dict.fromkeys(r[TENANTS] for r in rows))
+    names = list(dict.fromkeys(r["tenant"] for r in rows))
+    fig, axes = plt.subplots(2, len(policies), figsize=(max(4.2 * len(policies), 7), 6.4),
+                             squeeze=False, sharey="row", layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    width = 0.8 / len(files)
+    for column, policy in enumerate(policies):
+        for ax, field, label in ((axes[0][column], "avg_jct_s", "average JCT (hours)"),
+                                 (axes[1][column], "avg_queueing_s", "average waiting (hours)")):
+            for k, tenants in enumerate(files):
+                for i, name in enumerate(names):
+                    values = [float(r[field]) / 3600 for r in rows if r[field] is not None
+                              and (r["policy"], r[TENANTS], r["tenant"]) == (policy, tenants,
+                                                                            name)]
+                    if not values:
+                        continue
+                    m = mean(values)
+                    ax.bar(i + (k - (len(files) - 1) / 2) * width, m, width,
+                           color=colours[k % len(colours)], alpha=0.8,
+                           yerr=[[m - min(values)], [max(values) - m]], capsize=3)
+            ax.set_xticks(range(len(names)), [n or "(none named)" for n in names])
+            ax.grid(alpha=0.3, axis="y")
+            if column == 0:
+                ax.set_ylabel(label)
+        axes[0][column].set_title(policy, fontsize=10)
+    from matplotlib.patches import Patch
+
+    axes[0][0].legend(handles=[Patch(color=colours[k % len(colours)], alpha=0.8,
+                                     label="one queue" if t == NONE else f"quotas of {Path(t).name}")
+                               for k, t in enumerate(files)], fontsize=8, loc="upper left")
+    seeds = len({r["seed"] for r in rows})
+    fig.suptitle(f"Each tenant's jobs, with and without quotas ({seeds} seed"
+                 f"{'s' * (seeds > 1)}): {where}\nbar = mean over seeds, whiskers = min to max",
+                 fontsize=10)
     return _finish(plt, fig, path)

@@ -1,10 +1,10 @@
 """One run of a sweep, and the local way to run many: a pool of processes.
 
 A Task carries its jobs and spec (not paths), so the process or the Dask worker that runs it
-needs no file of the sweep's; the policy is made by name there (simulate -> make_policy), so
-a policy installed as a plug-in works like a built-in one. run_one returns the CSV row and
-the detail the plots need (JCTs, utilisation and queue over time, groups), so a report never
-needs a run again.
+needs no file of the sweep's (a tenants file travels as its text); the policy is made by
+name there (simulate -> make_policy), so a policy installed as a plug-in works like a
+built-in one. run_one returns the CSV row and the detail the plots need (JCTs, utilisation
+and queue over time, groups, each tenant's figures), so a report never needs a run again.
 """
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ from typing import Iterable, Iterator
 from scheduler.core.interleave import efficiency
 from scheduler.presets import get_preset
 from scheduler.sim.simulator import simulate
+from specs.tenants import Tenancy, Tenant, parse_tenants
 from traces.record import JobRecord
 
 KEY = ("trace", "policy", "preset", "seed")
+TENANTS = "tenants"  # the key's fifth column, in a sweep over tenants files
+NONE = "none"  # its value for a run with one queue for all
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,15 @@ class Task:
     spec_name: str
     spec: object  # a ClusterSpec
     records: tuple[JobRecord, ...]  # already perturbed for the seed
+    # None: a sweep without --tenants; NONE: one queue, each tenant's figures watched; else
+    # the tenants file as the user named it, with its text
+    tenants: str | None = None
+    tenants_text: str = ""
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.trace, self.policy, self.preset, str(self.seed))
+    def key(self) -> tuple[str, ...]:
+        key = (self.trace, self.policy, self.preset, str(self.seed))
+        return key if self.tenants is None else (*key, self.tenants)
 
 
 class RoundLog:
@@ -85,8 +93,13 @@ def run_one(task: Task) -> tuple[dict, dict]:
     """Simulate one task: (the CSV row, the detail for the plots)."""
     started = time.perf_counter()
     log = RoundLog()
+    tenancy = watch = None
+    if task.tenants == NONE:
+        watch = trace_tenants(task.records)
+    elif task.tenants is not None:
+        tenancy = parse_tenants(task.tenants_text, task.tenants)
     result = simulate(task.records, task.spec, task.policy, get_preset(task.preset),
-                      on_round=log)
+                      on_round=log, tenancy=tenancy, watch=watch)
     wall = time.perf_counter() - started
     s = result.summary
     groups = log.groups()
@@ -106,14 +119,30 @@ def run_one(task: Task) -> tuple[dict, dict]:
         "wall_s": round(wall, 3),
     }
     detail = {
-        "key": dict(zip(KEY, task.key)),
+        "key": dict(zip((*KEY, TENANTS), task.key)),
         "jct_s": sorted(o.jct for o in result.outcomes if o.end is not None),
         "utilisation": _changes(result.utilisation),  # (s, busy GPUs)
         "total_gpus": task.spec.total_gpus,
         "queue": log.queue,  # (s, jobs waiting)
         "groups": groups,  # (size, GPUs, efficiency, seconds)
     }
+    if task.tenants is not None:
+        fairness = result.tenants["fairness"]
+        row.update(tenants=task.tenants, fairness="" if fairness is None else fairness)
+        if watch is not None:  # owed nothing: what quotas would say is not the run's
+            for figures in result.tenants["by_tenant"].values():
+                figures.update(dict.fromkeys(UNOWED))
+        detail["tenants"] = result.tenants
     return row, detail
+
+
+UNOWED = ("quota", "borrow_limit", "quota_gpu_hours", "borrowed_gpu_hours")
+
+
+def trace_tenants(records) -> Tenancy:
+    """A tenant for each name the jobs give (a job naming none: the tenant ""), owed
+    nothing: who a job belongs to in a run without quotas, with no file to map names."""
+    return Tenancy({name: Tenant(name, 0) for name in dict.fromkeys(r.tenant for r in records)})
 
 
 def default_processes() -> int:

@@ -162,3 +162,26 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, capsys):
     assert last.startswith(f"interlace-sweep: --dask tcp://127.0.0.1:{port}: cannot connect")
     assert "Traceback" not in err and len(err.splitlines()) == 2
     assert not base.read_rows(tmp_path / "out")
+
+
+def test_dask_sweep_over_tenants_writes_the_local_csvs(cluster, tmp_path, monkeypatch):
+    """A task carries its tenants file's text: the workers read no file of the sweep's (the
+    file's name is relative to a folder that is not the workers')."""
+    from tests.sim.test_sweep_tenants import backlog, read
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    trace, _ = backlog(mine)
+    monkeypatch.chdir(mine)
+    common = ["--traces", trace, "--policies", "fifo,srsf", "--spec", "n2g8", "--seeds", "2",
+              "--tenants", "none,quotas.toml", "--no-report"]
+    assert sweep.main([*common, "--out", str(tmp_path / "local"), "--jobs", "2"]) == 0
+    assert sweep.main([*common, "--out", str(tmp_path / "dask"), "--dask", cluster.address]) == 0
+
+    def rows(name):
+        return sorted(tuple((k, v) for k, v in r.items() if k != "wall_s")
+                      for r in read(tmp_path / name))
+
+    for name in ("runs.csv", "tenants.csv"):
+        assert rows(f"local/{name}") == rows(f"dask/{name}")
+    assert len(rows("dask/tenants.csv")) == 2 * 2 * 2 * 2  # policies x seeds x files x tenants

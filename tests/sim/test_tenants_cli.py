@@ -86,3 +86,15 @@ def test_generate_says_which_job_no_tenant_may_hold(tmp_path, capsys):
                        str(tmp_path / "t.toml")]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "GPUs; no tenant may hold more than 1" in err
+
+
+def test_a_job_of_a_class_the_file_lacks_is_refused_before_any_run(tmp_path, capsys):
+    (tmp_path / "t.toml").write_text('default_class = "batch"\n[classes.batch]\n'
+                                     '[tenants.a]\nquota = 4\n')
+    trace = trace_of(tmp_path / "trace.csv", [replace(job(0), tenant="a", priority_class="zz"),
+                                              replace(job(1), tenant="a")])
+    assert main(["--trace", trace, "--spec", "n2g8", "--policy", "fifo",
+                 "--tenants", str(tmp_path / "t.toml")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"interlace-sim: {trace}: job 0: priority class 'zz' is not in the tenants file"]
