@@ -15,6 +15,11 @@
     weight = 2.0                # its share of idle GPUs against other borrowers (default 1)
     cohort = "lab"              # lends to and borrows from this cohort's members only
     classes = ["batch"]         # the classes its jobs may use (default: every class)
+    commands = false            # true: its jobs may run a user's command (default false)
+
+    [keys]                      # who each CURVE client key is (its name in authorized/)
+    alice = "research"          # a tenant: submits, sees and cancels only its own jobs
+    ops = "@operator"           # anything; "@agent": the node agents' requests only
 
 Read with the standard library (tomllib). A fault is one line naming the file, the tenant
 and the key, and the bound it breaks (`TenantsError`). docs/tenants.md gives the rules the
@@ -37,7 +42,8 @@ MAX_WEIGHT = 1e6
 MAX_PRIORITY = 10**6
 MAX_MIN_RUN_S = 7 * 86400.0  # a week: past it, no job could ever be reclaimed
 MAX_RESTART_BUDGET = 3600  # stops an hour: one a second
-KEYS = ("quota", "borrow_limit", "weight", "cohort", "classes")
+KEYS = ("quota", "borrow_limit", "weight", "cohort", "classes", "commands")
+OPERATOR, AGENT = "@operator", "@agent"  # the roles a key may have besides a tenant
 CLASS_KEYS = ("priority", "preemptible", "min_run_s", "restart_budget")
 
 
@@ -53,6 +59,7 @@ class Tenant:
     weight: float = 1.0
     cohort: str = ""  # "": the cohort of every tenant that names none
     classes: tuple[str, ...] = ()  # the priority classes its jobs may use; (): every one
+    commands: bool = False  # its jobs may run a user's command
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,9 @@ class Tenancy:
     classes: Mapping[str, PriorityClass] = field(
         default_factory=lambda: MappingProxyType({"": ANY_CLASS}))
     default_class: str = ""
+    # client key name -> a tenant's name, OPERATOR or AGENT; empty: no authorization (every
+    # key may do anything, as without a tenants file)
+    keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def tenant_of(self, name: str) -> Tenant | None:
         """The tenant a job naming `name` belongs to, or None when the file has none."""
@@ -148,10 +158,10 @@ def parse_tenants(text: str, label: str = "tenants") -> Tenancy:
 
 def tenancy_of(data: Mapping[str, Any], label: str = "tenants") -> Tenancy:
     """The tenancy of a parsed tenants document, or TenantsError naming `label`."""
-    extra = sorted(set(data) - {"default", "default_class", "tenants", "classes"})
+    extra = sorted(set(data) - {"default", "default_class", "tenants", "classes", "keys"})
     if extra:
         raise TenantsError(f"{label}: unknown key {extra[0]!r} (expected 'default', "
-                           f"'default_class', [classes.NAME] and [tenants.NAME] tables)")
+                           f"'default_class', [classes.NAME], [tenants.NAME] and [keys])")
     classes = _classes(label, data.get("classes"))
     table = data.get("tenants")
     if not isinstance(table, dict) or not table:
@@ -166,7 +176,26 @@ def tenancy_of(data: Mapping[str, Any], label: str = "tenants") -> Tenancy:
     if not isinstance(default_class, str) or default_class not in classes:
         raise TenantsError(f"{label}: default_class {default_class!r} is not a class of the "
                            f"file")
-    return Tenancy(tenants, default, MappingProxyType(classes), default_class)
+    keys = _keys(label, data.get("keys", {}), tenants)
+    return Tenancy(tenants, default, MappingProxyType(classes), default_class, keys)
+
+
+def _keys(label: str, table: Any, tenants: Mapping[str, Tenant]) -> Mapping[str, str]:
+    """The [keys] table: each client key's name -> a tenant of the file, or a role."""
+    if not isinstance(table, dict):
+        raise TenantsError(f"{label}: keys must be a table of KEY = \"tenant\" or "
+                           f"\"{OPERATOR}\" or \"{AGENT}\"")
+    if len(table) > MAX_TENANTS:
+        raise TenantsError(f"{label}: {len(table)} keys, more than {MAX_TENANTS}")
+    for name, who in table.items():
+        where = f"{label}: key {name!r}"
+        if not NAME.fullmatch(name):
+            raise TenantsError(f"{where}: a key name is 1-64 letters, digits or _.+- "
+                               f"(starting with a letter or digit), as interlace-keys names")
+        if who not in tenants and who not in (OPERATOR, AGENT):
+            raise TenantsError(f"{where}: {who!r} is neither a tenant of the file nor "
+                               f"{OPERATOR!r} or {AGENT!r}")
+    return MappingProxyType(dict(table))
 
 
 def _table(where: str, name: str, fields: Any, keys: tuple[str, ...]) -> str:
@@ -234,7 +263,11 @@ def _tenant(label: str, name: str, fields: Any, classes: Mapping[str, PriorityCl
     for kind in allowed:
         if kind not in classes or not kind:
             raise TenantsError(f"{where}: class {kind!r} is not a class of the file")
-    return Tenant(name, quota, borrow, float(weight), cohort, tuple(dict.fromkeys(allowed)))
+    commands = fields.get("commands", False)
+    if not isinstance(commands, bool):
+        raise TenantsError(f"{where}: commands must be true or false, got {commands!r}")
+    return Tenant(name, quota, borrow, float(weight), cohort, tuple(dict.fromkeys(allowed)),
+                  commands)
 
 
 def _count(where: str, key: str, value: Any) -> int:

@@ -45,6 +45,12 @@ POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "muri-s", "muri-l"]
      "tenant 'a': class 'q' is not a class of the file"),
     ("default_class = 'q'\n[classes.p]\n[tenants.a]\nquota = 2\n",
      "default_class 'q' is not a class of the file"),
+    ("[tenants.a]\nquota = 2\n[keys]\nbob = 'z'\n",
+     "key 'bob': 'z' is neither a tenant of the file nor '@operator' or '@agent'"),
+    ("[tenants.a]\nquota = 2\n[keys]\n'b b' = 'a'\n", "key 'b b': a key name is 1-64"),
+    ("[tenants.a]\nquota = 2\nkeys = 3\n", "tenant 'a': unknown key 'keys'"),
+    ("keys = 3\n[tenants.a]\nquota = 2\n", "keys must be a table of KEY"),
+    ("[tenants.a]\nquota = 2\ncommands = 1\n", "tenant 'a': commands must be true or false"),
 ])
 def test_a_bad_tenants_file_is_one_line_naming_the_file_and_the_fault(tmp_path, text, says):
     path = tmp_path / "t.toml"
