@@ -37,8 +37,8 @@ import structlog
 import zmq
 
 from broker.client import RefusalLog, refusal_kind
-from broker.curve import (InsecureBind, check_bind, is_loopback, load_authorized,
-                          server_options, start_authenticator)
+from broker.curve import (InsecureBind, NamedKeys, check_bind, is_loopback, server_options,
+                          start_authenticator)
 from broker.endpoints import Endpoints
 from broker.keys import KeyFileError, ServerKeys, load_server
 from broker.logs import configure_logging
@@ -110,10 +110,12 @@ class Broker:
         self._closed = False
         self._ctx = zmq.Context()
         self._sockets: list[zmq.Socket] = []
-        self._auth = None
+        self._auth: NamedKeys | None = None
         try:
             # the ZAP handler first: a keyed socket bound without one admits any client key
-            self._auth = start_authenticator(self._ctx, keys) if keys is not None else None
+            if keys is not None:
+                self._auth, left_out = start_authenticator(self._ctx, keys)
+                self._log_left_out(left_out)
             self._xsub = self._bind(zmq.XSUB, host, ports[0], RCVHWM=EVENT_HWM,
                                     SNDHWM=SUBSCRIPTION_HWM, MAXMSGSIZE=self._max)
             self._xpub = self._bind(zmq.XPUB, host, ports[1], SNDHWM=EVENT_HWM,
@@ -381,16 +383,20 @@ class Broker:
             f"retry in {wait:.3f}s", msg_id)])
 
     def reload_keys(self) -> int:
-        """Re-read the authorised client keys (after adding or revoking one); how many.
+        """Re-read the authorised client keys (after adding or revoking one); how many admitted.
 
-        Revoking stops new connections with that key; one already open stays until it drops.
+        Revoking stops new connections with that key; one already open stays until it drops,
+        under the name it connected with (likewise a renamed key file names new connections).
         """
         if self._keys is None or self._auth is None:
             raise RuntimeError("the broker runs without keys")
-        load_authorized(self._auth, self._keys)
-        count = len(list(self._keys.authorized.glob("*.key")))
-        self._log.info("broker.keys_reloaded", authorized=count)
-        return count
+        self._log_left_out(self._auth.load(self._keys.authorized))
+        self._log.info("broker.keys_reloaded", authorized=self._auth.admitted)
+        return self._auth.admitted
+
+    def _log_left_out(self, problems: list[str]) -> None:
+        for problem in problems:
+            self._log.warning("broker.key_left_out", detail=problem)
 
     def _refuse(self, ident: bytes, code: str, reason: str, msg_id: str | None = None,
                 msg_type: str | None = None, sender: str | None = None) -> None:
