@@ -20,6 +20,12 @@ unless `insecure` says otherwise (and then every start logs a warning). Each req
 identity has a token bucket (`rate_limit` per second, `rate_burst` at once); the excess is
 answered `rate_limited` without reaching the service. Frame sizes and queue lengths are
 bounded on every socket (table in broker.wire).
+
+Who sent a request: a message's `sender` is whatever the sender wrote. With keys, the broker
+reads the name of the CURVE key each request arrived under (authorized/NAME.key: the ZAP
+handler gives the connection the User-Id NAME) and forwards it to the worker in a frame of
+its own, the `caller` (broker.wire); the service hands it to its handler as Message.caller.
+Without keys that frame is empty. Only a keyed broker reads the frames' metadata.
 """
 from __future__ import annotations
 
@@ -69,6 +75,7 @@ class _Parked:
     """A request held during the start-up grace, waiting for its service to heartbeat."""
     deadline: float
     client: bytes
+    caller: bytes
     service: str
     payload: bytes
     msg_id: str
@@ -197,11 +204,11 @@ class Broker:
             if poller.poll(self._wait_ms()):
                 for _ in range(BATCH):
                     try:
-                        frames = self._router.recv_multipart(zmq.NOBLOCK)
+                        frames, caller = self._recv()
                     except zmq.Again:
                         break
                     try:
-                        self._handle(frames)
+                        self._handle(frames, caller)
                     except Exception:  # a bug here must not take the bus down
                         self._log.exception("broker.internal_error")
             now = time.monotonic()
@@ -219,7 +226,24 @@ class Broker:
         return int(wait * 1000) + 1
 
     # -- frames ---------------------------------------------------------------------------
-    def _handle(self, frames: list[bytes]) -> None:
+    def _recv(self) -> tuple[list[bytes], bytes]:
+        """One message off the router and the name of the key it came under (b"" without
+        keys). Only a keyed broker reads metadata, and only off the first frame (the peer's
+        identity; libzmq gives every frame of a message its connection's metadata)."""
+        if self._auth is None:
+            return self._router.recv_multipart(zmq.NOBLOCK), b""
+        head = self._router.recv(zmq.NOBLOCK, copy=False)
+        frames = [head.bytes]
+        while self._router.rcvmore:
+            frames.append(self._router.recv(zmq.NOBLOCK))
+        try:
+            return frames, head.get("User-Id").encode("utf-8")
+        except zmq.ZMQError:  # no User-Id: no name, refused at a request
+            return frames, b""
+
+    def _handle(self, frames: list[bytes], caller: bytes = b"") -> None:
+        """One message from the router; `caller` is the name of the sender's key (b"" without
+        keys)."""
         ident, body = frames[0], frames[1:]
         if len(body) < 2 or body[0] != EMPTY:
             return self._refuse(ident, "bad_frame", "expected frames [empty, command, ...]")
@@ -228,14 +252,14 @@ class Broker:
             return self._refuse(ident, "too_large", f"frame of {size} bytes > {self._max}")
         command, rest = body[1], body[2:]
         if command == REQ:
-            return self._on_request(ident, rest)
+            return self._on_request(ident, caller, rest)
         if command == HB:
             return self._on_heartbeat(ident, rest)
         if command == REP:
             return self._on_reply(ident, rest)
         return self._refuse(ident, "bad_frame", f"unknown command {command[:16]!r}")
 
-    def _on_request(self, client: bytes, rest: list[bytes]) -> None:
+    def _on_request(self, client: bytes, caller: bytes, rest: list[bytes]) -> None:
         # every REQ costs a token, malformed ones too: garbage is no way round the limit
         limited = self._buckets is not None and not self._buckets.allow(client, time.monotonic())
         if len(rest) != 2:
@@ -252,23 +276,29 @@ class Broker:
         if not is_request_type(msg.type):
             return self._refuse(client, "not_request",
                                 f"{msg.type!r} is not a request type", msg.id)
+        if self._auth is not None and not caller:  # keyed, yet no name: never forward as b""
+            return self._refuse(client, "unknown_caller",
+                                "this connection's key has no name; reconnect", msg.id,
+                                msg.type, msg.sender)
         if limited:
             return self._rate_limited(client, name, msg.id)
         now = time.monotonic()
-        if self._forward(name, client, payload, now):
+        if self._forward(name, client, caller, payload, now):
             return
         if now < self._started + self._grace and len(self._parked) < MAX_PARKED:
-            self._parked.append(_Parked(self._started + self._grace, client, name, payload, msg.id))
+            self._parked.append(_Parked(self._started + self._grace, client, caller, name,
+                                        payload, msg.id))
         else:
             self._no_service(client, name, msg.id)
 
-    def _forward(self, name: str, client: bytes, payload: bytes, now: float) -> bool:
+    def _forward(self, name: str, client: bytes, caller: bytes, payload: bytes,
+                 now: float) -> bool:
         """Hand a request to a live worker of `name`; False when none takes it."""
         for _ in range(len(self._services.get(name, ()))):
             worker = self._pick(name, now)
             if worker is None:
                 break
-            error = self._send([worker, EMPTY, REQ, client, payload])
+            error = self._send([worker, EMPTY, REQ, client, caller, payload])
             if error is None:
                 return True
             if error == zmq.EHOSTUNREACH:  # its connection closed: it is gone
@@ -353,7 +383,7 @@ class Broker:
         keep: list[_Parked] = []
         for parked in self._parked:
             if service in (None, parked.service) and self._forward(
-                    parked.service, parked.client, parked.payload, now):
+                    parked.service, parked.client, parked.caller, parked.payload, now):
                 continue
             if now >= parked.deadline:
                 self._no_service(parked.client, parked.service, parked.msg_id)

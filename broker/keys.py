@@ -9,7 +9,8 @@ deleting one file. What `generate` writes under DIR:
     clients/NAME.key_secret   one per client: copy it only to the host that runs NAME (0600)
     clients/NAME.key          its public half
     authorized/NAME.key       the public keys the broker admits (delete one to revoke NAME);
-                              NAME is its connections' User-Id (the ZAP handler's)
+                              NAME is its connections' User-Id, so each request's
+                              caller (broker.messages.Message.caller)
 
 Clients never need a copy of the server key: the broker writes its public key into the
 endpoints file, and each component takes its own secret certificate with `--client-key FILE`
