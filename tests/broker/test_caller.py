@@ -3,6 +3,7 @@ and a service's handler sees it as Message.caller, whatever the message itself s
 brokers, real keys, loopback."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 
 import msgpack
@@ -14,7 +15,7 @@ from broker.client import Requester, RequestTimeout, _open
 from broker.curve import attach_client_key
 from broker.keys import generate, load_server
 from broker.messages import IdSource, MessageError, decode, encode, make
-from broker.testing import broker_thread, service_thread
+from broker.testing import broker_thread, service_thread, wait_until
 from broker.wire import EMPTY, REP, REQ, REQUEST_HWM
 
 T = 10.0
@@ -92,6 +93,24 @@ def test_unkeyed_broker_gives_caller_none():
 def spoofing_map(ids, **extra):
     """A request map built by hand, as a client that skips the library would."""
     return {"type": "status.query", "v": 1, "id": ids(), "sender": "bob", "ts": 1.0, **extra}
+
+
+def test_a_request_held_for_its_service_keeps_its_caller(keydir):
+    """Sent in the start-up grace before any worker registered: held, then forwarded with
+    the caller it came under."""
+    seen = []
+    with broker_thread(keys=load_server(keydir), service_timeout=3.0, startup_grace=T) as b:
+        alice = Requester(keyed(b.endpoints, keydir, "alice"), "alice", timeout=T, retries=0)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                reply = pool.submit(alice.request, "scheduler", "status.query")
+                wait_until(lambda: b._parked, T)
+                with service_thread(keyed(b.endpoints, keydir, "scheduler"), "scheduler",
+                                    recording(seen)):
+                    assert reply.result(T)["body"]["caller"] == "alice"
+        finally:
+            alice.close()  # the pool's thread is done with it: the pool has shut down
+    assert seen == [("alice", "alice")]
 
 
 @pytest.mark.parametrize("keys", [True, False], ids=["keyed", "unkeyed"])
