@@ -12,10 +12,9 @@ import zmq
 
 from broker.broker import Broker
 from broker.client import Requester, RequestTimeout, _open
-from broker.curve import attach_client_key
 from broker.keys import generate, load_server
 from broker.messages import IdSource, MessageError, decode, encode, make
-from broker.testing import broker_thread, service_thread, wait_until
+from broker.testing import as_client, broker_thread, service_thread, wait_until
 from broker.wire import EMPTY, REP, REQ, REQUEST_HWM
 
 T = 10.0
@@ -26,16 +25,6 @@ def keydir(tmp_path_factory):
     root = tmp_path_factory.mktemp("keys")
     generate(root, ["scheduler", "alice", "bob"])
     return root
-
-
-@pytest.fixture
-def broker(keydir):
-    with broker_thread(keys=load_server(keydir), service_timeout=3.0) as b:
-        yield b
-
-
-def keyed(endpoints, keydir, name):
-    return attach_client_key(endpoints, str(keydir / "clients" / f"{name}.key_secret"))
 
 
 def recording(seen):
@@ -61,20 +50,22 @@ def exchange(sock, frames):
     return answer[2]
 
 
-def test_handler_sees_the_name_of_the_key_not_the_claimed_sender(broker, keydir):
+def test_handler_sees_the_name_of_the_key_not_the_claimed_sender(keydir):
     seen = []
-    ep = broker.endpoints
-    # each requester claims to be the other: only the key says who it is
-    alice = Requester(keyed(ep, keydir, "alice"), "bob", timeout=2.0, retries=5)
-    bob = Requester(keyed(ep, keydir, "bob"), "alice", timeout=2.0, retries=5)
-    try:
-        with service_thread(keyed(ep, keydir, "scheduler"), "scheduler", recording(seen)):
-            assert alice.request("scheduler", "status.query")["body"]["caller"] == "alice"
-            assert bob.request("scheduler", "status.query")["body"]["caller"] == "bob"
-            assert alice.request("scheduler", "status.query")["body"]["caller"] == "alice"
-    finally:
-        alice.close()
-        bob.close()
+    with broker_thread(keys=load_server(keydir), service_timeout=3.0) as b:
+        ep = b.endpoints
+        # each requester claims to be the other: only the key says who it is
+        alice = Requester(as_client(ep, keydir, "alice"), "bob", timeout=2.0, retries=5)
+        bob = Requester(as_client(ep, keydir, "bob"), "alice", timeout=2.0, retries=5)
+        try:
+            with service_thread(as_client(ep, keydir, "scheduler"), "scheduler",
+                                recording(seen)):
+                assert alice.request("scheduler", "status.query")["body"]["caller"] == "alice"
+                assert bob.request("scheduler", "status.query")["body"]["caller"] == "bob"
+                assert alice.request("scheduler", "status.query")["body"]["caller"] == "alice"
+        finally:
+            alice.close()
+            bob.close()
     assert seen == [("alice", "bob"), ("bob", "alice"), ("alice", "bob")]
 
 
@@ -100,12 +91,12 @@ def test_a_request_held_for_its_service_keeps_its_caller(keydir):
     the caller it came under."""
     seen = []
     with broker_thread(keys=load_server(keydir), service_timeout=3.0, startup_grace=T) as b:
-        alice = Requester(keyed(b.endpoints, keydir, "alice"), "alice", timeout=T, retries=0)
+        alice = Requester(as_client(b.endpoints, keydir, "alice"), "alice", timeout=T, retries=0)
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 reply = pool.submit(alice.request, "scheduler", "status.query")
                 wait_until(lambda: b._parked, T)
-                with service_thread(keyed(b.endpoints, keydir, "scheduler"), "scheduler",
+                with service_thread(as_client(b.endpoints, keydir, "scheduler"), "scheduler",
                                     recording(seen)):
                     assert reply.result(T)["body"]["caller"] == "alice"
         finally:
@@ -119,8 +110,8 @@ def test_a_client_cannot_set_the_caller(keydir, keys):
     kwargs = {"keys": load_server(keydir)} if keys else {}
     expected = "alice" if keys else None
     with broker_thread(service_timeout=3.0, **kwargs) as b:
-        ep = keyed(b.endpoints, keydir, "alice") if keys else b.endpoints
-        svc_ep = keyed(b.endpoints, keydir, "scheduler") if keys else b.endpoints
+        ep = as_client(b.endpoints, keydir, "alice") if keys else b.endpoints
+        svc_ep = as_client(b.endpoints, keydir, "scheduler") if keys else b.endpoints
         requester = Requester(ep, "alice", timeout=2.0, retries=5)
         raw = raw_dealer(ep)
         ids = IdSource("spoof")
@@ -156,26 +147,28 @@ def test_caller_never_travels_in_a_message():
     assert decode(encode(stamped)).caller is None
 
 
-def test_reply_cache_is_kept_per_caller(broker, keydir):
+def test_reply_cache_is_kept_per_caller(keydir):
     """Bob resending alice's request (same id, same bytes) runs the handler for bob and gets
     bob's answer, never alice's cached reply; alice's own retry is still answered from it."""
     seen = []
-    ep = broker.endpoints
-    alice, bob = raw_dealer(keyed(ep, keydir, "alice")), raw_dealer(keyed(ep, keydir, "bob"))
     payload = encode(make("status.query", "alice", "alice-1"))
     frames = [EMPTY, REQ, b"scheduler", payload]
-    try:
-        with service_thread(keyed(ep, keydir, "scheduler"), "scheduler",
-                            recording(seen)) as svc:
-            first = exchange(alice, frames)
-            assert decode(first)["body"] == {"caller": "alice", "n": 1}
-            stolen = exchange(bob, frames)
-            assert decode(stolen)["body"] == {"caller": "bob", "n": 2}
-            assert exchange(alice, frames) == first  # alice's retry: her cached reply
-            assert svc.duplicates == 1 and svc.handled == 2
-    finally:
-        alice.close(0)
-        bob.close(0)
+    with broker_thread(keys=load_server(keydir), service_timeout=3.0) as b:
+        ep = b.endpoints
+        alice = raw_dealer(as_client(ep, keydir, "alice"))
+        bob = raw_dealer(as_client(ep, keydir, "bob"))
+        try:
+            with service_thread(as_client(ep, keydir, "scheduler"), "scheduler",
+                                recording(seen)) as svc:
+                first = exchange(alice, frames)
+                assert decode(first)["body"] == {"caller": "alice", "n": 1}
+                stolen = exchange(bob, frames)
+                assert decode(stolen)["body"] == {"caller": "bob", "n": 2}
+                assert exchange(alice, frames) == first  # alice's retry: her cached reply
+                assert svc.duplicates == 1 and svc.handled == 2
+        finally:
+            alice.close(0)
+            bob.close(0)
     assert seen == [("alice", "alice"), ("bob", "alice")]
 
 
@@ -184,12 +177,12 @@ def test_keys_added_and_revoked_after_start_are_named_after_reload(tmp_path):
     seen = []
     with broker_thread(keys=load_server(tmp_path), service_timeout=3.0) as b:
         ep = b.endpoints
-        with service_thread(keyed(ep, tmp_path, "scheduler"), "scheduler", recording(seen)):
+        with service_thread(as_client(ep, tmp_path, "scheduler"), "scheduler", recording(seen)):
             generate(tmp_path, ["carol"])
             (tmp_path / "authorized" / "alice.key").unlink()
             assert b.reload_keys() == 2
-            carol = Requester(keyed(ep, tmp_path, "carol"), "carol", timeout=2.0, retries=5)
-            alice = Requester(keyed(ep, tmp_path, "alice"), "alice", timeout=0.3, retries=1)
+            carol = Requester(as_client(ep, tmp_path, "carol"), "carol", timeout=2.0, retries=5)
+            alice = Requester(as_client(ep, tmp_path, "alice"), "alice", timeout=0.3, retries=1)
             try:
                 assert carol.request("scheduler", "status.query")["body"]["caller"] == "carol"
                 with pytest.raises(RequestTimeout):

@@ -19,7 +19,8 @@ from broker.client import Publisher, Requester, RequestTimeout, Subscriber
 from broker.curve import InsecureBind, attach_client_key, check_bind
 from broker.keys import (KeyFileError, authorized_names, generate, load_client, load_server,
                          main as keys_main)
-from broker.testing import broker_process, broker_thread, service_thread, sync_events
+from broker.testing import (as_client, broker_process, broker_thread, service_thread,
+                            sync_events)
 from broker.wire import EMPTY, REQ
 from broker.messages import IdSource, encode, make
 
@@ -46,10 +47,6 @@ def outsider(tmp_path_factory):
 def broker(keydir):
     with broker_thread(keys=load_server(keydir), service_timeout=3.0) as b:
         yield b
-
-
-def as_client(endpoints, keydir, name):
-    return attach_client_key(endpoints, str(keydir / "clients" / f"{name}.key_secret"))
 
 
 def counting_handler(calls):
