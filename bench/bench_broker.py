@@ -2,7 +2,7 @@
 and request round trips through the broker, all measured in the same run.
 
 Run from the repository root:  python bench/bench_broker.py [--events 100000] [--rounds 3]
-                                                            [--requests 2000] [--json]
+                                                            [--requests 2000] [--keyed] [--json]
 
 Why: trainers publish stage timings and agents forward them, so the bus must not be the
 bottleneck (target: >= 0.8 of direct PUB/SUB and >= 50,000 events/s); every launch, stop and
@@ -10,7 +10,9 @@ finish is a request, so its round trip bounds how fast the scheduler can act on 
 
 Each figure is the median of `--rounds` runs; raw and broker runs alternate so background
 load hits both alike. Publishers and services run in their own processes (spawned), the
-broker is the real `python -m broker.broker` process.
+broker is the real `python -m broker.broker` process. `--keyed` adds round trips through a
+second broker process running with CURVE keys (made in a temporary folder), the cost of
+encryption and of reading each request's authenticated caller.
 """
 from __future__ import annotations
 
@@ -30,7 +32,9 @@ import zmq  # noqa: E402
 
 from broker.client import (Publisher, RequestFailed, Requester, Service,  # noqa: E402
                            Subscriber)
+from broker.curve import attach_client_key  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
+from broker.keys import generate  # noqa: E402
 from broker.logs import configure_logging  # noqa: E402
 from broker.testing import broker_process  # noqa: E402
 
@@ -164,9 +168,10 @@ def run_class(spawn, n: int, ep: Endpoints) -> tuple[float, int]:
 
 # -- round trips --------------------------------------------------------------------------
 
-def serve_echo(endpoints_json: str, stop) -> None:
+def serve_echo(endpoints_json: str, stop, key_file: str | None = None) -> None:
     configure_logging("bench-service", None, "warning")
-    svc = Service(Endpoints.from_json(endpoints_json), "echo", lambda msg: {"ok": 1})
+    svc = Service(attach_client_key(Endpoints.from_json(endpoints_json), key_file), "echo",
+                  lambda msg: {"ok": 1})
     while not stop.is_set():
         svc.poll(0.05)
     svc.close()
@@ -192,10 +197,14 @@ def percentiles(samples: list[float]) -> dict:
             "n": len(ordered)}
 
 
-def round_trips_broker(spawn, ep: Endpoints, count: int) -> dict:
+def round_trips_broker(spawn, ep: Endpoints, count: int, keys: Path | None = None) -> dict:
+    """Sequential round trips; with `keys` (a folder from `generate`) both ends are keyed."""
     stop = spawn.Event()
-    proc = spawn.Process(target=serve_echo, args=(ep.to_json(), stop))
+    service_key = str(keys / "clients" / "service.key_secret") if keys else None
+    proc = spawn.Process(target=serve_echo, args=(ep.to_json(), stop, service_key))
     proc.start()
+    if keys is not None:
+        ep = attach_client_key(ep, str(keys / "clients" / "requester.key_secret"))
     requester = Requester(ep, "bench", timeout=5.0, retries=3)
     try:
         deadline = time.monotonic() + 60
@@ -248,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=100_000, help="events per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--keyed", action="store_true",
+                        help="also time round trips through a broker running with CURVE keys")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
     args = parser.parse_args(argv)
     configure_logging("bench", None, "warning")
@@ -267,6 +278,13 @@ def main(argv: list[str] | None = None) -> int:
             classes.append(rate)
             lost.append(args.events - got)
         rtt_broker = round_trips_broker(spawn, ep, args.requests)
+        rtt_keyed = None
+        if args.keyed:
+            keys = Path(tmp) / "keys"
+            generate(keys, ["requester", "service"])
+            with broker_process(Path(tmp) / "keyed", (0, 0, 0), "--log-level", "warning",
+                                "--keys", str(keys)) as (_keyed_proc, keyed_ep):
+                rtt_keyed = round_trips_broker(spawn, keyed_ep, args.requests, keys)
     rtt_raw = round_trips_raw(spawn, args.requests)
     result = {
         "events_per_run": args.events, "rounds": args.rounds,
@@ -276,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "client_classes_eps": statistics.median(classes),
         "client_classes_ratio": statistics.median(classes) / statistics.median(raw),
         "events_lost": sum(lost),
-        "rtt_broker": rtt_broker, "rtt_direct": rtt_raw,
+        "rtt_broker": rtt_broker, "rtt_direct": rtt_raw, "rtt_broker_keyed": rtt_keyed,
         "raw_runs": raw, "broker_runs": broker, "class_runs": classes,
     }
     ok = result["broker_ratio"] >= 0.8 and result["broker_pubsub_eps"] >= 50_000
@@ -296,8 +314,11 @@ def main(argv: list[str] | None = None) -> int:
           + " ".join(f"{r / 1e3:.0f}" for r in classes))
     print(f"round trips, {args.requests} requests after 100 warm-up")
     for name, key in (("Requester -> broker -> Service", "rtt_broker"),
+                      ("the same, CURVE keys", "rtt_broker_keyed"),
                       ("raw DEALER -> ROUTER (direct)", "rtt_direct")):
         r = result[key]
+        if r is None:
+            continue
         print(f"  {name:<34} median {r['median_ms']:.3f} ms   p99 {r['p99_ms']:.3f} ms")
     print(f"target (broker >= 0.8 x direct and >= 50,000/s): {'met' if ok else 'NOT met'}")
     return 0

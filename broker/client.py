@@ -3,7 +3,8 @@
 Each class owns one socket and is meant for one thread. Requests are at-least-once: a
 requester resends the same message (same id) until a reply arrives, and a service answers a
 repeated id from its reply cache without running the handler again, so together they give
-exactly-once effects as long as the cache remembers the id. Events are lossy by design;
+exactly-once effects as long as the cache remembers the id (per caller: one key cannot be
+answered another's reply by reusing its id). Events are lossy by design;
 per-sender sequence numbers make losses visible (`Subscriber.gaps`).
 
 Every socket is built by `_open`, which keys it for CURVE when the endpoints carry a server
@@ -14,6 +15,7 @@ polls for at most the time asked, `Subscriber.recv` takes a timeout, publishing 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -23,6 +25,7 @@ import zmq
 
 from broker.curve import client_options
 from broker.endpoints import Endpoints
+from broker.keys import is_key_name
 from broker.messages import SCHEMA, IdSource, Message, MessageError, decode, encode, make
 from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, REQUEST_HWM, SUBSCRIPTION_HWM, connect,
                          error_payload, is_request_type, service_name)
@@ -55,6 +58,28 @@ class HandlerError(Exception):
     def __init__(self, code: str, reason: str):
         super().__init__(f"{code}: {reason}")
         self.code, self.reason = code, reason
+
+
+def _caller(frames: list[bytes]) -> str | None:
+    """Who sent a request the broker forwarded (["", REQ, client, caller, payload]): the name
+    of its key, or None from a broker without keys. ValueError for any other shape."""
+    if len(frames) != 5:
+        raise ValueError("REQ needs [client, caller, payload] (is the broker of another "
+                         "version?)")
+    if not frames[3]:
+        return None
+    name = frames[3].decode("ascii", "replace")
+    if not is_key_name(name):
+        raise ValueError(f"caller {name[:80]!r} is not a key name")
+    return name
+
+
+def _request_id(payload: bytes) -> str | None:
+    """The id of an encoded message, or None when it is not one."""
+    try:
+        return decode(payload).id
+    except MessageError as err:
+        return err.msg_id
 
 
 def _ms(seconds: float) -> int:
@@ -237,7 +262,9 @@ class Service:
         self.duplicates = 0   # requests answered from the reply cache
         self._endpoints = endpoints
         self._ids = IdSource(name)
-        self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        # replies by (caller, request id): a retry is answered from here, to its own key only
+        self._cache: collections.OrderedDict[tuple[str | None, str], bytes] = \
+            collections.OrderedDict()
         self._liveness = max(5 * self.heartbeat, 1.0)  # silent this long: broker gone
         self._log = structlog.get_logger("broker.service").bind(service=name)
         # malformed requests and handler refusals: counted, logged once per sender and kind
@@ -291,19 +318,20 @@ class Service:
     def _drain(self) -> int:
         if self.before_replies is None:
             return self._drain_batch(None)
-        replies: list[tuple[bytes, bytes]] = []
+        replies: list[tuple[bytes, str | None, bytes]] = []
         handled = self._drain_batch(replies)
         if replies:
             try:
                 self.before_replies()
             except Exception as err:
                 self._log.exception("service.before_replies_failed")
-                replies = [(client, self._unsent(payload, err)) for client, payload in replies]
-            for client, payload in replies:
+                replies = [(client, caller, self._unsent(caller, payload, err))
+                           for client, caller, payload in replies]
+            for client, _, payload in replies:
                 self._reply(client, payload)
         return handled
 
-    def _unsent(self, payload: bytes, err: Exception) -> bytes:
+    def _unsent(self, caller: str | None, payload: bytes, err: Exception) -> bytes:
         """The answer instead of `payload` when the batch could not be made good: an error
         for its request, whose cached reply is forgotten."""
         try:
@@ -312,13 +340,13 @@ class Service:
             return payload
         if msg.type != "reply":
             return payload  # an error already: nothing was promised
-        self._cache.pop(msg["re"], None)
+        self._cache.pop((caller, msg["re"]), None)
         return error_payload(self.name, self._ids, "internal",
                              f"not committed: {type(err).__name__}: {err}", msg["re"])
 
-    def _drain_batch(self, replies: list[tuple[bytes, bytes]] | None) -> int:
+    def _drain_batch(self, replies: list[tuple[bytes, str | None, bytes]] | None) -> int:
         """Handle what has arrived (up to RECV_BATCH messages); each reply is sent at once, or
-        kept in `replies` (client, payload) where given."""
+        kept in `replies` (client, caller, payload) where given."""
         handled = 0
         assert self._sock is not None
         for _ in range(RECV_BATCH):
@@ -336,15 +364,19 @@ class Service:
                 continue
             if len(frames) >= 3 and frames[0] == EMPTY and frames[1] == REQ:
                 client = frames[2]
-                if len(frames) != 4:
-                    self._log.warning("service.malformed", code="bad_frame", frames=len(frames))
+                try:
+                    caller = _caller(frames)
+                except ValueError as err:
+                    self._log.warning("service.malformed", code="bad_frame", frames=len(frames),
+                                      detail=str(err))
+                    # naming the request's id, where readable, lets its requester see why
                     self._reply(client, error_payload(self.name, self._ids, "bad_frame",
-                                                      "REQ needs [client, payload]"))
+                                                      str(err), _request_id(frames[-1])))
                     continue
                 if replies is None:
-                    self._reply(client, self._answer(frames[3]))
+                    self._reply(client, self._answer(frames[4], caller))
                 else:
-                    replies.append((client, self._answer(frames[3])))
+                    replies.append((client, caller, self._answer(frames[4], caller)))
                 handled += 1
                 continue
             if len(frames) == 3 and frames[0] == EMPTY and frames[1] == REP:
@@ -354,8 +386,9 @@ class Service:
                               detail="no reply path; dropped")
         return handled
 
-    def _answer(self, payload: bytes) -> bytes:
-        """The encoded reply for one request payload; never raises."""
+    def _answer(self, payload: bytes, caller: str | None = None) -> bytes:
+        """The encoded reply for one request payload from the key named `caller`; never
+        raises."""
         try:
             req = decode(payload)
         except MessageError as err:
@@ -367,16 +400,20 @@ class Service:
                                  f"{req.type!r} is not a request type", re=req.id)
             return error_payload(self.name, self._ids, "not_request",
                                  f"{req.type!r} is not a request type", req.id)
-        cached = self._cache.get(req.id)
+        key = (caller, req.id)
+        cached = self._cache.get(key)
         if cached is not None:
-            self._cache.move_to_end(req.id)
+            self._cache.move_to_end(key)
             self.duplicates += 1
-            self._log.info("service.duplicate", type=req.type, re=req.id, sender=req.sender)
+            self._log.info("service.duplicate", type=req.type, re=req.id, sender=req.sender,
+                           caller=caller)
             return cached
+        if caller is not None:
+            req = dataclasses.replace(req, caller=caller)
         out = self._run_handler(req)
         self.handled += 1
         if self.dedup:
-            self._cache[req.id] = out
+            self._cache[key] = out
             while len(self._cache) > self.dedup:
                 self._cache.popitem(last=False)
         return out

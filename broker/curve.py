@@ -12,13 +12,15 @@ import ipaddress
 import logging
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 
 from broker.endpoints import Endpoints
-from broker.keys import KEY_ENV, ServerKeys, load_client
+from broker.keys import KEY_ENV, ServerKeys, authorized_names, load_client
 
 ZAP_DOMAIN = "interlace"
 
@@ -52,22 +54,56 @@ def check_bind(host: str, keyed: bool, insecure: bool) -> str | None:
     return None
 
 
-def start_authenticator(ctx: zmq.Context, keys: ServerKeys) -> ThreadAuthenticator:
-    """A ZAP handler on `ctx` admitting only the public keys in keys.authorized.
+class NamedKeys(ThreadAuthenticator):
+    """The ZAP handler: admits the keys of an authorized/ folder and names each connection
+    after its key's file, so authorized/NAME.key connects with the User-Id NAME.
+
+    Why: pyzmq's default User-Id is the key itself; the broker stamps the User-Id on every
+    request it forwards (Message.caller), and a name is what an operator writes in a tenants
+    file. Admission and naming read one table, so a key is never admitted without a name.
+    """
+
+    def __init__(self, ctx: zmq.Context):
+        super().__init__(ctx, log=logging.getLogger("broker.auth"))
+        self._names: dict[bytes, str] = {}  # Z85 public key -> name; replaced whole on load
+
+    def load(self, folder: Path) -> list[str]:
+        """(Re-)read the admitted keys; one line per file left out (keys.authorized_names).
+        The domain is the sockets' ZAP domain: pyzmq falls back to "*" only for sockets that
+        set none."""
+        names, problems = authorized_names(folder)
+        self._names = names  # one assignment: the ZAP thread sees the old table or the new
+        self.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=self)
+        return problems
+
+    @property
+    def admitted(self) -> int:
+        return len(self._names)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """pyzmq's credentials-provider hook: is this Z85 key admitted."""
+        return key in self._names
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        """The admitted key's name. Empty only when the key was revoked between admission and
+        this call (the same handshake): the broker refuses requests with no name."""
+        return self._names.get(z85.encode(client_public_key), "")
+
+
+def start_authenticator(ctx: zmq.Context, keys: ServerKeys) -> tuple[NamedKeys, list[str]]:
+    """A ZAP handler on `ctx` admitting only the public keys in keys.authorized, and the
+    files it left out.
 
     Must run before any keyed socket binds: without a ZAP handler libzmq lets every CURVE
     client in, whatever its key.
     """
-    auth = ThreadAuthenticator(ctx, log=logging.getLogger("broker.auth"))
+    auth = NamedKeys(ctx)
     auth.start()
-    load_authorized(auth, keys)
-    return auth
-
-
-def load_authorized(auth: ThreadAuthenticator, keys: ServerKeys) -> None:
-    """(Re-)read the authorised public keys. The domain must be the sockets' ZAP domain:
-    pyzmq falls back to "*" only for sockets that set none."""
-    auth.configure_curve(domain=ZAP_DOMAIN, location=str(keys.authorized))
+    try:
+        return auth, auth.load(keys.authorized)
+    except BaseException:
+        auth.stop()
+        raise
 
 
 def server_options(keys: ServerKeys) -> dict[str, Any]:

@@ -8,7 +8,9 @@ deleting one file. What `generate` writes under DIR:
     server.key_secret         broker's secret certificate (stays on the broker's host; 0600)
     clients/NAME.key_secret   one per client: copy it only to the host that runs NAME (0600)
     clients/NAME.key          its public half
-    authorized/NAME.key       the public keys the broker admits (delete one to revoke NAME)
+    authorized/NAME.key       the public keys the broker admits (delete one to revoke NAME);
+                              NAME is its connections' User-Id, so each request's
+                              caller (broker.messages.Message.caller)
 
 Clients never need a copy of the server key: the broker writes its public key into the
 endpoints file, and each component takes its own secret certificate with `--client-key FILE`
@@ -97,6 +99,40 @@ def generate(directory: Path | str, clients: Sequence[str], *, force: bool = Fal
     return lines
 
 
+def is_key_name(name: str) -> bool:
+    """A client key's name as `generate` makes them (and the broker stamps on requests)."""
+    return bool(_NAME.fullmatch(name))
+
+
+def authorized_names(folder: Path) -> tuple[dict[bytes, str], list[str]]:
+    """The keys `folder` admits, Z85 public key -> NAME of its file (NAME.key), and one line
+    per file left out. Left out: a name `generate` would not make (the name travels in frames
+    and logs), an unreadable file, and a key filed under two names (whose requests they are
+    would be a guess, so neither name admits it). A missing folder admits nobody."""
+    if not folder.is_dir():
+        return {}, [f"{folder}: no such folder; no client is admitted"]
+    names: dict[bytes, str] = {}
+    problems: list[str] = []
+    shared: set[bytes] = set()
+    for path in sorted(folder.glob("*.key")):
+        if not is_key_name(path.stem):
+            problems.append(f"{path}: {path.stem!r} is not a key name (letters, digits, _.-)")
+            continue
+        try:
+            public, _ = _read(path, "client")
+        except (KeyFileError, OSError) as err:  # OSError: removed while being read
+            problems.append(str(err))
+            continue
+        if public in names or public in shared:
+            problems.append(f"{path}: the same key as {names.get(public, 'another')!r}; "
+                            "neither name is admitted")
+            names.pop(public, None)
+            shared.add(public)
+            continue
+        names[public] = path.stem
+    return names, problems
+
+
 def _pair(folder: Path, name: str) -> None:
     public, secret = zmq.auth.create_certificates(folder, name)
     os.chmod(secret, 0o600)
@@ -124,6 +160,15 @@ def load_client(path: Path | str) -> ClientKeys:
 
 
 def _load(path: Path, what: str) -> tuple[bytes, bytes]:
+    public, secret = _read(path, what)
+    if not secret:
+        raise KeyFileError(f"{what} key {path}: a public certificate; "
+                           "the .key_secret file is needed")
+    return public, secret
+
+
+def _read(path: Path, what: str) -> tuple[bytes, bytes | None]:
+    """A certificate's (public, secret) keys in Z85; secret None for a public one."""
     problem = file_problem(path)  # a FIFO would block the reader forever
     if problem is None and path.stat().st_size > MAX_SMALL_FILE_BYTES:
         problem = f"larger than {MAX_SMALL_FILE_BYTES} bytes, not a key file"
@@ -133,9 +178,8 @@ def _load(path: Path, what: str) -> tuple[bytes, bytes]:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as err:
         raise KeyFileError(f"{what} key {path}: unreadable ({err})") from None
-    if not secret:
-        raise KeyFileError(f"{what} key {path}: a public certificate; "
-                           "the .key_secret file is needed")
+    if not public:
+        raise KeyFileError(f"{what} key {path}: no public key in it")
     return public, secret
 
 

@@ -239,6 +239,10 @@ class Message:
     fields: Mapping[str, Any] = field(default_factory=dict)
     v: int = VERSION
     seq: int | None = None
+    # The name of the CURVE key a request came under (authorized/NAME.key), stamped by the
+    # broker and set by broker.client.Service; None without keys. Never encoded or decoded,
+    # so nothing a sender writes in a message can set it.
+    caller: str | None = None
 
     def __getitem__(self, name: str) -> Any:
         return self.fields[name]

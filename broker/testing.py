@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from broker.broker import Broker
 from broker.client import Publisher, Service, Subscriber
+from broker.curve import attach_client_key
 from broker.endpoints import Endpoints
 from broker.messages import Message
 
@@ -34,6 +35,11 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         event.wait(interval)
+
+
+def as_client(endpoints: Endpoints, keydir: Path, name: str) -> Endpoints:
+    """`endpoints` carrying client NAME's key from a folder made by broker.keys.generate."""
+    return attach_client_key(endpoints, str(keydir / "clients" / f"{name}.key_secret"))
 
 
 @contextlib.contextmanager

@@ -4,13 +4,19 @@ Over the broker's ROUTER (every frame list starts with an empty delimiter after 
 identity, so DEALER and REQ-style peers look the same):
 
     requester -> broker:   ["", "REQ", service, payload]
-    broker -> worker:      ["", "REQ", client_identity, payload]
+    broker -> worker:      ["", "REQ", client_identity, caller, payload]
     worker -> broker:      ["", "REP", client_identity, payload]
     broker -> requester:   ["", "REP", payload]
     worker -> broker:      ["", "HB", service]      (heartbeat; also registration)
     broker -> worker:      ["", "HB"]               (answer, so workers notice a dead broker)
 
 Payloads are `broker.messages`-encoded; only the frames around them live here.
+
+`caller` is written by the broker alone: the name of the CURVE key the request came under
+(authorized/NAME.key gives NAME, ASCII), or empty when the broker runs without keys. A keyed
+broker never forwards an empty one (a request from a connection without a name is answered
+`unknown_caller`). A service gives it to its handler as `Message.caller` (None when empty),
+and answers a REQ of any other shape (a broker of another version) `bad_frame`.
 
 Queue bounds. Every socket of the message plane sets SNDHWM and RCVHWM explicitly (a queue
 that is not bounded on purpose is a memory leak waiting for a slow peer), and each has a

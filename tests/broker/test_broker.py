@@ -348,19 +348,26 @@ def test_malformed_requests_to_service_are_answered_and_service_keeps_serving():
             for code, frames in malformed_cases(MAX_MESSAGE_BYTES):
                 if len(frames) != 4 or frames[1] != REQ or code == "bad_frame":
                     continue
-                router.send_multipart([ident, EMPTY, REQ, client, frames[3]])
+                router.send_multipart([ident, EMPTY, REQ, client, b"", frames[3]])
                 reply = next_from_service()
                 assert reply[1:4] == [EMPTY, REP, client]
                 msg = decode(reply[4])
                 assert msg.type == "error" and msg["code"] == code, msg
-            router.send_multipart([ident, EMPTY, REQ, client])  # no payload
+            router.send_multipart([ident, EMPTY, REQ, client, b""])  # no payload
             reply = next_from_service()
             assert decode(reply[4])["code"] == "bad_frame"
             router.send_multipart([ident, b"junk"])  # no reply path: logged and dropped
             ids = IdSource("t")
             good = encode(make("status.query", "t", ids()))
+            # a broker of the old shape (no caller frame), or a caller that is no key name:
+            # refused, naming the request so its requester learns why instead of timing out
+            old = encode(make("status.query", "t", ids()))
+            for bad in ([client, old], [client, b"bad name!", old], [client, b"\xff", old]):
+                router.send_multipart([ident, EMPTY, REQ, *bad])
+                answer = decode(next_from_service()[4])
+                assert (answer["code"], answer["re"]) == ("bad_frame", decode(old).id), bad
             for _ in range(2):  # the second copy is a retry: answered from the cache
-                router.send_multipart([ident, EMPTY, REQ, client, good])
+                router.send_multipart([ident, EMPTY, REQ, client, b"", good])
                 reply = next_from_service()
                 answer = decode(reply[4])
                 assert answer.type == "reply" and answer["body"] == {"ok": "status.query"}

@@ -17,8 +17,10 @@ import zmq
 from broker.broker import Broker
 from broker.client import Publisher, Requester, RequestTimeout, Subscriber
 from broker.curve import InsecureBind, attach_client_key, check_bind
-from broker.keys import KeyFileError, generate, load_client, load_server, main as keys_main
-from broker.testing import broker_process, broker_thread, service_thread, sync_events
+from broker.keys import (KeyFileError, authorized_names, generate, load_client, load_server,
+                         main as keys_main)
+from broker.testing import (as_client, broker_process, broker_thread, service_thread,
+                            sync_events)
 from broker.wire import EMPTY, REQ
 from broker.messages import IdSource, encode, make
 
@@ -45,10 +47,6 @@ def outsider(tmp_path_factory):
 def broker(keydir):
     with broker_thread(keys=load_server(keydir), service_timeout=3.0) as b:
         yield b
-
-
-def as_client(endpoints, keydir, name):
-    return attach_client_key(endpoints, str(keydir / "clients" / f"{name}.key_secret"))
 
 
 def counting_handler(calls):
@@ -258,6 +256,26 @@ def test_key_and_broker_mismatch_is_a_clear_error(broker, keydir):
     with broker_thread(service_timeout=3.0) as plain:
         with pytest.raises(ValueError, match="without keys"):
             attach_client_key(plain.endpoints, str(keydir / "clients" / "feeder.key_secret"))
+
+
+def test_authorized_files_that_name_no_one_clearly_are_left_out(tmp_path):
+    generate(tmp_path, ["scheduler", "alice", "bob"])
+    folder = tmp_path / "authorized"
+    (folder / "alice-again.key").write_bytes((folder / "alice.key").read_bytes())
+    (folder / "bad name.key").write_bytes((folder / "bob.key").read_bytes())
+    (folder / "garbage.key").write_text("not a certificate\n")
+    names, problems = authorized_names(folder)
+    assert sorted(names.values()) == ["bob", "scheduler"]  # alice's key: two names, neither
+    assert len(problems) == 3, problems  # the shared key, the bad name, the garbage
+    assert authorized_names(tmp_path / "nowhere")[0] == {}
+    with structlog.testing.capture_logs() as logs:
+        b = Broker(keys=load_server(tmp_path))
+        try:
+            assert b.reload_keys() == 2
+        finally:
+            b.close()
+    left_out = [e for e in logs if e["event"] == "broker.key_left_out"]
+    assert len(left_out) == 6  # three at start, three at the reload
 
 
 # -- binding --------------------------------------------------------------------------------
