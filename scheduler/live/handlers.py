@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from broker.refusal import Refusal, all_ints, running_list
+from scheduler.live.access import caller_of, owns, submit_as
 from scheduler.live.gateway import AgentSeen
 from scheduler.live.ledger import node_name
 from scheduler.live.lifecycle import STOPPING
@@ -29,12 +30,14 @@ class Handlers:
         self.state = state
         # node -> the reason its agent's registration was last refused for (logged once)
         self._shape_said: dict[str, str] = {}
+        self.tenancy = state.opt.tenancy  # never changes: read without the lock
 
     def handle(self, msg: Any) -> dict[str, Any]:
         """Answer one request; Refusal for anything malformed or not applicable."""
         handler = self._HANDLERS.get(msg.type)
         if handler is None:
             raise Refusal("unsupported", f"the scheduler does not handle {msg.type!r}")
+        caller_of(self.tenancy, msg)  # forbidden: a key that may not send this kind
         if handler is Handlers.on_submit:  # takes the lock only where it is free
             return handler(self, msg)
         with self.state.locked():
@@ -53,9 +56,6 @@ class Handlers:
         if not math.isfinite(record.iterations * record.iteration_time):
             raise Refusal("bad_job", "iterations x iteration_time is not finite")
         problem = command_problem(record)
-        tenants = self.state.core.tenants  # its file never changes: read without the lock
-        if not problem and tenants is not None:
-            problem = tenants.problem(record)
         if problem:
             raise Refusal("bad_job", problem)
         return record
@@ -72,7 +72,12 @@ class Handlers:
     # -- handlers ----------------------------------------------------------------------------
     def on_submit(self, msg: Any) -> dict[str, Any]:
         state = self.state
-        record = self.parse_job(msg["job"])
+        record = submit_as(caller_of(self.tenancy, msg), self.tenancy,
+                           self.parse_job(msg["job"]))
+        tenants = state.core.tenants  # its rules never change: read without the lock
+        problem = tenants.problem(record) if tenants is not None else None
+        if problem:
+            raise Refusal("bad_job", problem)
         if not state.jobs.accept(record, state.now()):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
         state.absorb_if_free()  # the acknowledgement never waits for a round
@@ -269,6 +274,12 @@ class Handlers:
         agents (their late reports find the job ended)."""
         state, jobs, job_id = self.state, self.state.jobs, msg["job_id"]
         phase = jobs.phase(job_id)
+        caller = caller_of(self.tenancy, msg)
+        # a tenant's key learns nothing of other tenants' jobs, not even that they exist
+        if not caller.operator and (phase is None or not owns(caller, status.tenant_of(
+                state, job_id))):
+            raise Refusal("forbidden", f"job {job_id} is not a job of tenant "
+                                       f"{caller.tenant!r}")
         if phase is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
         if jobs.ended(job_id):
@@ -284,7 +295,9 @@ class Handlers:
         what = msg.get("what") or "all"
         if what not in ("all", "summary"):
             raise Refusal("bad_request", f"what must be 'all' or 'summary', got {what!r}")
-        return status.status(self.state, jobs=what == "all")
+        caller = caller_of(self.tenancy, msg)
+        return status.status(self.state, jobs=what == "all",
+                             tenant=None if caller.operator else caller.tenant)
 
     _HANDLERS: Mapping[str, Callable[["Handlers", Any], dict[str, Any]]]
     _HANDLERS = MappingProxyType({
