@@ -61,14 +61,24 @@ class LiveCluster:
     agent_cores: tuple[int, ...] = ()
     # a command the scheduler runs under (e.g. strace -f -o FILE): what it does, seen from outside
     scheduler_wrapper: list[str] = field(default_factory=list)
+    broker_args: list[str] = field(default_factory=list)  # e.g. --keys DIR
+    # a keyed broker: each component's secret key file, by its name or the part before "-"
+    # ("scheduler", "agent" for every agent-nI, "test" for this object's own status queries)
+    client_keys: dict[str, Path] = field(default_factory=dict)
 
     @property
     def endpoints_file(self) -> Path:
         return self.run_dir / "endpoints.json"
 
+    def key_of(self, name: str) -> Path | None:
+        return self.client_keys.get(name) or self.client_keys.get(name.split("-")[0])
+
     def _spawn(self, name: str, args: list[str], wrapper: Sequence[str] = ()) -> subprocess.Popen:
         log = open(self.run_dir / f"{name}.stderr", "ab")
-        proc = subprocess.Popen([*wrapper, sys.executable, *args], cwd=ROOT, env=_env(), stdout=log,
+        env, key = _env(), self.key_of(name)
+        if key is not None:
+            env["INTERLACE_CLIENT_KEY"] = str(key)
+        proc = subprocess.Popen([*wrapper, sys.executable, *args], cwd=ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc
         return proc
@@ -79,7 +89,8 @@ class LiveCluster:
         if self.endpoints_file.exists() and self.broker_ports is None:
             self.endpoints_file.unlink()
         self._spawn("broker", ["-m", "broker.broker", "--ports", ports, "--endpoints-file",
-                               str(self.endpoints_file), "--run-dir", str(self.run_dir)])
+                               str(self.endpoints_file), "--run-dir", str(self.run_dir),
+                               *self.broker_args])
         wait_for(self.endpoints_file.exists, 30, "the broker's endpoints file")
         if self.broker_ports is None:
             ep = Endpoints.load(self.endpoints_file)
@@ -140,7 +151,7 @@ class LiveCluster:
     # -- observing -------------------------------------------------------------------------
     def status(self) -> dict | None:
         try:
-            requester = Requester(Endpoints.load(self.endpoints_file), "test", timeout=2.0, retries=1)
+            requester = self.requester("test", timeout=2.0, retries=1)
         except (OSError, ValueError):
             return None
         try:
@@ -149,6 +160,16 @@ class LiveCluster:
             return None
         finally:
             requester.close()
+
+    def requester(self, name: str, **options) -> Requester:
+        """A requester on the broker, with `name`'s key where the broker is keyed."""
+        from broker.curve import attach_client_key
+
+        endpoints = Endpoints.load(self.endpoints_file)
+        key = self.key_of(name)
+        if key is not None:
+            endpoints = attach_client_key(endpoints, str(key))
+        return Requester(endpoints, name, **options)
 
     def _online(self) -> int:
         status = self.status() or {}
