@@ -4,6 +4,9 @@ stopped, nothing lost or run twice by the trainers' own ledgers), and each tenan
 cancels and submits only for its own tenant."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -11,7 +14,8 @@ import pytest
 from broker.client import RequestFailed
 from broker.keys import generate
 from tests.helpers import job
-from tests.live_system import LiveCluster, wait_for
+from scheduler.core.waiting import REASONS
+from tests.live_system import LiveCluster, trainer_env, wait_for
 from traces.feeder import job_map
 
 TENANTS = """
@@ -83,11 +87,17 @@ def test_the_owner_takes_its_quota_back_and_keys_see_only_their_tenants_jobs(tmp
                  >= set(B_JOBS), 60, "the borrower's 4 jobs to train (their ledgers)")
         # the owner's jobs arrive: its quota comes back at once (no class guards here)
         for j in OWNER_JOBS:
-            alice.request("scheduler", "job.submit", job=job_map(_record(j, "owner", 1000)))
+            alice.request("scheduler", "job.submit", job=job_map(_record(j, "owner", 3000)))
         wait_for(lambda: set(OWNER_JOBS) <= _running(live.status() or {}), 60,
                  "the owner's jobs to run")
         running_b = _running(live.status()) & set(B_JOBS)
         assert len(running_b) == 1, running_b
+        # why the borrower's other jobs wait, as `interlace-status --json` says (the owner
+        # holds its whole quota: nothing idle is left to lend)
+        listed = _status_cli(live, "ops")["jobs"]
+        waiting = {j["job_id"]: j["reason"] for j in listed if j["state"] == "pending"}
+        assert waiting == {j: "no_idle_to_borrow" for j in set(B_JOBS) - running_b}, waiting
+        assert set(waiting.values()) <= set(REASONS)
 
         # -- what each key may do, each request kind --------------------------------------
         mine = alice.request("scheduler", "status.query", what="all").get("body")
@@ -110,7 +120,7 @@ def test_the_owner_takes_its_quota_back_and_keys_see_only_their_tenants_jobs(tmp
 
         # -- nothing lost or run twice, by the trainers' ledgers ---------------------------
         done = live.wait_finished(len(B_JOBS) + len(OWNER_JOBS), 180)
-        totals = {j: 5000.0 for j in B_JOBS} | {j: 1000.0 for j in OWNER_JOBS}
+        totals = {j: 5000.0 for j in B_JOBS} | {j: 3000.0 for j in OWNER_JOBS}
         verdict = live.ledger_verdict(totals)
         assert verdict.ok, verdict.problems
         assert all(verdict.finishes.get(j) == 1 for j in totals), verdict.finishes
@@ -124,6 +134,16 @@ def test_the_owner_takes_its_quota_back_and_keys_see_only_their_tenants_jobs(tmp
         for requester in clients.values():
             requester.close()
         live.stop_all()
+
+
+def _status_cli(live, key: str) -> dict:
+    """`interlace-status --json`, run as a user runs it, with `key`'s certificate."""
+    out = subprocess.run([sys.executable, "-c", "import sys; from scheduler.tools.jobs import "
+                          "status_main; sys.exit(status_main())", "--json", "--endpoints",
+                          str(live.endpoints_file), "--client-key", str(live.key_of(key))],
+                         capture_output=True, text=True, timeout=60, env=trainer_env())
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def _spec(tmp_path):
