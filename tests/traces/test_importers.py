@@ -128,6 +128,9 @@ def test_pai_gpus_and_workload(capsys, tmp_path):
     records, extra = read_trace(out), rows(out)
     assert [r.num_gpu for r in records] == [2, 1, 1, 4]  # 2x100%, 50% and 3x25% ceiled, 4x100%
     assert [e["workload"] for e in extra] == ["ResNet50", "", "", "bert"]
+    # PAI names no team: the job's user is its tenant
+    assert [(e["user"], e["tenant"]) for e in extra] == [
+        ("user_a", "user_a"), ("user_b", "user_b"), ("user_a", "user_a"), ("user_f", "user_f")]
     assert records[0].model_name == "resnet18" and records[3].model_name == "bert"
     # j11: tasks from 1583001000 to 1583011000
     assert abs(records[3].duration - 10000) <= records[3].iteration_time / 2
