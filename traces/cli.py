@@ -124,7 +124,7 @@ def _import_parser(sub) -> None:
                      metavar="N",
                      help="keep the N tenants whose kept jobs hold the most GPU-hours; every "
                           "other job's tenant becomes 'others' (so a tenants file of N+1 "
-                          "names covers a log of a thousand users)")
+                          "names covers a log of many users)")
     imp.add_argument("--fractional", choices=("ceil", "drop"), default="ceil",
                      help="a fractional GPU count (PAI, openb): round up or drop (default ceil)")
     imp.add_argument("--drop-failed", action="store_true",

@@ -12,7 +12,7 @@ one GPU, so this may be fractional; an empty plan_gpu is a CPU task). Submit is 
 start_time; run time is latest task end - earliest task start when every task has both
 times, else the job's end_time - start_time (epoch seconds). Status Terminated is ok,
 Failed failed. The job's `user` is its tenant too: PAI has no team column, and its users
-are the ones who share the cluster (a real log has about a thousand; `--tenants-top N` keeps
+are the ones who share the cluster (far too many for a tenants file; `--tenants-top N` keeps
 the N with the most GPU-hours and folds the rest into `others`). The task table is held as
 one small entry per job (a million jobs take a few hundred MB); the job table streams.
 """
