@@ -13,7 +13,7 @@ from specs.fit import Fit
 from specs.limits import (MAX_GPUS, MAX_ID, MAX_JOBS, MAX_SEED, MAX_SIGMA, MAX_TRACE_SECONDS,
                           show)
 from specs.options import OneLineParser, number
-from specs.tenants import TenantsError, load_tenants
+from specs.tenants import MAX_TENANTS, TenantsError, load_tenants
 from traces.errors import TraceError
 from traces.generate import generate, spread_over
 from traces.muri_csv import write_trace
@@ -84,7 +84,9 @@ the counts go to OUT.summary.json and, as a table, to stderr. Output times start
 first kept job; TIME for --since/--until is a date-time (2017-10-03 or
 "2017-10-03 12:00:00", UTC), epoch seconds, or +N[s|m|h|d] after the log's first
 submission. --since is inclusive, --until exclusive; --limit keeps the first N jobs (by
-submit time) that pass every other rule.
+submit time) that pass every other rule. The tenant is the Philly/Helios virtual cluster
+or the PAI user; --tenant matches it as the log spells it, --tenants-top ranks the jobs
+that are kept; OUT.summary.json gives each tenant's jobs and GPU-hours.
 """
 
 
@@ -117,7 +119,12 @@ def _import_parser(sub) -> None:
                      help="keep jobs submitted before TIME")
     imp.add_argument("--limit", type=_positive_int, metavar="N", help="keep at most N jobs")
     imp.add_argument("--tenant", metavar="NAME",
-                     help="keep only this tenant (Philly/Helios virtual cluster)")
+                     help="keep only this tenant (Philly/Helios virtual cluster, PAI user)")
+    imp.add_argument("--tenants-top", type=number(1, MAX_TENANTS - 1, integer=True),
+                     metavar="N",
+                     help="keep the N tenants whose kept jobs hold the most GPU-hours; every "
+                          "other job's tenant becomes 'others' (so a tenants file of N+1 "
+                          "names covers a log of many users)")
     imp.add_argument("--fractional", choices=("ceil", "drop"), default="ceil",
                      help="a fractional GPU count (PAI, openb): round up or drop (default ceil)")
     imp.add_argument("--drop-failed", action="store_true",
@@ -228,7 +235,8 @@ def _import(args: argparse.Namespace) -> int:
         rules=RowRules(total_gpus=spec.total_gpus, fit=Fit(spec), fractional=args.fractional,
                        drop_failed=args.drop_failed, tenant=args.tenant),
         models=model_rule, seed=args.seed, since=args.since, until=args.until,
-        limit=args.limit, progress=True if args.progress else None)
+        limit=args.limit, tenants_top=args.tenants_top,
+        progress=True if args.progress else None)
     try:
         summary = run_import(args.format, FORMATS[args.format], inputs, args.out, options,
                              gpu_facts=GPU_FACTS.get(args.format))

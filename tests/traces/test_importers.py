@@ -128,6 +128,9 @@ def test_pai_gpus_and_workload(capsys, tmp_path):
     records, extra = read_trace(out), rows(out)
     assert [r.num_gpu for r in records] == [2, 1, 1, 4]  # 2x100%, 50% and 3x25% ceiled, 4x100%
     assert [e["workload"] for e in extra] == ["ResNet50", "", "", "bert"]
+    # PAI names no team: the job's user is its tenant
+    assert [(e["user"], e["tenant"]) for e in extra] == [
+        ("user_a", "user_a"), ("user_b", "user_b"), ("user_a", "user_a"), ("user_f", "user_f")]
     assert records[0].model_name == "resnet18" and records[3].model_name == "bert"
     # j11: tasks from 1583001000 to 1583011000
     assert abs(records[3].duration - 10000) <= records[3].iteration_time / 2
@@ -146,6 +149,38 @@ def test_pai_takes_explicit_tables(capsys, tmp_path):
     assert [r["source_id"] for r in rows(out)] == KEPT_IDS["pai"]
     code, _, err = run(capsys, "import", "pai", DATA / "pai" / "pai_job_table.csv", "--out", out)
     assert code == 2 and "--tasks" in err and len(err.strip().splitlines()) == 1
+
+
+def test_tenants_top_keeps_the_heaviest_users(capsys, tmp_path):
+    """GPU-hours of the kept PAI jobs (ceiled GPUs x run time): user_f 4 x 10000 s = 11.1 h,
+    user_a 2 x 7190 s + 1 x 600 s = 4.16 h, user_b 1 x 3600 s = 1 h."""
+    out, summary = do_import(capsys, tmp_path, "pai", "--tenants-top", "2")
+    assert [r["tenant"] for r in rows(out)] == ["user_a", "others", "user_a", "user_f"]
+    assert [r["user"] for r in rows(out)] == ["user_a", "user_b", "user_a", "user_f"]
+    assert summary["tenants"] == {"user_f": {"jobs": 1, "gpu_hours": 11.111},
+                                  "user_a": {"jobs": 2, "gpu_hours": 4.161},
+                                  "others": {"jobs": 1, "gpu_hours": 1.0}}
+    # ranked on the jobs written: within the first two, user_a outweighs user_b
+    out, _ = do_import(capsys, tmp_path, "pai", "--limit", "2", "--tenants-top", "1")
+    assert [r["tenant"] for r in rows(out)] == ["user_a", "others"]
+    out, _ = do_import(capsys, tmp_path, "pai", "--tenant", "user_a")
+    assert [r["source_id"] for r in rows(out)] == ["j01", "j03"]
+
+
+def test_folded_trace_runs_with_a_small_tenants_file(capsys, tmp_path):
+    """The point of --tenants-top: a file of the top users and `others` covers the trace."""
+    tenants = tmp_path / "t.toml"
+    tenants.write_text('[tenants.user_f]\nquota = 8\n[tenants.user_a]\nquota = 4\n'
+                       '[tenants.others]\nquota = 4\n')
+    out, _ = do_import(capsys, tmp_path, "pai")
+    assert sim_main(["--trace", str(out), "--tenants", str(tenants), "--policy", "fifo"]) != 0
+    assert "tenant 'user_b' is not in the tenants file" in capsys.readouterr().err
+    out, _ = do_import(capsys, tmp_path, "pai", "--tenants-top", "2")
+    assert sim_main(["--trace", str(out), "--tenants", str(tenants), "--policy", "fifo",
+                     "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    jobs = {name: t["jobs"] for name, t in result["tenants"]["by_tenant"].items()}
+    assert jobs == {"user_f": 1, "user_a": 2, "others": 1}
 
 
 @pytest.mark.parametrize("fmt", sorted(SAMPLES))
@@ -206,11 +241,13 @@ def test_models_are_seeded_per_job(capsys, tmp_path):
     (["--models", "mix:vgg16=0"], "positive weight"),
     (["--since", "yesterday"], "--since"),
     (["--spec", "n99g9"], "n99g9"),
+    (["--tenants-top", "0"], "--tenants-top"),
+    (["--tenants-top", "all"], "--tenants-top"),
 ])
 def test_bad_options_one_line(capsys, tmp_path, argv, needle):
     code, _, err = run(capsys, "import", "helios", SAMPLES["helios"], "--out",
                        tmp_path / "x.csv", *argv)
-    assert code in (1, 2) and needle in err
+    assert code in (1, 2) and needle in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.csv").exists()
 
 

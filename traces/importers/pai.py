@@ -11,8 +11,10 @@ A job's GPUs are the sum over its tasks of plan_gpu / 100 x inst_num (plan_gpu i
 one GPU, so this may be fractional; an empty plan_gpu is a CPU task). Submit is the job's
 start_time; run time is latest task end - earliest task start when every task has both
 times, else the job's end_time - start_time (epoch seconds). Status Terminated is ok,
-Failed failed. The table names no tenant: that column stays empty. The task table is held
-as one small entry per job (a million jobs take a few hundred MB); the job table streams.
+Failed failed. The job's `user` is its tenant too: PAI has no team column, and its users
+are the ones who share the cluster (far too many for a tenants file; `--tenants-top N` keeps
+the N with the most GPU-hours and folds the rest into `others`). The task table is held as
+one small entry per job (a million jobs take a few hundred MB); the job table streams.
 """
 
 from __future__ import annotations
@@ -117,10 +119,11 @@ def _job(cells: dict[str, str], where: str, tasks: dict[str, _Tasks],
     else:
         duration = None if submit is None or end is None else end - submit
     status = text_cell(cells["status"])
+    user = text_cell(cells["user"])
     return SourceJob(
         key=key,
-        user=text_cell(cells["user"]),
-        tenant="",
+        user=user,
+        tenant=user,
         submit=submit,
         duration=duration,
         gpus=math.nan if entry is None else entry.gpus,

@@ -26,6 +26,8 @@ from traces.importers.spill import Spill
 from traces.muri_csv import TraceWriter
 
 EXTRA_COLUMNS = ("user", "tenant", "source_id", "status", "workload")
+# the tenant of every job whose tenant is not among the --tenants-top N
+OTHERS = "others"
 
 Reader = Callable[["Inputs", Progress], Iterator[Row]]
 # what the summary says of a format that gives no GPU facts beyond the count
@@ -64,6 +66,7 @@ class Options:
     since: Bound | None = None
     until: Bound | None = None
     limit: int | None = None
+    tenants_top: int | None = None  # keep the N tenants with the most GPU-hours, fold the rest
     progress: bool | None = None  # None: on a terminal only
     temp_dir: str | None = None
 
@@ -102,14 +105,14 @@ def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Opt
         duplicate = spill.duplicates()
         written = Bar("writing", spill.count, enabled=options.progress, stream=stream,
                       unit="k rows", scale=1e3)
-        models, gpu = _write(out, spill, duplicate, ledger, options, first_seen, written,
-                             stated)
+        models, gpu, tenants = _write(out, spill, duplicate, ledger, options, first_seen,
+                                      written, stated)
         written.close()
     finally:
         bar.close()  # a bar cut short by an error still ends its line before the message
         spill.close()
     summary = _summary(fmt, inputs, out, options, ledger, models, first_seen,
-                       _gpu_summary(gpu_facts, gpu))
+                       _gpu_summary(gpu_facts, gpu), tenants)
     with open(summary_path(out), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
         handle.write("\n")
@@ -123,36 +126,69 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
-           first_seen: float | None, bar: Bar, stated: dict[str, bool]
-           ) -> tuple[dict[str, int], dict]:
-    """Write the kept rows; (jobs per model, what the written jobs state of their GPUs)."""
+def _selected(spill: Spill, duplicate, options: Options, first_seen: float | None,
+              drop: Callable[[str, str, str], None], bar: Progress = lambda _: None
+              ) -> Iterator[tuple]:
+    """The spilled rows the trace gets, in submit order; `drop(reason, where, detail)` for
+    each other one (an id seen before, outside the window, past the limit)."""
     since = options.since.resolve(first_seen) if options.since and first_seen is not None else None
     until = options.until.resolve(first_seen) if options.until and first_seen is not None else None
+    kept = done = 0
+    for row in spill.merged():
+        done += 1
+        if done % 8192 == 0:
+            bar(done)
+        submit, seq, key, where = row[0], row[1], row[3], row[11]
+        if duplicate[seq]:
+            drop("duplicate", where, f"job {key} again")
+        elif (since is not None and submit < since) or (until is not None and submit >= until):
+            drop("out_of_window", where, f"job {key}")
+        elif options.limit is not None and kept >= options.limit:
+            drop("beyond_limit", where, f"job {key}")
+        else:
+            kept += 1
+            yield row
+
+
+def _tenant_rule(spill: Spill, duplicate, options: Options, first_seen: float | None
+                 ) -> Callable[[str], str]:
+    """What each tenant is written as. With --tenants-top N, the N tenants whose written jobs
+    hold the most GPU-hours stay, every other becomes OTHERS: a tenants file must name every
+    tenant of the trace, and a real log has hundreds of users. Ranked on the rows written
+    (an extra pass), so a window's own heavy users are the ones kept; "" (none named) stays."""
+    if options.tenants_top is None:
+        return str
+    usage: dict[str, float] = {}
+    for row in _selected(spill, duplicate, options, first_seen, lambda *_: None):
+        tenant = row[7]
+        if tenant:
+            usage[tenant] = usage.get(tenant, 0.0) + row[5] * row[4]  # GPUs x seconds
+    kept = set(sorted(usage, key=lambda t: (-usage[t], t))[:options.tenants_top])
+    return lambda tenant: tenant if not tenant or tenant in kept else OTHERS
+
+
+def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
+           first_seen: float | None, bar: Bar, stated: dict[str, bool]
+           ) -> tuple[dict[str, int], dict, dict[str, list[float]]]:
+    """Write the kept rows; (jobs per model, what the written jobs state of their GPUs,
+    [jobs, GPU-seconds] per written tenant)."""
+    tenant_of = _tenant_rule(spill, duplicate, options, first_seen)
+    tenants: dict[str, list[float]] = {}
     models: dict[str, int] = {}
     gpu = {"with_types": 0, "with_memory": 0, "on_assumed_memory": 0, "shares_of": {}}
     part = out.with_name(out.name + ".part")
     first = previous = None
-    done = 0
     try:
         with open(part, "w", encoding="utf-8", newline="") as handle:
             writer = TraceWriter(handle, memory=stated["memory"], types=stated["types"],
                                  extra=EXTRA_COLUMNS)
-            for row in spill.merged():
-                done += 1
-                if done % 8192 == 0:
-                    bar(done)
-                (submit, seq, _, key, duration, gpus, user, tenant, status, workload, priority,
+            for row in _selected(spill, duplicate, options, first_seen, ledger.drop, bar):
+                (submit, _, _, key, duration, gpus, user, tenant, status, workload, priority,
                  where, types, memory, share_of) = row
-                if duplicate[seq]:
-                    ledger.drop("duplicate", where, f"job {key} again")
-                    continue
-                if (since is not None and submit < since) or (until is not None and submit >= until):
-                    ledger.drop("out_of_window", where, f"job {key}")
-                    continue
-                if options.limit is not None and ledger.kept >= options.limit:
-                    ledger.drop("beyond_limit", where, f"job {key}")
-                    continue
+                tenant = tenant_of(tenant)
+                used = tenants.setdefault(tenant, [0, 0.0])
+                used[0] += 1
+                used[1] += gpus * duration
                 if first is None:
                     first, previous = submit, 0.0
                 relative = round(submit - first, 3)
@@ -178,7 +214,7 @@ def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
         if part.exists():
             part.unlink()
     bar(spill.count)
-    return models, gpu
+    return models, gpu, tenants
 
 
 def _iso(seconds: float | None) -> str | None:
@@ -204,7 +240,8 @@ def _gpu_summary(facts: str | None, gpu: dict) -> dict:
 
 
 def _summary(fmt: str, inputs: Inputs, out: Path, options: Options, ledger: Ledger,
-             models: dict[str, int], first_seen: float | None, gpu: dict) -> dict:
+             models: dict[str, int], first_seen: float | None, gpu: dict,
+             tenants: dict[str, list[float]]) -> dict:
     assert ledger.balanced(), "every row read is kept or dropped once"
     return {
         "format": fmt,
@@ -222,11 +259,17 @@ def _summary(fmt: str, inputs: Inputs, out: Path, options: Options, ledger: Ledg
         "seed": options.seed,
         "first_submit_utc": _iso(first_seen),
         "gpu": gpu,
+        # jobs and GPU-hours per written tenant, most GPU-hours first: what a tenants file's
+        # quotas are sized from ("": jobs naming none)
+        "tenants": {name: {"jobs": jobs, "gpu_hours": round(seconds / 3600, 3)}
+                    for name, (jobs, seconds) in sorted(tenants.items(),
+                                                        key=lambda t: (-t[1][1], t[0]))},
         "options": {
             "since": None if options.since is None else vars(options.since),
             "until": None if options.until is None else vars(options.until),
             "limit": options.limit,
             "tenant": options.rules.tenant,
+            "tenants_top": options.tenants_top,
             "total_gpus": options.rules.total_gpus,
             "fractional": options.rules.fractional,
             "drop_failed": options.rules.drop_failed,
@@ -239,6 +282,9 @@ def summary_table(summary: dict) -> Sequence[str]:
     rows = [("rows read", summary["rows_read"]), ("kept", summary["kept"])]
     rows += [("dropped " + k, n) for k, n in summary["dropped"].items() if n]
     rows += [("adjusted " + k, n) for k, n in summary["adjusted"].items() if n]
+    named = [name for name in summary["tenants"] if name]
+    if named:
+        rows.append(("tenants", len(named)))
     lines = [f"{label:<30}{count:>10}" for label, count in rows]
     gpu = summary["gpu"]
     if "shares_of" not in gpu:  # the format gives no GPU facts
