@@ -10,7 +10,7 @@ from typing import Iterable, Mapping
 
 from scheduler.core.memory import Room, on_each_gpu
 from scheduler.core.model import CostModel
-from scheduler.core.placement import ClusterState, Demand
+from scheduler.core.placement import ClusterState, Demand, cpu_misfit
 from scheduler.core.plan_changes import NO_CHANGES, START, STARTS, STOP, PlanChanges, diff
 from scheduler.core.plan_check import PlanCheck, PlanError
 from scheduler.core.policies.base import Policy, RoundContext
@@ -128,6 +128,12 @@ class Core:
             self.tenants.add(record)
         self.policy.on_submit(job, now)
         return job
+
+    def cpu_problem(self, record: JobRecord) -> str | None:
+        """Why no node that could hold the job has the CPUs it asks for (None: some has).
+        `submit` takes such a job (it waits, `waiting` says why); what takes jobs from
+        users and traces refuses it first."""
+        return cpu_misfit(self.cluster.demand, self.spec, record)
 
     def advance(self, now: float, done: Mapping[int, float] | None = None) -> None:
         """Time has moved to `now`; `done` gives iterations each running job finished since.

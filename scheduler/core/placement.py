@@ -7,8 +7,10 @@ running job in every round of a simulation, so it keeps plain per-node counters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
-from specs.spec import ClusterSpec
+from specs.fit import layout_of, pools_for
+from specs.spec import ClusterSpec, Pool
 from scheduler.core.memory import Room
 from scheduler.core.model import CostModel
 from scheduler.core.speed import TypeSpeeds
@@ -24,6 +26,29 @@ class Demand:
 
     def cpus(self, gpus: int, whole_job_gpus: int) -> int:
         return self.cpu_single_gpu if whole_job_gpus == 1 else self.cpu_per_gpu * gpus
+
+    def misfit(self, num_gpu: int, pools: Sequence[Pool]) -> str | None:
+        """Why no node of `pools` (those that hold the job by its GPUs, types and memory)
+        has the CPUs the job asks of each node it takes, or None. A job larger than a node
+        takes whole nodes (`place`), so each needs a whole node's worth of CPUs."""
+        if not pools:
+            return None  # the pool rule (specs.fit) says why
+        asks = [(self.cpus(min(num_gpu, p.gpus_per_node), num_gpu), p) for p in pools]
+        if any(need <= p.cpus_per_node for need, p in asks):
+            return None
+        need = min(need for need, _ in asks)
+        rate = (f"{self.cpu_single_gpu} for a 1-GPU job" if num_gpu == 1
+                else f"{self.cpu_per_gpu} a GPU")
+        return (f"job needs {need} CPUs on each node it runs on ({rate}); the nodes that could "
+                f"hold it have {max(p.cpus_per_node for p in pools)}")
+
+
+def cpu_misfit(demand: Demand, spec: ClusterSpec, record) -> str | None:
+    """`Demand.misfit` for a job record on `spec`: over the pools that hold it (specs.fit)."""
+    layout = layout_of(spec)
+    pools = [layout[i] for i in pools_for(record.num_gpu, record.gpu_types, record.gpu_mem_gb,
+                                          spec)]
+    return demand.misfit(record.num_gpu, pools)
 
 
 class ClusterState:

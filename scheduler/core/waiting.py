@@ -53,15 +53,20 @@ def why_waiting(core: Any) -> dict[int, Waiting]:
     out: dict[int, Waiting] = {}
     ahead = 0  # pending jobs before this one in the policy's order (admitted, with tenants)
     places: dict[str, dict[int, int]] = {}  # tenant -> job id -> its place in tenant order
+    cpu_short: dict[tuple, str | None] = {}  # by (GPUs, types, memory): no node's CPUs do
     for job in order:
         need = job.num_gpu
         if not core.judged(job.id):
             out[job.id] = Waiting("arrived", "submitted since the last round", 0)
             continue
         can, free_there, together = room.of(job)
-        if can < need:
-            out[job.id] = Waiting("unfit", f"needs {need} GPUs; the online nodes that could "
-                                           f"hold it have {can}", 0)
+        rec = job.record
+        key = (rec.num_gpu, rec.gpu_types, rec.gpu_mem_gb)
+        short = cpu_short[key] if key in cpu_short else cpu_short.setdefault(
+            key, core.cpu_problem(rec))
+        if can < need or short:
+            out[job.id] = Waiting("unfit", short or f"needs {need} GPUs; the online nodes "
+                                                    f"that could hold them have {can}", 0)
             continue
         if admitted is not None and job.id not in admitted:
             out[job.id] = _held_back(layer, job, places)

@@ -74,8 +74,10 @@ class Handlers:
         state = self.state
         record = submit_as(caller_of(self.tenancy, msg), self.tenancy,
                            self.parse_job(msg["job"]))
-        tenants = state.core.tenants  # its rules never change: read without the lock
-        problem = tenants.problem(record) if tenants is not None else None
+        # the spec, the model's CPUs a GPU and the tenants file never change: read unlocked
+        tenants = state.core.tenants
+        problem = state.core.cpu_problem(record) or (
+            tenants.problem(record) if tenants is not None else None)
         if problem:
             raise Refusal("bad_job", problem)
         if not state.jobs.accept(record, state.now()):  # durable before the reply

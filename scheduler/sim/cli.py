@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from scheduler.core.metrics import JobOutcome, dumps, summary_dict
+from scheduler.core.placement import Demand, cpu_misfit
 from scheduler.plugins import PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
 from scheduler.sim.explain import GroupLog, explain
@@ -271,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if not records:
             problems.append(str(no_jobs_problem(trace_path)))
+    if spec is not None and records:
+        problems.extend(cpu_problems(records, spec, preset, trace_path))
     tenancy = None
     if args.tenants is not None:
         try:
@@ -322,6 +325,24 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as err:
             return _fail([f"--plot {args.plot}: cannot write ({err})"])
     return 0
+
+
+def cpu_problems(records: Sequence, spec, preset, trace: object, shown: int = 5) -> list[str]:
+    """The trace's jobs that no node that could hold them has the CPUs for (they would wait
+    for ever): the first `shown`, and how many more."""
+    demand = Demand(preset.model.cpu_per_gpu, preset.model.cpu_single_gpu)
+    seen: dict[tuple, str | None] = {}
+    found = []
+    for r in records:
+        key = (r.num_gpu, r.gpu_types, r.gpu_mem_gb)
+        if key not in seen:
+            seen[key] = cpu_misfit(demand, spec, r)
+        if seen[key]:
+            found.append(f"{trace}: job {r.job_id}: {seen[key]}")
+    if len(found) > shown:
+        found[shown:] = [f"{trace}: and {len(found) - shown} more jobs no node has the CPUs "
+                         f"for"]
+    return found
 
 
 def tenant_problems(tenancy: Tenancy, records: Sequence, trace: object,

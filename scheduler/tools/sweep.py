@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scheduler.plugins import PolicyError, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
-from scheduler.sim.cli import tenant_problems
+from scheduler.sim.cli import cpu_problems, tenant_problems
 from scheduler.tools.sweep_dask import DaskError, dask_missing, run_dask
 from scheduler.tools.sweep_runs import NONE, Task, default_processes, run_local
 from scheduler.tools.sweep_store import TENANTS_CSV, Store, StoreError
@@ -157,6 +157,8 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
                 make_policy(policy, made)  # the worker makes it again by the same name
             except PolicyError as err:  # one line that names the policy or plug-in
                 problems.append(f"--policies: {err}")
+        for trace, jobs in records.items():  # jobs that would wait for ever: as interlace-sim
+            problems.extend(cpu_problems(jobs, spec, made, trace))
     texts = None if tenants is None else {}
     for name in dict.fromkeys(tenants or ()):
         if name == NONE:

@@ -48,3 +48,20 @@ def test_placement_never_hands_out_a_gpu_twice(sizes, nodes, gpus):
         taken |= set(cells)
         assert len({s.node for s in slices}) == (1 if n <= gpus else -(-n // gpus))
     assert c.free_total == nodes * gpus - len(taken)
+
+
+@settings(max_examples=300, deadline=None)
+@given(nodes=st.integers(1, 4), gpus=st.integers(1, 8), cpus=st.integers(1, 64),
+       per_gpu=st.integers(1, 12), single=st.integers(1, 12), job=st.integers(1, 32))
+def test_a_job_is_called_cpu_short_exactly_when_an_empty_cluster_cannot_place_it(
+        nodes, gpus, cpus, per_gpu, single, job):
+    """`Demand.misfit` predicts placement: on an empty cluster of enough nodes, a job of any
+    size is placed unless it says no node has the CPUs (the oracle is placement itself)."""
+    from specs.fit import layout_of
+
+    if job > nodes * gpus:
+        return  # too large for the cluster: the pool rule's, not this one's
+    demand = Demand(per_gpu, single)
+    cluster_spec = spec(nodes=nodes, gpus=gpus, cpus=cpus)
+    placed = ClusterState(cluster_spec, demand).place(job) is not None
+    assert (demand.misfit(job, layout_of(cluster_spec)) is None) == placed

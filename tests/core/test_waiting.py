@@ -45,6 +45,20 @@ def test_without_tenants_no_room_arrived_and_unfit():
     assert why[5].reason == "unfit" and "have 4" in why[5].text
 
 
+def test_unfit_when_no_node_has_the_cpus_it_asks():
+    """An 8-GPU job asks 6 CPUs a GPU, 48 on its node; these nodes have 32. The core takes
+    it (what takes jobs from users refuses it first); it waits, and says why."""
+    preset = get_preset("default")
+    core = Core(spec(nodes=2, gpus=8, cpus=32), make_policy("srsf", preset), preset.model)
+    submit(core, 1, gpus=8)
+    submit(core, 2, gpus=5)
+    core.round(0.0)
+    why = why_waiting(core)
+    assert why[1].reason == "unfit" and "needs 48 CPUs on each node" in why[1].text
+    assert "have 32" in why[1].text and 1 not in {j.id for j in core.running_jobs()}
+    assert 2 not in why  # 30 CPUs: it runs
+
+
 def test_behind_when_free_gpus_wait_for_the_head_of_the_queue():
     """AntMan starts its queue in order: a 1-GPU job behind a 4-GPU job that does not fit
     waits, though 3 GPUs are free (the other policies backfill it)."""
