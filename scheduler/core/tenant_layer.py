@@ -29,8 +29,9 @@ class TenantLayer:
         self._stops: dict[int, deque[float]] = {}  # planner stops in the last hour, by job
         self._guards = tenancy.guards
         self.admission: Admission | None = None  # the last round's
-        # the last round's order: each tenant's job ids as admission was offered them
-        self.order: dict[str, list[int]] = {}
+        # the last round's order: each tenant's asks as admission was offered them (kept as
+        # made; `waiting` reads the ids off them per query, not every round)
+        self.order: dict[str, list[Ask]] = {}
         # the running jobs the planner may not stop this round, until when (`_guarded`),
         # and why: "unpreemptible", "min_run" or "restart_budget"
         self._held: dict[int, float | None] = {}
@@ -86,7 +87,7 @@ class TenantLayer:
             by_tenant.setdefault(tenant_of[job.id], []).append(
                 Ask(job.id, job.num_gpu, job.running_since, kind[job.id].preemptible,
                     job.id in kept))
-        self.order = {name: [ask.job_id for ask in asks] for name, asks in by_tenant.items()}
+        self.order = by_tenant
         self.admission = admission = admit(self.tenancy, by_tenant, total_gpus)
         chosen = admission.admitted
         return tuple(job for job in queue if job.id in chosen)

@@ -97,7 +97,8 @@ def _held_back(layer: Any, job: Job, places: dict[str, dict[int, int]]) -> Waiti
     held = layer.admission.held[name].gpus
     place = places.get(name)
     if place is None:
-        place = places[name] = {j: i for i, j in enumerate(layer.order.get(name, ()))}
+        place = places[name] = {ask.job_id: i
+                                for i, ask in enumerate(layer.order.get(name, ()))}
     ahead = place.get(job.id, 0)
     borrows = layer.kind[job.id].preemptible
     bound = tenant.quota + (tenant.borrow_limit if borrows else 0)
