@@ -101,9 +101,9 @@ def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
         }
         if job_id in whose:
             line["tenant"] = whose[job_id]
-        if job_id in queue:
-            line["position"], line["expected_start"] = queue[job_id]
         if line["state"] == "pending":
+            if job_id in queue:
+                line["position"], line["expected_start"] = queue[job_id]
             line.update(_waiting(why.get(job_id), now, scale))
         elif job.status is Status.RUNNING and job.running_since is not None:
             group = core.placed.get(job_id)
@@ -111,6 +111,7 @@ def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
             if group is not None and job.solo_time > 0:
                 line["slowdown"] = group.tt / job.solo_time
         listed.append(line)
+    _number(line for line in listed if "position" in line)
     for job_id, entry in state.jobs.past.items():  # ended before this run
         if tenant is not None and tenant_of(state, job_id) != tenant:
             continue
@@ -121,6 +122,13 @@ def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
             "nodes": [], "group": [], "preemptions": entry.preemptions,
         })
     return listed
+
+
+def _number(lines) -> None:
+    """Positions 1..n over the lines shown pending, in the policy's order: a job the core
+    has queued again while its trainers are still stopping shows running and takes no place."""
+    for position, line in enumerate(sorted(lines, key=lambda l: l["position"]), start=1):
+        line["position"] = position
 
 
 def _waiting(why, now: float, scale: float) -> dict[str, Any]:

@@ -148,6 +148,11 @@ def test_random_transitions_never_leave_the_table_and_replay_to_the_same_phases(
                 assert_stores_in_step(state)
             counts = status.status(state, jobs=False)["counts"]
             assert counts == state.jobs.status_counts()
+            # the queue's places are 1..n over the jobs shown pending, and only theirs
+            lines = status.status(state)["jobs"]
+            placed = sorted(l["position"] for l in lines if "position" in l)
+            assert placed == list(range(1, counts["pending"] + 1))
+            assert all(l["state"] == "pending" for l in lines if "position" in l)
             assert sum(counts.values()) == len(phases_of(state))
         finally:
             state.journal.close()
