@@ -360,7 +360,7 @@ class Core:
             queue = tuple(self.queue)
         else:
             queue = tenants.admitted(self.queue, policy, self.placed, self.jobs,
-                                     self.cluster.free_when_empty(), now)
+                                     self.cluster, now)
         partial = len(queue) < len(self.queue)
         plan = policy.plan(RoundContext(now, queue, self.cluster, self.model, where, partial))
         groups = plan.groups

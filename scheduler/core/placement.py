@@ -159,6 +159,11 @@ class ClusterState:
         gpus = self._node_gpus
         return self.spec.total_gpus - sum(gpus[node] for node in self.offline)
 
+    def cpus_when_empty(self) -> int:
+        """The CPUs of every online node."""
+        cpus = self._node_cpus
+        return sum(cpus) - sum(cpus[node] for node in self.offline)
+
     @property
     def free_gpus(self) -> list[list[int]]:
         """Each node's free GPU ids, ascending (a view for people and tests)."""

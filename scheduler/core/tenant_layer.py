@@ -11,6 +11,7 @@ import math
 from collections import Counter, deque
 from typing import Mapping, Sequence
 
+from scheduler.core.placement import ClusterState
 from scheduler.core.plan_check import PlanError
 from scheduler.core.policies.base import Policy
 from scheduler.core.state import Group, Job
@@ -75,20 +76,24 @@ class TenantLayer:
 
     # -- a round ---------------------------------------------------------------------------
     def admitted(self, queue: Sequence[Job], policy: Policy, placed: Mapping[int, Group],
-                 jobs: Mapping[int, Job], total_gpus: int, now: float) -> tuple[Job, ...]:
+                 jobs: Mapping[int, Job], cluster: ClusterState, now: float
+                 ) -> tuple[Job, ...]:
         """The runnable jobs admitted this round, in the core's order. Each tenant's jobs
         are offered by class priority, then in its policy's order (`Policy.queue_order`);
-        the members of a guarded job's group are kept."""
+        the members of a guarded job's group are kept. GPUs and CPUs are the online
+        nodes' (`cluster`), each job asking the CPUs placement gives it."""
         self._held = self._guarded(placed, jobs, now)
         kept = {member for job_id in self._held for member in placed[job_id].jobs}
         kind, tenant_of, by_tenant = self.kind, self.tenant, {}
+        cpus = cluster.demand.cpus
         order = sorted(policy.queue_order(queue), key=lambda j: -kind[j.id].priority)
         for job in order:
             by_tenant.setdefault(tenant_of[job.id], []).append(
                 Ask(job.id, job.num_gpu, job.running_since, kind[job.id].preemptible,
-                    job.id in kept))
+                    job.id in kept, cpus(job.num_gpu, job.num_gpu)))
         self.order = by_tenant
-        self.admission = admission = admit(self.tenancy, by_tenant, total_gpus)
+        self.admission = admission = admit(self.tenancy, by_tenant, cluster.free_when_empty(),
+                                           cluster.cpus_when_empty())
         chosen = admission.admitted
         return tuple(job for job in queue if job.id in chosen)
 

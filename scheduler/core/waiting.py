@@ -22,6 +22,8 @@ REASONS = MappingProxyType({
                   "for a class that may not borrow)",
     "no_idle_to_borrow": "its tenant is past its quota and may borrow more, but its cohort "
                          "has no idle GPUs to lend it now",
+    "no_cpus_to_borrow": "its tenant may borrow the GPUs, but the CPUs the admitted jobs leave "
+                         "are fewer than it asks (lending is dominant-resource fair)",
     "waiting_for_reclaim": "owed to its tenant, but borrowers still hold the GPUs: they are "
                            "guarded until `until`",
     "guarded": "planned, but the GPUs are held by running jobs the planner may not stop now "
@@ -108,6 +110,13 @@ def _held_back(layer: Any, job: Job, places: dict[str, dict[int, int]]) -> Waiti
                 else f"quota {tenant.quota}; its class may not borrow")
         return Waiting("over_quota", f"tenant {name} holds {held} GPUs; {job.num_gpu} more "
                                      f"would pass {bound} ({what}); {of}", ahead)
+    admission = layer.admission
+    if job.id in admission.cpus_short:
+        asks = layer.order[name][ahead].cpus
+        return Waiting("no_cpus_to_borrow", f"tenant {name} may borrow {job.num_gpu} GPUs, but "
+                                            f"it asks {asks} CPUs and "
+                                            f"{max(0, admission.cpus_left)} of the cluster's "
+                                            f"{admission.cpus} are left; {of}", ahead)
     return Waiting("no_idle_to_borrow", f"tenant {name} holds {held} GPUs, past its quota "
                                         f"{tenant.quota}; its cohort lends no idle GPUs now; "
                                         f"{of}", ahead)

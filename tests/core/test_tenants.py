@@ -93,10 +93,13 @@ def cases(draw):
         queue = []
         for _ in range(draw(st.integers(0, 8))):
             since = draw(st.one_of(st.none(), st.integers(0, 5).map(float)))
-            queue.append(Ask(next_id, draw(st.integers(1, 4)), since))
+            gpus = draw(st.integers(1, 4))
+            queue.append(Ask(next_id, gpus, since, cpus=2 if gpus == 1 else 6 * gpus))
             next_id += 1
         jobs[name] = queue
-    return Tenancy(tenants), jobs, draw(st.integers(0, 24))
+    # CPUs counted or not (0); where counted, from scarce (2 a GPU) to ample
+    return Tenancy(tenants), jobs, draw(st.integers(0, 24)), draw(st.sampled_from(
+        [0, 1, 2, 4, 6, 8]))
 
 
 @given(cases())
@@ -104,10 +107,11 @@ def cases(draw):
 def test_admission_keeps_every_bound_and_lends_what_it_may(case):
     """Each bound of the rule, checked from the admitted set alone: owed within quota and
     first-fit (a job left out would not fit what its tenant's quota leaves); borrowed within
-    the borrowing limit, the cohort's idle quota and the cluster's free GPUs; and nothing left
-    out that every one of those bounds would still take."""
-    tenancy, jobs, total = case
-    got = admit(tenancy, jobs, total)
+    the borrowing limit, the cohort's idle quota, the cluster's free GPUs and, where counted,
+    its CPUs; and nothing left out that every one of those bounds would still take."""
+    tenancy, jobs, total, cpus_per_gpu = case
+    total_cpus = cpus_per_gpu * total
+    got = admit(tenancy, jobs, total, total_cpus)
     tenants = tenancy.tenants
     first, holds = {}, {}
     for name, queue in jobs.items():
@@ -125,6 +129,13 @@ def test_admission_keeps_every_bound_and_lends_what_it_may(case):
         assert holds[name] <= quota + tenants[name].borrow_limit
     free = total - sum(holds.values())
     assert free >= 0 or holds == first  # past the cluster only by quotas beyond it
+    asks = {a.job_id: a for queue in jobs.values() for a in queue}
+    owed_cpus = sum(asks[j].cpus for name, queue in jobs.items() for j in _first_fit(
+        queue, tenants[name].quota))
+    cpus_used = sum(asks[j].cpus for j in got.admitted)
+    if total_cpus and cpus_used > owed_cpus:  # lending never passes the cluster's CPUs
+        assert cpus_used <= total_cpus
+    cpus_left = total_cpus - cpus_used
     unquoted = max(0, total - sum(t.quota for t in tenants.values()))
     for cohort in {t.cohort for t in tenants.values()}:
         members = [n for n, t in tenants.items() if t.cohort == cohort]
@@ -137,7 +148,18 @@ def test_admission_keeps_every_bound_and_lends_what_it_may(case):
             for job_id, gpus, *_ in jobs[name]:
                 if job_id not in got.admitted:
                     assert (holds[name] + gpus > limit or gpus > idle - lent
-                            or gpus > free), (name, job_id)
+                            or gpus > free or (total_cpus and asks[job_id].cpus > cpus_left)
+                            ), (name, job_id)
+
+
+def _first_fit(queue, quota):
+    """The ids the owed walk admits: first fit of the tenant's order under its quota."""
+    out, held = [], 0
+    for ask in queue:
+        if held + ask.gpus <= quota:
+            held += ask.gpus
+            out.append(ask.job_id)
+    return out
 
 
 def test_idle_gpus_are_lent_by_weight():
@@ -147,6 +169,45 @@ def test_idle_gpus_are_lent_by_weight():
             "b": [Ask(10 + i, 1) for i in range(9)]}
     held = admit(tenancy, jobs, 9).held
     assert (held["a"].borrowed, held["b"].borrowed) == (6, 3)
+
+
+@pytest.mark.parametrize("cpus, want", [
+    (0, (8, 8)),  # GPUs alone: turns by borrowed GPUs, a 2-GPU job against two 1-GPU ones
+    (96, (8, 8)),  # 6 CPUs a GPU, the largest ask: the CPU share never leads
+    (48, (4, 12)),  # 3 a GPU: a's jobs ask 6 a GPU, b's 2 a job; the CPUs bind
+])
+def test_where_cpus_bind_the_turns_follow_the_dominant_share(cpus, want):
+    """16 GPUs lent to a (2-GPU jobs, 12 CPUs each) and b (1-GPU jobs, 2 CPUs each), equal
+    weights, nothing owed. Worked by hand with 48 CPUs: a's first job holds a quarter of the
+    CPUs (share 0.25), so b takes four GPUs (0.25) before a's second (share 0.5: 24 CPUs),
+    four more (0.5), and then a's third finds 8 CPUs left of 48: b takes the last four GPUs.
+    a 4 GPUs (24 CPUs), b 12 GPUs (24 CPUs): every GPU lent within the CPUs. Turns by GPUs
+    alone would give a its third job and stop at 12 GPUs when the CPUs run out."""
+    tenancy = Tenancy({"a": Tenant("a", 0, 16), "b": Tenant("b", 0, 16)})
+    jobs = {"a": [Ask(i, 2, cpus=12) for i in range(8)],
+            "b": [Ask(100 + i, 1, cpus=2) for i in range(16)]}
+    got = admit(tenancy, jobs, 16, cpus)
+    assert (got.held["a"].gpus, got.held["b"].gpus) == want
+    if cpus:
+        assert got.held["a"].cpus + got.held["b"].cpus <= cpus
+
+
+@pytest.mark.parametrize("owed, gpus, cpus, taker", [
+    # a's four 1-GPU jobs hold 8 CPUs of the 12 its quota is worth (3 a GPU): it has
+    # borrowed nothing, and takes the tie by name
+    ([Ask(1, 1, cpus=2), Ask(2, 1, cpus=2), Ask(3, 1, cpus=2), Ask(4, 1, cpus=2)], 8, 24, "a"),
+    # its two 2-GPU jobs hold 24 CPUs, 15 past the 9 its quota is worth (2.25 a GPU): b first
+    ([Ask(1, 2, cpus=12), Ask(2, 2, cpus=12)], 16, 36, "b"),
+])
+def test_the_dominant_share_counts_cpus_past_the_quota_s_worth(owed, gpus, cpus, taker):
+    """One 12-CPU job still fits the CPUs owed jobs leave; a and b each ask for one, on
+    equal weights. Turns by GPUs alone would give it to a both times (nothing borrowed,
+    a first by name); by all the CPUs it holds, to b both times."""
+    tenancy = Tenancy({"a": Tenant("a", 4, 8), "b": Tenant("b", 0, 8)})
+    jobs = {"a": owed + [Ask(10, 2, cpus=12)], "b": [Ask(20, 2, cpus=12)]}
+    got = admit(tenancy, jobs, gpus, cpus)
+    assert got.admitted - {a.job_id for a in owed} == {10 if taker == "a" else 20}
+    assert got.cpus_short == {20 if taker == "a" else 10}
 
 
 def test_borrowed_gpus_come_back_from_the_most_recently_started_jobs_first():

@@ -100,6 +100,28 @@ def test_over_quota_and_no_idle_to_borrow():
     assert "tenant b holds 1 GPUs" in why[6].text
 
 
+def test_no_cpus_to_borrow():
+    """3 nodes of 4 GPUs and 12 CPUs (36), nothing owed: a's 2-GPU jobs ask 12 CPUs, b's
+    1-GPU jobs 2. Lent by dominant share: a's first (12 of 36 CPUs: a third), b's first four
+    (4 of 12 GPUs: a third), a's second (24 CPUs), b's next two: the CPUs are all taken with
+    2 GPUs idle, so a's third and b's seventh wait for CPUs, not GPUs."""
+    core = Core(spec(nodes=3, gpus=4, cpus=12), make_policy("fifo", get_preset("default")),
+                get_preset("default").model, tenancy_of(
+                    {"tenants": {"a": {"quota": 0, "borrow_limit": 12},
+                                 "b": {"quota": 0, "borrow_limit": 12}}}))
+    for i in (1, 2, 3):
+        submit(core, i, gpus=2, tenant="a")
+    for i in range(10, 18):
+        submit(core, i, tenant="b")
+    core.round(0.0)
+    admitted = core.tenants.admission.admitted
+    assert admitted == {1, 2, 10, 11, 12, 13, 14, 15}
+    why = why_waiting(core)
+    assert (why[3].reason, why[3].ahead) == ("no_cpus_to_borrow", 2)
+    assert "it asks 12 CPUs and 0 of the cluster's 36 are left" in why[3].text
+    assert {why[16].reason, why[17].reason} == {"no_cpus_to_borrow"}
+
+
 GUARDED = {"default_class": "batch",
            "classes": {"prod": {"priority": 10, "preemptible": False},
                        "batch": {"min_run_s": 100}},

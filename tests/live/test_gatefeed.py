@@ -181,9 +181,11 @@ def test_a_live_group_s_strip_is_its_gate_s_turns(tmp_path):
                     "1,1,1,8,64\n")
     trace = tmp_path / "trace.csv"
     # long enough that the pair outlives the regroups each member's first measured profile
-    # may cause (the test stops the cluster as soon as it has looked)
-    write_trace(trace, [job(1, iterations=4000, model="bert", stages=(0.01, 0.02, 0.0)),
-                        job(2, iterations=4000, model="bert", stages=(0.02, 0.01, 0.0))])
+    # may cause and a loaded machine's slow browser (at 4,000 iterations a loaded CI run once
+    # timed out waiting for the page's measured strip); the test stops the cluster once it
+    # has looked
+    write_trace(trace, [job(1, iterations=20000, model="bert", stages=(0.01, 0.02, 0.0)),
+                        job(2, iterations=20000, model="bert", stages=(0.02, 0.01, 0.0))])
     port = _free_port()
     config = json.dumps({"seq_len": 16, "d_model": 32, "layers": 1, "heads": 2, "ff": 64})
     cluster = LiveCluster(tmp_path / "run", str(spec), nodes=1, gpus_per_node=1,

@@ -73,6 +73,27 @@ def test_no_tenant_ever_holds_more_than_quota_and_borrowing_limit(policy, case):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+@given(case=runs(max_gpus=2), cpus=st.sampled_from([12, 16, 64]))
+@settings(max_examples=15, deadline=None)
+def test_where_cpus_bind_bounds_hold_and_every_job_ends(policy, case, cpus):
+    """Nodes of 4 GPUs and 12 or 16 CPUs (a 2-GPU job asks 12): lending counts CPUs too
+    (dominant-resource turns, nothing lent past the CPUs), and that never strands a job or
+    lets a tenant past its bound; 64 CPUs is the GPU-only case."""
+    tenancy, records = case
+    if not records:
+        return
+
+    def check(now, plan, core):
+        for name, gpus in held(core).items():
+            t = tenancy.tenants[name]
+            assert gpus <= t.quota + t.borrow_limit, (now, name, gpus)
+
+    result = simulate(records, spec(nodes=NODES, gpus=GPUS, cpus=cpus), policy,
+                      get_preset("default"), on_round=check, tenancy=tenancy)
+    assert all(o.end is not None for o in result.outcomes)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 @given(case=runs(max_gpus=1))
 @settings(max_examples=25, deadline=None)
 def test_an_owner_under_quota_never_waits_while_another_borrows(policy, case):
