@@ -292,14 +292,15 @@ class Pairing:
         where weighing every pair of a deep queue (or a table of its shapes: live profiles
         are all distinct) costs seconds."""
         gpus = nodes[0][0].num_gpu
-        stats = packing_stats(nodes, [self.group_timing(node)[0] for node in nodes], look)
         pairs: list[tuple[int, int]] = []
         windows, bound = self._windows_of(nodes, labels)
         for idx in windows:
-            rows, cols, weight, tt = self._window_merges([nodes[i] for i in idx])
+            members = [nodes[i] for i in idx]
+            rows, cols, weight, tt = self._window_merges(members)
             if not len(rows):
-                continue
-            pays = merge_pays(stats[idx[rows]], stats[idx[cols]], tt, gpus, look.gpus)
+                continue  # most windows of a class that cannot share (memory, profiles)
+            stats = packing_stats(members, [self.group_timing(m)[0] for m in members], look)
+            pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
             if bound[idx].any():
                 pays &= ~_strangers(labels, bound, idx[rows], idx[cols])
             if not pays.any():
