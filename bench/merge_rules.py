@@ -73,6 +73,14 @@ def load_adaptive(a, b, tt_ab, gpus, total_gpus):
     return behind * gpus >= total_gpus
 
 
+def by_index(rule):
+    """`rule` over the packings' own rows as the planner calls a merge rule: with the
+    window's stats and the merges' row and column indices (muri_outlook.merge_pays)."""
+    def pays(stats, rows, cols, tt_ab, gpus, total_gpus):
+        return rule(stats[rows], stats[cols], tt_ab, gpus, total_gpus)
+    return pays
+
+
 ALTERNATIVES = {"fairness guard": fairness_guard, "queued with long": queued_with_long,
                 "load adaptive": load_adaptive}
 
@@ -85,7 +93,7 @@ def run_one(task: tuple) -> dict:
     elif rule in ALTERNATIVES:
         import scheduler.core.policies.muri_pairs as muri_pairs
 
-        muri_pairs.merge_pays = ALTERNATIVES[rule]  # a worker runs one task (see main)
+        muri_pairs.merge_pays = by_index(ALTERNATIVES[rule])  # a worker runs one task (see main)
     result = simulate(records, cluster(gpus), policy, get_preset("default", **overrides))
     s = result.summary
     return {"family": family, "point": point, "policy": policy, "rule": rule,

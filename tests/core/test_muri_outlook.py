@@ -63,13 +63,19 @@ def _single(look, job_id, tt):
     return packing_stats([[_Job(job_id, 1, tt, 0.0)]], [tt], look)
 
 
+def _pays(a, b, tt_ab, gpus, total_gpus):
+    """merge_pays of one merge: packing row a with row b."""
+    return merge_pays(np.vstack([a, b]), np.array([0]), np.array([1]), tt_ab, gpus,
+                      total_gpus)
+
+
 def test_under_light_load_a_merge_that_slows_its_members_does_not_pay():
     # both could run now (start 0), nobody waits behind: merging only slows them down
     look = Outlook(start={0: 0.0, 1: 0.0}, iterations={0: 100.0, 1: 100.0},
                    behind={0: 0, 1: 0}, gpus=16)
     a, b = _single(look, 0, 1.0), _single(look, 1, 1.0)
-    assert not merge_pays(a, b, np.array([1.2]), 1, 16)[0]
-    assert merge_pays(a, b, np.array([0.999]), 1, 16)[0]  # a group faster than alone pays
+    assert not _pays(a, b, np.array([1.2]), 1, 16)[0]
+    assert _pays(a, b, np.array([0.999]), 1, 16)[0]  # a group faster than alone pays
 
 
 def test_a_job_that_would_wait_long_is_worth_a_small_slowdown():
@@ -77,9 +83,9 @@ def test_a_job_that_would_wait_long_is_worth_a_small_slowdown():
     # delta = 100 (1.2 - 1) + 100 (1.2 - 1) - 1,000 = -960 < 0
     look = Outlook(start={0: 0.0, 1: 1000.0}, iterations={0: 100.0, 1: 100.0},
                    behind={0: 1, 1: 0}, gpus=16)
-    assert merge_pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([1.2]), 1, 16)[0]
+    assert _pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([1.2]), 1, 16)[0]
     # ... but not a 20x slowdown: 100 x 19 x 2 = 3,800 > 1,000
-    assert not merge_pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([20.0]), 1,
+    assert not _pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([20.0]), 1,
                           16)[0]
 
 
@@ -90,7 +96,7 @@ def test_a_queue_behind_makes_the_gpu_time_saved_count():
     def pays(behind):
         look = Outlook(start={0: 0.0, 1: 0.0}, iterations={0: 100.0, 1: 100.0},
                        behind={0: behind, 1: behind}, gpus=16)
-        return merge_pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([1.5]), 1,
+        return _pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([1.5]), 1,
                           16)[0]
 
     assert not pays(32)

@@ -254,7 +254,7 @@ class Pairing:
             if pairs:
                 rows, cols = np.array(pairs).T
                 tt = np.array([self.group_timing(nodes[i] + nodes[j])[0] for i, j in pairs])
-                pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
+                pays = merge_pays(stats, rows, cols, tt, gpus, look.gpus)
                 pairs = [pair for pair, ok in zip(pairs, pays) if ok]
             return _partners(pairs)
         n = len(nodes)
@@ -267,7 +267,7 @@ class Pairing:
         if not len(rows):
             return {}
         stats = packing_stats(nodes, tts, look)
-        pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
+        pays = merge_pays(stats, rows, cols, tt, gpus, look.gpus)
         if not pays.any():
             return {}
         rows, cols, weight = rows[pays], cols[pays], weight[pays]
@@ -300,7 +300,7 @@ class Pairing:
             if not len(rows):
                 continue  # most windows of a class that cannot share (memory, profiles)
             stats = packing_stats(members, [self.group_timing(m)[0] for m in members], look)
-            pays = merge_pays(stats[rows], stats[cols], tt, gpus, look.gpus)
+            pays = merge_pays(stats, rows, cols, tt, gpus, look.gpus)
             if bound[idx].any():
                 pays &= ~_strangers(labels, bound, idx[rows], idx[cols])
             if not pays.any():
