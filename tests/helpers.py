@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from operator import attrgetter
+
+from scheduler.core.policies.priority import PriorityPolicy
 from specs.spec import ClusterSpec
 from traces.record import JobRecord
 
@@ -77,3 +80,13 @@ class Log:
 
     def of(self, event: str) -> list[dict]:
         return [kw for e, kw in self.records if e == event]
+
+
+class KeepsItsJobs(PriorityPolicy):
+    """A plug-in policy that cannot plan a partial queue (`plans_partial = False`): the core
+    refuses it with tenants. Named `tests.helpers:KeepsItsJobs` on a command line."""
+
+    plans_partial = False
+
+    def __init__(self, model):
+        super().__init__(model, "keeps-its-jobs", attrgetter("record.submit_time"))

@@ -14,7 +14,7 @@ from scheduler.presets import get_preset
 from specs.tenants import Tenancy, Tenant, TenantsError, load_tenants, tenancy_of
 from tests.helpers import job, spec
 
-POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "muri-s", "muri-l"]
+POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "antman", "muri-s", "muri-l"]
 
 
 # -- the file ---------------------------------------------------------------------------------
@@ -302,8 +302,8 @@ def test_reclaim_waits_out_a_minimum_run_and_the_round_is_due_then():
 def test_a_policy_that_keeps_its_own_jobs_running_is_refused_with_tenants():
     tenancy = tenancy_of({"tenants": {"a": {"quota": 2}}})
     preset = get_preset("default")
-    with pytest.raises(SchedulingError, match="policy 'antman' cannot plan for tenants"):
-        Core(spec(), make_policy("antman", preset), preset.model, tenancy)
+    with pytest.raises(SchedulingError, match="policy 'keeps-its-jobs' cannot plan for "):
+        Core(spec(), make_policy("tests.helpers:KeepsItsJobs", preset), preset.model, tenancy)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -4,6 +4,7 @@ Every request kind against every kind of key, on the handlers directly."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,18 @@ def test_without_a_keys_table_every_key_may_do_anything(tmp_path):
         assert ask(service, "x", "job.cancel", job_id=1)["cancelled"]
     finally:
         service.close()
+
+
+def test_the_live_scheduler_takes_antman_with_tenants_and_refuses_a_policy_that_cannot(
+        tmp_path, capsys):
+    from scheduler.live.cli import parse_args
+
+    base = ["--spec", "n2g8", "--endpoints", "e.json", "--run-dir", str(tmp_path),
+            "--tenants", str(Path(__file__).parents[2] / "examples" / "tenants.toml")]
+    assert parse_args(base + ["--policy", "antman"])[0].tenants is not None
+    with pytest.raises(SystemExit) as stop:
+        parse_args(base + ["--policy", "tests.helpers:KeepsItsJobs"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "--tenants: policy 'keeps-its-jobs' cannot plan for tenants: it keeps its own jobs "
+        "running whatever the round's queue")

@@ -148,8 +148,9 @@ def test_without_tenants_nothing_changes_and_folders_do_not_mix(swept, tmp_path,
     ("broken", "fifo", "--tenants {folder}/broken.toml: tenant 'a': quota must be a whole "
                        "number of GPUs in [0, 4194304], got -1"),
     ("unknown", "fifo", "{trace}: job 4: tenant 'b' is not in the tenants file"),
-    ("quotas", "fifo,antman", "--tenants: policy 'antman' cannot plan for tenants (it keeps "
-                              "its own jobs running whatever the round's queue)"),
+    ("quotas", "fifo,tests.helpers:KeepsItsJobs",
+     "--tenants: policy 'tests.helpers:KeepsItsJobs' cannot plan for tenants (it keeps its "
+     "own jobs running whatever the round's queue)"),
     ("", "fifo", "--tenants: none given"),
 ])
 def test_bad_tenants_are_one_line_before_any_run(tmp_path, capsys, case, policies, expected):

@@ -49,7 +49,7 @@ def test_jobs_the_tenants_file_cannot_take_are_refused_before_any_run(tmp_path, 
     jobs = [replace(job(i), tenant=t) for i, t in enumerate(["a", "zz", "", "a"])]
     jobs.append(replace(job(9, num_gpu=9), tenant="a"))
     trace = trace_of(tmp_path / "trace.csv", jobs)
-    assert main(["--trace", trace, "--spec", "n2g8", "--policy", "srsf,antman",
+    assert main(["--trace", trace, "--spec", "n2g8", "--policy", "srsf,tests.helpers:KeepsItsJobs",
                  "--tenants", str(tmp_path / "t.toml")]) == 1
     out, err = capsys.readouterr()
     assert out == "" and "Traceback" not in err
@@ -58,7 +58,8 @@ def test_jobs_the_tenants_file_cannot_take_are_refused_before_any_run(tmp_path, 
         f"interlace-sim: {trace}: job 2 names no tenant and the tenants file has no default",
         f"interlace-sim: {trace}: job 9 needs 9 GPUs; tenant 'a' may hold at most 8 (quota 4 "
         f"+ borrow_limit 4)",
-        "interlace-sim: --tenants: policy 'antman' cannot plan for tenants (it keeps its own "
+        "interlace-sim: --tenants: policy 'tests.helpers:KeepsItsJobs' cannot plan for "
+        "tenants (it keeps its own "
         "jobs running whatever the round's queue)"]
 
 

@@ -15,14 +15,14 @@ from scheduler.sim.simulator import simulate
 from specs.tenants import PriorityClass, Tenancy, Tenant
 from tests.helpers import job, spec
 
-POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "muri-s", "muri-l"]
+POLICIES = ["fifo", "srtf", "srsf", "tiresias", "themis", "antman", "muri-s", "muri-l"]
 NODES, GPUS = 2, 4
 
 
 @st.composite
 def runs(draw, max_gpus):
     """Two or three tenants whose quotas sum to at most the cluster, and a trace of their
-    jobs arriving over time."""
+    jobs arriving over time (a third of them opportunistic, which only AntMan reads)."""
     names = ["a", "b", "c"][:draw(st.integers(2, 3))]
     quotas, left = {}, NODES * GPUS
     for name in names:
@@ -40,7 +40,8 @@ def runs(draw, max_gpus):
         records.append(replace(job(i, num_gpu=gpus, submit=t,
                                    iterations=draw(st.integers(100, 50_000)),
                                    stages=draw(st.sampled_from([(0.1, 0.1, 0.1),
-                                                                (0.05, 0.2, 0.05)]))),
+                                                                (0.05, 0.2, 0.05)])),
+                                   priority=draw(st.sampled_from([0, 0, 1]))),
                                tenant=owner))
     return Tenancy(tenants), records
 
@@ -230,7 +231,8 @@ def pressed_runs(draw):
         records.append(replace(job(i, num_gpu=gpus, submit=t,
                                    iterations=draw(st.integers(1000, 50_000)),
                                    stages=draw(st.sampled_from([(0.1, 0.1, 0.1),
-                                                                (0.05, 0.2, 0.05)]))),
+                                                                (0.05, 0.2, 0.05)])),
+                                   priority=draw(st.sampled_from([0, 0, 1]))),
                                tenant=owner, priority_class="prod" if prod else ""))
     return Tenancy(tenants, classes=classes, default_class="batch"), records
 

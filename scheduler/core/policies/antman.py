@@ -3,7 +3,8 @@ guaranteed job and runs slower by how their stages overlap. Nothing is ever pree
 
 GPU occupancy persists across rounds (unlike the other policies, which re-place from an empty
 cluster), and a guaranteed job that does not fit holds what it could get and waits for the
-rest, as the published artifact does.
+rest, as the published artifact does. With tenants, a job the round holds back (a borrower
+reclaimed, or one over its quota) lets go of its GPUs: what it held is its owner's again.
 """
 from __future__ import annotations
 
@@ -81,7 +82,6 @@ class AntMan(Policy):
     artifact_exact_events = True
     artifact_groups_ends = True
     artifact_merges_ends = True
-    plans_partial = False  # its GPUs' holders persist between rounds, whatever the queue
 
     def __init__(self, model):
         super().__init__(model)
@@ -139,20 +139,36 @@ class AntMan(Policy):
                 and job.id not in self.guest_gpus):
             self._uncount_guest(job)
         self._kept.remove(job)
-        self._groups.pop(job.id, None)
-        self._stopped.pop(job.id, None)
+        self._release(job.id)
+
+    def _release(self, job_id: int) -> None:
+        """The job's GPUs, held or shared as a guest, are free of it."""
+        self._groups.pop(job_id, None)
+        self._stopped.pop(job_id, None)
         self._changes += 1
         stamp = self._changes
-        for node, gpu in self.holds.pop(job.id, _Hold()).gpus:
+        hold = self.holds.pop(job_id, _Hold())
+        # a hold not yet complete booked its GPUs' load without the completion's share
+        share = GUARANTEED_LOAD if hold.missing == 0 else GUARANTEED_LOAD - COMPLETION_LOAD
+        for node, gpu in hold.gpus:
             slot = self.gpus[node][gpu]
             slot.owner = None
-            slot.load -= GUARANTEED_LOAD
+            slot.load -= share
             slot.stamp = stamp
-        for node, gpu in self.guest_gpus.pop(job.id, ()):
+        for node, gpu in self.guest_gpus.pop(job_id, ()):
             slot = self.gpus[node][gpu]
-            slot.guests.remove(job.id)
+            slot.guests.remove(job_id)
             slot.load -= GUEST_LOAD
             slot.stamp = stamp
+
+    def _let_go(self, shown: set[int]) -> None:
+        """Jobs the round holds back (RoundContext.partial) give up their GPUs; an
+        opportunistic one waits unplaced again."""
+        for job_id in [j for j in (*self.holds, *self.guest_gpus) if j not in shown]:
+            job = self._by_id.get(job_id)
+            if job is not None and job.priority != 0 and job_id in self.guest_gpus:
+                self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
+            self._release(job_id)
 
     def _uncount_guest(self, job: JobView) -> None:
         """An opportunistic job no longer waits unplaced (it was placed, or it left)."""
@@ -321,7 +337,11 @@ class AntMan(Policy):
     def plan(self, ctx: RoundContext) -> Plan:
         if self.gpus is None:
             self._init(ctx)
-        queue = self._kept.sync()
+        if ctx.partial:
+            self._let_go({job.id for job in ctx.queue})
+            queue = self._kept.among(ctx.queue)
+        else:
+            queue = self._kept.sync()
         if len(queue) != len(ctx.queue):  # a caller that did not report every job
             queue = self._kept.rebuild(ctx.queue)
             self._by_id = {j.id: j for j in queue}
@@ -331,7 +351,8 @@ class AntMan(Policy):
                 if job.priority != 0 and job.id not in self.guest_gpus:
                     self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
             self._plan = None
-        running = {j.id: j for j in self._placed if j.status is Status.RUNNING}
+        running = {j.id: j for j in self._placed if j.status is Status.RUNNING
+                   and (j.id in self.holds or j.id in self.guest_gpus)}  # not let go
         # A pending job is tried in order; one that cannot change anything is passed over
         # without the search: a guaranteed job still missing GPUs when none is unowned, an
         # opportunistic job wider than the GPUs open to guests. When both hold for every job
