@@ -49,8 +49,7 @@ def run(nodes: int, jobs: int, arrivals: int, policy: str, preset: str, spec_dir
     spec_file = spec_dir / "spec.csv"
     spec_file.write_text("num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n"
                          f"1,{nodes},{GPUS_PER_NODE},{cpus},256\n")
-    chosen = get_preset(preset) if window is None else get_preset(
-        preset, muri_matching_window=window)
+    chosen = get_preset(preset, **({} if window is None else {"muri_matching_window": window}))
     core = Core(load_spec(spec_file), make_policy(policy, chosen), chosen.model)
     records = generate(jobs + arrivals, seed=11, max_gpus=8, backlog=True,
                        median_duration=10 * 86400.0, min_duration=86400.0)
@@ -74,8 +73,8 @@ def run(nodes: int, jobs: int, arrivals: int, policy: str, preset: str, spec_dir
         print(f"arrival {len(rows)}: {rows[-1]}, {planning[-1]:.0f} ms", file=sys.stderr)
     per = {key: statistics.mean(r[key] for r in rows) for key in rows[0]}
     windowed = "" if window is None else f", matching window {window}"
-    return {"case": f"{policy} ({preset}{windowed}), {nodes} nodes x {GPUS_PER_NODE} GPUs x {cpus} CPUs, "
-                    f"{jobs} queued, "
+    return {"case": f"{policy} ({preset}{windowed}), {nodes} nodes x {GPUS_PER_NODE} GPUs x "
+                    f"{cpus} CPUs, {jobs} queued, "
                     f"{arrivals} arrivals {gap:g} s apart after {settle} rounds without",
             "settling_changes": settling,
             "restarts_per_arrival": round(per["stopped"] + per["regrouped"], 2),
@@ -107,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         print(json.dumps(run(args.nodes, args.jobs, args.arrivals, args.policy, args.preset,
-                             Path(tmp), args.gap, args.settle, args.cpus,
-                             args.window)))
+                             Path(tmp), args.gap, args.settle, args.cpus, args.window)))
     return 0
 
 

@@ -1,9 +1,9 @@
 """Small builders shared by the tests."""
 from __future__ import annotations
 
-from hypothesis import strategies as st
-
 from operator import attrgetter
+
+from hypothesis import strategies as st
 
 from scheduler.core.policies.priority import PriorityPolicy
 from specs.spec import ClusterSpec

@@ -59,8 +59,7 @@ def test_jobs_the_tenants_file_cannot_take_are_refused_before_any_run(tmp_path, 
         f"interlace-sim: {trace}: job 9 needs 9 GPUs; tenant 'a' may hold at most 8 (quota 4 "
         f"+ borrow_limit 4)",
         "interlace-sim: --tenants: policy 'tests.helpers:KeepsItsJobs' cannot plan for "
-        "tenants (it keeps its own "
-        "jobs running whatever the round's queue)"]
+        "tenants (it keeps its own jobs running whatever the round's queue)"]
 
 
 def test_generate_spreads_jobs_over_the_tenants_that_may_hold_them(tmp_path, capsys):

@@ -164,11 +164,15 @@ class AntMan(Policy):
     def _let_go(self, shown: set[int]) -> None:
         """Jobs the round holds back (RoundContext.partial) give up their GPUs; an
         opportunistic one waits unplaced again."""
-        for job_id in [j for j in (*self.holds, *self.guest_gpus) if j not in shown]:
+        gone = [j for j in (*self.holds, *self.guest_gpus) if j not in shown]
+        for job_id in gone:
             job = self._by_id.get(job_id)
             if job is not None and job.priority != 0 and job_id in self.guest_gpus:
                 self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
             self._release(job_id)
+        if gone:  # what the last plan ran, less them
+            left = set(gone)
+            self._placed = [j for j in self._placed if j.id not in left]
 
     def _uncount_guest(self, job: JobView) -> None:
         """An opportunistic job no longer waits unplaced (it was placed, or it left)."""
@@ -351,8 +355,7 @@ class AntMan(Policy):
                 if job.priority != 0 and job.id not in self.guest_gpus:
                     self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
             self._plan = None
-        running = {j.id: j for j in self._placed if j.status is Status.RUNNING
-                   and (j.id in self.holds or j.id in self.guest_gpus)}  # not let go
+        running = {j.id: j for j in self._placed if j.status is Status.RUNNING}
         # A pending job is tried in order; one that cannot change anything is passed over
         # without the search: a guaranteed job still missing GPUs when none is unowned, an
         # opportunistic job wider than the GPUs open to guests. When both hold for every job
