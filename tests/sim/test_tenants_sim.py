@@ -282,3 +282,20 @@ def test_a_run_without_quotas_can_be_watched_tenant_by_tenant():
     quotas = Tenancy({"a": Tenant("a", 8, 8), "b": Tenant("b", 8, 0)})
     owed = simulate(jobs, cluster, "fifo", preset, tenancy=quotas).tenants["by_tenant"]
     assert owed["b"]["avg_queueing"] == 0.0 and owed["b"]["peak_gpus"] == 8
+
+
+def test_antman_jobs_waiting_on_one_node_for_each_other_give_way():
+    """Quotas delay a's 2-GPU job until one GPU is free on the node where b's 4-GPU job
+    holds three and waits for the fourth: each then holds part of that node and waits for
+    the rest, which the other holds. With nothing running, both give their GPUs back and
+    are placed afresh; every job finishes."""
+    prod = PriorityClass("prod", 10, preemptible=False)
+    tenancy = Tenancy({"a": Tenant("a", 5, 0), "b": Tenant("b", 5, 0)},
+                      classes={"prod": prod}, default_class="prod")
+    sizes = {2: 2, 15: 2, 16: 4}
+    iterations = {0: 4041, 1: 2014}
+    records = [replace(job(i, num_gpu=sizes.get(i, 1), iterations=iterations.get(i, 1000)),
+                       tenant="b" if i in (14, 16, 17) else "a") for i in range(18)]
+    result = simulate(records, spec(nodes=NODES, gpus=GPUS), "antman", get_preset("default"),
+                      tenancy=tenancy)
+    assert sorted(o.job_id for o in result.outcomes if o.end is not None) == list(range(18))

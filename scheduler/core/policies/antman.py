@@ -174,6 +174,13 @@ class AntMan(Policy):
             left = set(gone)
             self._placed = [j for j in self._placed if j.id not in left]
 
+    def _unblock(self) -> None:
+        """With nothing running, no hold can grow by a job's end: guaranteed jobs still
+        missing GPUs (two that each wait on one node for GPUs the other holds, as a tenant
+        layer's order can make them) give theirs back and are placed afresh."""
+        for job_id in [j for j, hold in self.holds.items() if hold.missing]:
+            self._release(job_id)
+
     def _uncount_guest(self, job: JobView) -> None:
         """An opportunistic job no longer waits unplaced (it was placed, or it left)."""
         left = self._guest_sizes[job.num_gpu] - 1
@@ -356,6 +363,8 @@ class AntMan(Policy):
                     self._guest_sizes[job.num_gpu] = self._guest_sizes.get(job.num_gpu, 0) + 1
             self._plan = None
         running = {j.id: j for j in self._placed if j.status is Status.RUNNING}
+        if not running:
+            self._unblock()
         # A pending job is tried in order; one that cannot change anything is passed over
         # without the search: a guaranteed job still missing GPUs when none is unowned, an
         # opportunistic job wider than the GPUs open to guests. When both hold for every job
