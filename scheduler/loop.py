@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from scheduler.core.engine import Core
 from scheduler.core.state import Plan
@@ -24,7 +25,8 @@ from traces.record import JobRecord
 class Tick(NamedTuple):
     """A turn of the loop: it is `now`; since the last turn these jobs `finished`, these
     `arrived` (record, submit time), these nodes were `lost` or came `back`, and each running
-    job did `done[job id]` iterations."""
+    job did `done[job id]` iterations. `ended`: when a finished job ended, where that was
+    before `now` (a cluster that plans only on a period sees ends between its rounds)."""
 
     now: float
     done: dict[int, float]
@@ -32,6 +34,7 @@ class Tick(NamedTuple):
     arrived: Sequence[tuple[JobRecord, float]] = ()
     lost: Sequence[int] = ()
     back: Sequence[int] = ()
+    ended: Mapping[int, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +104,10 @@ class Loop:
     def step(self, tick: Tick) -> Plan:
         """One turn: events in, advance, round, act, outcomes in."""
         core, backend = self.core, self.backend
-        now, done, finished, arrived, lost, back = tick
+        now, done, finished, arrived, lost, back, ended = tick
         with backend.lock():
             for job_id in finished:
-                core.finish(job_id, now)
+                core.finish(job_id, ended.get(job_id, now))
             for record, at in arrived:
                 core.submit(record, at)
             core.advance(now, done)

@@ -126,6 +126,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="Muri splits a group slower than its members run one after another "
                         "(the preset's: on under default, off under paper; the artifact's "
                         "--autopack, on in its Fig. 13 runs)")
+    p.add_argument("--round-interval", type=number(0, MAX_SECONDS, unit="s"), default=0.0,
+                   metavar="SECONDS",
+                   help="plan only every SECONDS trace seconds, at their multiples, as a "
+                        "scheduler that runs in rounds does: arrivals wait for the next round "
+                        "and freed GPUs idle until it (e.g. 360 for the paper's testbed; "
+                        "default 0: plan at every arrival and end)")
     p.add_argument("--no-interference", action="store_true",
                    help="groups at the interleave model's own pace: no interference factor (the preset's: "
                         "1.33x, 1.5x, 1.37x for groups of 2, 3, 4)")
@@ -296,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         log = logs[name] = GroupLog() if args.explain else None
         try:
             result = simulate(records, spec, name, preset, progress=bar, on_round=log,
-                              tenancy=tenancy)
+                              tenancy=tenancy, round_interval=args.round_interval)
         except (RuntimeError, PolicyError) as err:
             bar.close(ok=False)
             return _fail([f"{name}: {err}"])

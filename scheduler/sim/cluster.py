@@ -86,8 +86,18 @@ class SimulatedCluster:
 
     def __init__(self, records: Sequence[JobRecord], model: CostModel,
                  accounting: Accounting | None = None, faults: Faults | None = None,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None,
+                 round_interval: float = 0.0):
+        """`round_interval`: plan only at multiples of so many seconds, and only where
+        something happened since the last round, as a scheduler that wakes on a period does;
+        arrivals wait for the next round and GPUs a job frees stay idle until then. 0: plan
+        at every event."""
         accounting = accounting or Accounting()
+        if not (math.isfinite(round_interval) and round_interval >= 0):
+            raise ValueError(f"round interval must be a finite number of seconds >= 0, "
+                             f"got {round_interval!r}")
+        self._period = round_interval
+        self._ticked = False
         self.records = sorted(records, key=lambda r: r.submit_time)
         self.accounting = accounting
         self.progress = progress
@@ -145,25 +155,36 @@ class SimulatedCluster:
                     self._node_events[0][0] if self._node_events else math.inf)
         if t == math.inf:
             raise RuntimeError(f"{len(core.queue)} jobs can never run on this cluster")
+        period = self._period
         tolerance = self._tolerance
-        if self._event_rel and next_arrival < math.inf:
-            tolerance = max(tolerance, self._event_rel * abs(next_arrival))
-        if abs(next_arrival - t) <= tolerance:
-            t = next_arrival
+        if period:  # the first round at or after the next event, after the last one
+            t = period * math.ceil(t / period)
+            if self._ticked and t <= self._last:
+                t = self._last + period
+        else:
+            if self._event_rel and next_arrival < math.inf:
+                tolerance = max(tolerance, self._event_rel * abs(next_arrival))
+            if abs(next_arrival - t) <= tolerance:
+                t = next_arrival
+        self._ticked = True
         finished = []
         runs = self.runs
         limit = t + tolerance
         if self._end_merge and ends and ends[0][0] <= limit:
             first = ends[0][0]
             limit = max(limit, first + max(self._end_merge, self._end_merge_rel * abs(first)))
+        ended = {}
         while ends and ends[0][0] <= limit:
-            job_id = heapq.heappop(ends)[1]
+            end, job_id = heapq.heappop(ends)
             finished.append(job_id)
             del runs[job_id]
+            if period and end < t:
+                ended[job_id] = end
         self.finished += len(finished)
         self._ended = bool(finished)
         arrived = []
-        while i < n and arrivals[i] <= t + tolerance:
+        due = t if period else t + tolerance  # a round takes no arrival after it
+        while i < n and arrivals[i] <= due:
             arrived.append((records[i], arrivals[i]))
             i += 1
         self._next = i
@@ -183,7 +204,7 @@ class SimulatedCluster:
                     runs.pop(job_id, None)
         if self.progress is not None:
             self.progress(self.finished, n)
-        return _new_tick(Tick, (t, done, finished, arrived, lost, back))
+        return _new_tick(Tick, (t, done, finished, arrived, lost, back, ended))
 
     def _done(self, dt: float) -> dict[int, float]:
         """Iterations each running job finished in the last `dt` seconds (what is left of

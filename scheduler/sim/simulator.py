@@ -58,8 +58,9 @@ class Simulator:
                  preset: Preset, progress: Callable[[int, int], None] | None = None,
                  on_round: Callable[[float, Plan, Core], None] | None = None,
                  faults: Faults | None = None, tenancy: Tenancy | None = None,
-                 watch: Tenancy | None = None):
-        """`watch`, in a run without `tenancy`: count each tenant's figures as a tenants run
+                 watch: Tenancy | None = None, round_interval: float = 0.0):
+        """`round_interval`: the cluster plans only every so many seconds (SimulatedCluster).
+        `watch`, in a run without `tenancy`: count each tenant's figures as a tenants run
         does (a job is `watch.tenant_of` its trace's tenant), enforcing nothing; so one
         queue for all can be compared with quotas tenant by tenant. Every job's tenant must
         be one of `watch`'s (say, one per name the trace holds)."""
@@ -75,7 +76,8 @@ class Simulator:
         else:
             self.usage = None
         accounting = artifact.accounting(self.core.policy) if preset.artifact else Accounting()
-        self.cluster = SimulatedCluster(records, self.core.model, accounting, faults, progress)
+        self.cluster = SimulatedCluster(records, self.core.model, accounting, faults, progress,
+                                        round_interval)
         # on_round sees every round's plan and the core after it (a sweep's time series)
         self._on_round = on_round
         # each job's GPU types as it ran on them, on a spec that states pools
@@ -124,6 +126,6 @@ def simulate(records: Sequence[JobRecord], spec: ClusterSpec, policy: str, prese
              progress: Callable[[int, int], None] | None = None,
              on_round: Callable[[float, Plan, Core], None] | None = None,
              faults: Faults | None = None, tenancy: Tenancy | None = None,
-             watch: Tenancy | None = None) -> SimResult:
+             watch: Tenancy | None = None, round_interval: float = 0.0) -> SimResult:
     return Simulator(records, spec, policy, preset, progress, on_round, faults,
-                     tenancy, watch).run()
+                     tenancy, watch, round_interval).run()
