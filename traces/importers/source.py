@@ -51,6 +51,7 @@ class SourceJob:
     # where `gpu_mem_gb` is a share of a GPU's memory, for the summary: (the type it is a
     # share of, "any" where the job names none; that memory in GB; whether it is assumed)
     share_of: tuple[str, float, bool] | tuple[()] = ()
+    model: str = ""  # the catalogue model the log's own model name maps to; "": none named
 
 
 @dataclass(frozen=True, slots=True)
