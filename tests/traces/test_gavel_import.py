@@ -87,6 +87,20 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def test_gavels_later_ten_field_form(capsys, tmp_path):
+    src = tmp_path / "one.trace"
+    # job_type, command, working_directory, num_steps_arg, needs_data_dir, total_steps,
+    # scale_factor, priority_weight, SLO, arrival_time
+    src.write_text("\t".join(["A3C", CMD, "dir", "-step", "0", "71760", "2", "1.0", "-1",
+                              "300.5"]) + "\n" + line("A3C", 7176, 0, 1) + "\n")
+    code, _, err = run(capsys, "import", "gavel", src, "--out", tmp_path / "t.csv")
+    assert code == 0, err
+    first, second = read_trace(tmp_path / "t.csv")
+    assert (first.num_gpu, first.submit_time) == (1, 0)
+    assert (second.num_gpu, second.submit_time) == (2, pytest.approx(300.5))
+    assert abs(second.duration - 10000) <= second.iteration_time / 2 + 1e-6  # 71760 / 7.176
+
+
 def test_one_file_names_no_tenant(capsys, tmp_path):
     src = write_vcs(tmp_path / "vcs") / "vcA.trace"
     code, _, err = run(capsys, "import", "gavel", src, "--out", tmp_path / "t.csv")

@@ -1,6 +1,8 @@
 """Gavel's trace format (stanford-futuredata/gavel, `scheduler/traces/`): one job a line,
 seven tab-separated fields and no header: job_type, command, num_steps_arg, needs_data_dir,
-total_steps, arrival_time (s), scale_factor (GPUs).
+total_steps, arrival_time (s), scale_factor (GPUs); or Gavel's later ten: job_type, command,
+working_directory, num_steps_arg, needs_data_dir, total_steps, scale_factor,
+priority_weight, SLO, arrival_time (priority and SLO are not read).
 
 A job's run time is its total steps at its model's rate alone on one V100 (gavel_models.py);
 its model is its job type's family's profile. Where SRC is a folder of `*.trace` files or
@@ -27,6 +29,10 @@ from traces.importers.source import (
 
 FIELDS = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps",
           "arrival_time", "scale_factor")
+LATER = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
+         "total_steps", "scale_factor", "priority_weight", "SLO", "arrival_time")
+# fields read, by the form's width: (total_steps, arrival_time, scale_factor)
+READ = {len(FIELDS): (4, 5, 6), len(LATER): (5, 9, 6)}
 SUFFIX = ".trace"
 CLOCK = ("each file's arrival times as they are: Gavel's per-VC files all start at 0 and "
          "state no absolute time, so every VC starts at 0")
@@ -69,9 +75,10 @@ def _lines(path, progress: Progress, base: int) -> Iterator[tuple[int, list[str]
 
 
 def _job(cells: list[str], where: str, key: str, tenant: str) -> SourceJob:
-    if len(cells) != len(FIELDS):
+    if len(cells) not in READ:
         raise CellError(f"expected {len(FIELDS)} tab-separated fields "
-                        f"({', '.join(FIELDS)}), got {len(cells)}")
+                        f"({', '.join(FIELDS)}) or Gavel's later {len(LATER)}, got {len(cells)}")
+    at_steps, at_arrival, at_gpus = READ[len(cells)]
     job_type = cells[0].strip()
     rate = STEPS_PER_S.get(job_type)
     try:
@@ -81,15 +88,15 @@ def _job(cells: list[str], where: str, key: str, tenant: str) -> SourceJob:
     if rate is None:
         raise CellError(f"job_type: unknown Gavel model {job_type[:60]!r} "
                         f"(traces/importers/gavel_models.py has {len(STEPS_PER_S)})")
-    steps = _at_least_zero(cells[4], "total_steps")
+    steps = _at_least_zero(cells[at_steps], "total_steps")
     if steps / rate > MAX_TRACE_SECONDS:
-        raise CellError(f"total_steps: {cells[4].strip()[:40]} steps of {job_type} run "
+        raise CellError(f"total_steps: {cells[at_steps].strip()[:40]} steps of {job_type} run "
                         f"{steps / rate:.3g} s, past the traces' limit of "
                         f"{MAX_TRACE_SECONDS:g} s")
-    arrival = _at_least_zero(cells[5], "arrival_time")
-    gpus = parse_number(cells[6], "scale_factor")
+    arrival = _at_least_zero(cells[at_arrival], "arrival_time")
+    gpus = parse_number(cells[at_gpus], "scale_factor")
     if gpus < 0:
-        raise CellError(f"scale_factor: a GPU count below zero: {cells[6].strip()[:40]!r}")
+        raise CellError(f"scale_factor: a GPU count below zero: {cells[at_gpus].strip()[:40]!r}")
     return SourceJob(key=key, user="", tenant=tenant, submit=arrival, duration=steps / rate,
                      gpus=gpus, status=OK, where=where, workload=job_type, model=model)
 
