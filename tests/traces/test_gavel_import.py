@@ -207,3 +207,13 @@ def test_philly_vcs_whole(capsys, tmp_path):
     assert {t: v["jobs"] for t, v in summary["tenants"].items()} == {
         vc: len(rows) - big[vc] for vc, rows in lines.items() if len(rows) > big[vc]}
     assert summary["kept"] + sum(summary["dropped"].values()) == summary["rows_read"]
+
+
+def test_every_gavel_model_has_a_rate_and_a_catalogue_profile():
+    from traces.importers.gavel_models import FAMILIES, STEPS_PER_S, family_of
+    from traces.models import MODELS
+
+    assert all(model in MODELS for _, model in FAMILIES.values())
+    assert {family_of(job_type)[1] for job_type in STEPS_PER_S} == \
+        {model for _, model in FAMILIES.values()}
+    assert all(rate > 0 for rate in STEPS_PER_S.values())

@@ -2,7 +2,7 @@
 
 A reader turns one public format into SourceJob rows (or Malformed ones, located by file and
 line) and decides nothing else: which rows are kept, and how they become Muri jobs, is the
-pipeline's business, so the four formats follow the same rules and counters.
+pipeline's business, so every format follows the same rules and counters.
 """
 
 from __future__ import annotations
