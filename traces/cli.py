@@ -269,9 +269,6 @@ def _import(args: argparse.Namespace) -> int:
             print(f"{PROG}: error: {inputs}", file=sys.stderr)
             return 2
     else:
-        if args.tasks or args.groups:
-            print(f"{PROG}: error: --tasks/--groups are for the pai format", file=sys.stderr)
-            return 2
         inputs = Inputs(tuple(map(Path, args.sources)))
     problems = [str(p) for p in map(open_problem, inputs.all_files()) if p is not None]
     problems += [f"--{name} {path}: is the input {src}; writing it would destroy it"

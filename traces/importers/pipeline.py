@@ -291,8 +291,11 @@ def summary_table(summary: dict) -> Sequence[str]:
     named = [name for name in summary["tenants"] if name]
     if named:
         rows.append(("tenants", len(named)))
-    lines = [f"{label:<30}{count:>10}" for label, count in rows]
-    lines += [f"  {example}" for example in summary["examples"].get("malformed", ())]
+    lines = []
+    for label, count in rows:
+        lines.append(f"{label:<30}{count:>10}")
+        if label == "dropped malformed":  # where, and which field: the user's first look
+            lines += [f"  {example}" for example in summary["examples"].get("malformed", ())]
     for name, note in summary.get("notes", {}).items():
         said = ", ".join(f"{k} -> {v}" for k, v in note.items()) if isinstance(note, dict) \
             else note
