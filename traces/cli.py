@@ -10,8 +10,8 @@ from typing import Sequence
 
 from specs import DEFAULT_SPEC, available_specs
 from specs.fit import Fit
-from specs.limits import (MAX_GPUS, MAX_ID, MAX_JOBS, MAX_SEED, MAX_SIGMA, MAX_TRACE_SECONDS,
-                          show)
+from specs.limits import (MAX_GPUS, MAX_GPUS_PER_NODE, MAX_ID, MAX_JOBS, MAX_SEED, MAX_SIGMA,
+                          MAX_TRACE_SECONDS, show)
 from specs.options import OneLineParser, number
 from specs.tenants import MAX_TENANTS, TenantsError, load_tenants
 from traces.errors import TraceError
@@ -77,6 +77,9 @@ formats and the file to pass as SRC:
           pai_group_tag_table.csv, or SRC is pai_job_table.csv with --tasks FILE
           [--groups FILE]
   openb   openb_pod_list_*.csv from github.com/alibaba/clusterdata cluster-trace-gpu-v2023
+  gavel   Gavel's tab-separated traces (github.com/stanford-futuredata/gavel
+          scheduler/traces/): a folder of *.trace files, one per virtual cluster (each
+          file's name is its jobs' tenant), or one file
 
 Every row is kept or dropped for one counted reason (missing times, negative or zero run
 time, zero GPUs, more GPUs than --spec holds, duplicate id, outside the window, ...);
@@ -86,7 +89,9 @@ first kept job; TIME for --since/--until is a date-time (2017-10-03 or
 submission. --since is inclusive, --until exclusive; --limit keeps the first N jobs (by
 submit time) that pass every other rule. The tenant is the Philly/Helios virtual cluster
 or the PAI user; --tenant matches it as the log spells it, --tenants-top ranks the jobs
-that are kept; OUT.summary.json gives each tenant's jobs and GPU-hours.
+that are kept; OUT.summary.json gives each tenant's jobs and GPU-hours. --tenants-out
+writes a tenants file beside the trace whose quotas share --spec's GPUs in proportion to
+each VC's real size (--vc-sizes).
 """
 
 
@@ -109,8 +114,9 @@ def _import_parser(sub) -> None:
                           "dropped (file or packaged name: "
                           f"{', '.join(available_specs())}; default {DEFAULT_SPEC}, as "
                           "interlace-sim)")
-    imp.add_argument("--models", default="gputime", metavar="RULE",
-                     help="how jobs get a model (default gputime; see below)")
+    imp.add_argument("--models", metavar="RULE",
+                     help="how jobs get a model (default log for gavel, else gputime; see "
+                          "below)")
     imp.add_argument("--seed", type=_seed, default=0,
                      help="seed of the model choice (default 0)")
     imp.add_argument("--since", type=_time_bound, metavar="TIME",
@@ -132,6 +138,16 @@ def _import_parser(sub) -> None:
     imp.add_argument("--tasks", type=Path, metavar="FILE", help="pai: pai_task_table.csv")
     imp.add_argument("--groups", type=Path, metavar="FILE",
                      help="pai: pai_group_tag_table.csv (workload labels, for --models workload)")
+    imp.add_argument("--tenants-out", type=Path, metavar="FILE.toml",
+                     help="also write a tenants file: each tenant's quota its VC's share of "
+                          "--spec's GPUs by its real size (needs --vc-sizes)")
+    imp.add_argument("--vc-sizes", type=Path, metavar="CSV",
+                     help="each VC's real nodes, a CSV vc,nodes (HeliosArtifact's "
+                          "philly_vc.csv), for --tenants-out")
+    imp.add_argument("--vc-gpus-per-node", type=number(1, MAX_GPUS_PER_NODE, integer=True),
+                     default=8, metavar="N",
+                     help="GPUs of a node of the real VCs (default 8), said in the tenants "
+                          "file")
     imp.add_argument("--progress", action="store_true",
                      help="draw the progress bar even when stderr is not a terminal")
 
@@ -185,6 +201,25 @@ def _pai_inputs(args: argparse.Namespace):  # -> Inputs | str
     return Inputs(tuple(sources), tasks, groups)
 
 
+def _gavel_inputs(args: argparse.Namespace):  # -> Inputs | str
+    """A folder's `*.trace` files, or the files named; each file is a VC where there is a
+    folder or more than one file."""
+    from traces.importers import Inputs
+    from traces.importers.gavel import SUFFIX
+
+    sources, folder = [], False
+    for src in map(Path, args.sources):
+        if src.is_dir():
+            found = sorted(p for p in src.glob("*" + SUFFIX) if p.is_file())
+            if not found:
+                return f"gavel: {src}: no *{SUFFIX} file in this folder"
+            sources += found
+            folder = True
+        else:
+            sources.append(src)
+    return Inputs(tuple(sources), tenant_per_file=folder or len(sources) > 1)
+
+
 def _same_file(out: Path, src: Path) -> bool:
     """Whether writing `out` would overwrite `src` (the same path, a link to it)."""
     try:
@@ -195,17 +230,28 @@ def _same_file(out: Path, src: Path) -> bool:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from traces.importers import (FORMATS, GPU_FACTS, Inputs, Options, RowRules, run_import,
-                                  summary_path)
+    from traces.importers import (DEFAULT_MODELS, FORMATS, GPU_FACTS, NOTES, Inputs, Options,
+                                  RowRules, run_import, summary_path)
     from traces.importers.assign import ModelRuleError, parse_model_rule
     from traces.importers.pipeline import summary_table
     from traces.importers.source import open_problem
 
+    if (args.tenants_out is None) != (args.vc_sizes is None):
+        print(f"{PROG}: error: --tenants-out and --vc-sizes go together", file=sys.stderr)
+        return 2
     spec = _spec_or_say(args.spec)
     if spec is None:
         return 1
+    sizes = None
+    if args.vc_sizes is not None:
+        from traces.importers.quotas import SizesError, read_sizes
+        try:
+            sizes = read_sizes(args.vc_sizes)
+        except SizesError as exc:
+            print(exc, file=sys.stderr)
+            return 1
     try:
-        model_rule = parse_model_rule(args.models)
+        model_rule = parse_model_rule(args.models or DEFAULT_MODELS.get(args.format, "gputime"))
     except ModelRuleError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
@@ -214,14 +260,26 @@ def _import(args: argparse.Namespace) -> int:
         if isinstance(inputs, str):
             print(f"{PROG}: error: {inputs}", file=sys.stderr)
             return 2
-    else:
-        if args.tasks or args.groups:
-            print(f"{PROG}: error: --tasks/--groups are for the pai format", file=sys.stderr)
+    elif args.tasks or args.groups:
+        print(f"{PROG}: error: --tasks/--groups are for the pai format", file=sys.stderr)
+        return 2
+    elif args.format == "gavel":
+        inputs = _gavel_inputs(args)
+        if isinstance(inputs, str):
+            print(f"{PROG}: error: {inputs}", file=sys.stderr)
             return 2
+    else:
         inputs = Inputs(tuple(map(Path, args.sources)))
     problems = [str(p) for p in map(open_problem, inputs.all_files()) if p is not None]
-    problems += [f"--out {args.out}: is the input {src}; writing it would destroy it"
-                 for src in inputs.all_files() if _same_file(args.out, src)]
+    problems += [f"--{name} {path}: is the input {src}; writing it would destroy it"
+                 for name, path in (("out", args.out), ("tenants-out", args.tenants_out))
+                 if path is not None
+                 for src in inputs.all_files() if _same_file(path, src)]
+    if args.tenants_out is not None and args.tenants_out.resolve() == args.out.resolve():
+        problems.append(f"--tenants-out {args.tenants_out}: is --out")
+    if args.tenants_out is not None and not args.tenants_out.parent.is_dir():
+        problems.append(f"{args.tenants_out}: no such directory "
+                        f"{str(args.tenants_out.parent)!r}")
     parent = args.out.parent
     if not parent.is_dir():
         problems.append(f"{args.out}: no such directory {str(parent)!r}")
@@ -239,7 +297,7 @@ def _import(args: argparse.Namespace) -> int:
         progress=True if args.progress else None)
     try:
         summary = run_import(args.format, FORMATS[args.format], inputs, args.out, options,
-                             gpu_facts=GPU_FACTS.get(args.format))
+                             gpu_facts=GPU_FACTS.get(args.format), notes=NOTES.get(args.format))
     except OSError as exc:
         print(f"{getattr(exc, 'filename', None) or args.out}: cannot write: "
               f"{exc.strerror or exc}", file=sys.stderr)
@@ -251,6 +309,43 @@ def _import(args: argparse.Namespace) -> int:
               file=sys.stderr)
     print(f"wrote {summary['kept']} jobs to {args.out} "
           f"(summary: {summary_path(args.out)})")
+    if sizes is not None:
+        return _write_quotas(args, sizes, summary, spec.total_gpus)
+    return 0
+
+
+def _write_quotas(args: argparse.Namespace, sizes: dict[str, int], summary: dict,
+                  total_gpus: int) -> int:
+    """The tenants file of --tenants-out, and on stderr each quota and the VCs unsized."""
+    from traces.importers.quotas import UNNAMED, quotas, tenants_toml
+
+    names = [name or UNNAMED for name in summary["tenants"]]
+    names = list(dict.fromkeys(names))
+    owed = quotas(sizes, names, total_gpus)
+    unsized = [name for name in names if not sizes.get(name)]
+    cluster = Path(args.spec).stem
+    text = tenants_toml(owed, sizes, total_gpus, args.vc_gpus_per_node, args.vc_sizes.name,
+                        cluster)
+    try:
+        args.tenants_out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"{args.tenants_out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    for name in names:
+        real = sizes.get(name, 0)
+        print(f"quota {name:<12}{owed[name]:>6} GPUs"
+              + (f"  ({real} nodes, {real * args.vc_gpus_per_node} GPUs real)" if real else ""),
+              file=sys.stderr)
+    if unsized:
+        jobs = sum(summary["tenants"].get("" if n == UNNAMED else n, {}).get("jobs", 0)
+                   for n in unsized)
+        print(f"{args.vc_sizes}: no size for {len(unsized)} tenant(s) ({', '.join(unsized)}; "
+              f"{jobs} jobs): quota 0, they borrow what others leave idle", file=sys.stderr)
+    unused = sorted(set(sizes) - set(names))
+    if unused:
+        print(f"{args.vc_sizes}: {len(unused)} VC(s) with no job in the trace, given no quota: "
+              f"{', '.join(unused)}", file=sys.stderr)
+    print(f"wrote {len(owed)} tenants to {args.tenants_out}")
     return 0
 
 

@@ -3,7 +3,10 @@
 Seen from outside the core, round by round: the GPUs each tenant's running jobs ask for
 (a job counts its own GPUs, as the tenant layer charges them), held from one round to the
 next. From those, GPU-hours used and borrowed (held past the quota), and per tenant the
-jobs' JCT and waiting time from the run's outcomes. The same counting watches a run without
+jobs' JCT and waiting time from the run's outcomes. A reclaim is a running job the round's
+tenant layer no longer admits, so its plan stops it (the layer's own rule); its GPU-hours
+reclaimed are its GPUs times the hours from that stop until it runs again or ends: the
+service its tenant gave back to the owners. The same counting watches a run without
 a tenant layer (one queue for all), so the two can be compared tenant by tenant.
 """
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Iterable, Mapping
 
 from scheduler.core.engine import Core
 from scheduler.core.metrics import JobOutcome
-from scheduler.core.state import Plan
+from scheduler.core.state import Plan, Status
 from specs.tenants import Tenancy
 
 
@@ -28,19 +31,45 @@ class TenantUsage:
     used_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds
     borrowed_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds past quota
     peak: dict[str, int] = field(default_factory=dict)  # most GPUs held at once
+    reclaims: dict[str, int] = field(default_factory=dict)  # its jobs stopped by a reclaim
+    reclaimed_s: dict[str, float] = field(default_factory=dict)  # GPU-seconds given back
     _held: dict[str, int] = field(default_factory=dict)
     _last: float | None = None
+    _running: dict[int, int] = field(default_factory=dict)  # job id -> GPUs, last round
+    _out: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # reclaimed, since
 
     def __call__(self, now: float, plan: Plan, core: Core) -> None:
         self._settle(now)
         held = dict.fromkeys(self.tenancy.tenants, 0)
+        running = {}
         for job in core.running_jobs():
             held[self.owner[job.id]] += job.num_gpu
+            running[job.id] = job.num_gpu
+        self._note_reclaims(now, running, core)
         for name, gpus in held.items():
             if gpus != self._held.get(name):
                 self.rows.append((now, name, gpus))
             self.peak[name] = max(self.peak.get(name, 0), gpus)
         self._held = held
+
+    def _note_reclaims(self, now: float, running: dict[int, int], core: Core) -> None:
+        jobs = core.jobs
+        for job_id in [j for j in self._out if j in running or jobs[j].status is Status.DONE]:
+            self._give_back(job_id, now)
+        layer = core.tenants
+        if layer is not None and layer.admission is not None:
+            admitted = layer.admission.admitted
+            for job_id, gpus in self._running.items():
+                if (job_id not in running and job_id not in admitted
+                        and jobs[job_id].status is not Status.DONE):
+                    name = self.owner[job_id]
+                    self.reclaims[name] = self.reclaims.get(name, 0) + 1
+                    self._out[job_id] = (name, gpus, now)
+        self._running = running
+
+    def _give_back(self, job_id: int, now: float) -> None:
+        name, gpus, since = self._out.pop(job_id)
+        self.reclaimed_s[name] = self.reclaimed_s.get(name, 0.0) + gpus * (now - since)
 
     def _settle(self, now: float) -> None:
         """Count what was held from the last round until `now`."""
@@ -55,9 +84,12 @@ class TenantUsage:
 
     def summary(self, outcomes: Iterable[JobOutcome], makespan: float) -> dict[str, dict]:
         """Per tenant: jobs, average JCT and waiting (s, finished jobs), GPU-hours used,
-        owed (quota x makespan) and borrowed, the most GPUs held at once; and Jain's
+        owed (quota x makespan), borrowed and reclaimed, reclaims, the most GPUs held at
+        once; and Jain's
         fairness index of GPU-hours used per GPU-hour owed over tenants with a quota and
         jobs (one without jobs asked for nothing: its share says nothing of fairness)."""
+        for job_id in list(self._out):  # none should be left: every job ends
+            self._give_back(job_id, makespan)
         tenant_of = self.owner
         jcts: dict[str, list[float]] = {}
         waits: dict[str, list[float]] = {}
@@ -79,6 +111,8 @@ class TenantUsage:
                 "quota_gpu_hours": tenant.quota * makespan / 3600,
                 "borrowed_gpu_hours": self.borrowed_s.get(name, 0.0) / 3600,
                 "peak_gpus": self.peak.get(name, 0),
+                "reclaims": self.reclaims.get(name, 0),
+                "reclaimed_gpu_hours": self.reclaimed_s.get(name, 0.0) / 3600,
             }
         shares = [v["gpu_hours"] / v["quota_gpu_hours"] for v in out.values()
                   if v["quota_gpu_hours"] > 0 and v["jobs"]]

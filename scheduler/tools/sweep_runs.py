@@ -136,7 +136,8 @@ def run_one(task: Task) -> tuple[dict, dict]:
     return row, detail
 
 
-UNOWED = ("quota", "borrow_limit", "quota_gpu_hours", "borrowed_gpu_hours")
+UNOWED = ("quota", "borrow_limit", "quota_gpu_hours", "borrowed_gpu_hours", "reclaims",
+          "reclaimed_gpu_hours")
 
 
 def trace_tenants(records) -> Tenancy:

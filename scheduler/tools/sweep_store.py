@@ -33,7 +33,8 @@ TENANTS_CSV = "tenants.csv"
 PER_TENANT = (("tenant", None), ("jobs", "jobs"), ("finished", "finished"),
               ("avg_jct_s", "avg_jct"), ("avg_queueing_s", "avg_queueing"),
               ("gpu_hours", "gpu_hours"), ("quota_gpu_hours", "quota_gpu_hours"),
-              ("borrowed_gpu_hours", "borrowed_gpu_hours"), ("peak_gpus", "peak_gpus"),
+              ("borrowed_gpu_hours", "borrowed_gpu_hours"), ("reclaims", "reclaims"),
+              ("reclaimed_gpu_hours", "reclaimed_gpu_hours"), ("peak_gpus", "peak_gpus"),
               ("quota", "quota"), ("borrow_limit", "borrow_limit"))
 
 

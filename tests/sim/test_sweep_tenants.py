@@ -19,7 +19,8 @@ from traces import write_trace
 QUOTAS = "[tenants.a]\nquota = 8\nborrow_limit = 8\n[tenants.b]\nquota = 8\n"
 PER_TENANT = ["trace", "policy", "preset", "seed", "tenants", "tenant", "jobs", "finished",
               "avg_jct_s", "avg_queueing_s", "gpu_hours", "quota_gpu_hours",
-              "borrowed_gpu_hours", "peak_gpus", "quota", "borrow_limit"]
+              "borrowed_gpu_hours", "reclaims", "reclaimed_gpu_hours", "peak_gpus", "quota",
+              "borrow_limit"]
 
 
 def backlog(folder: Path) -> tuple[str, str]:
@@ -71,7 +72,7 @@ def test_with_quotas_b_no_longer_waits_behind_a_backlog(swept):
         # one queue owes nothing: no quota, owed or borrowed figures; what ran, yes
         none = by[("none", name)]
         assert none["quota"] == none["borrow_limit"] == none["quota_gpu_hours"] == \
-            none["borrowed_gpu_hours"] == ""
+            none["borrowed_gpu_hours"] == none["reclaims"] == none["reclaimed_gpu_hours"] == ""
         assert float(none["gpu_hours"]) > 0 and int(none["finished"]) == int(none["jobs"])
     assert by[("none", "a")]["peak_gpus"] == "16" and by[(quotas, "a")]["peak_gpus"] == "16"
     assert float(by[(quotas, "a")]["borrowed_gpu_hours"]) > 0  # a's backlog, until b came

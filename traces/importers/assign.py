@@ -13,6 +13,8 @@ Rules (`--models`):
   mix:A=W,B=W   each job draws a model with these weights (any positive numbers)
   workload      PAI's workload label when it names a catalogue family (bert, gpt, resnet,
                 vgg, ...), else as gputime
+  log           the model the log names, by family (gavel: its job type; the summary
+                states the mapping), else as gputime; gavel's default
   NAME          every job runs this catalogue model
 """
 
@@ -48,7 +50,7 @@ class ModelRuleError(ValueError):
 
 @dataclass(frozen=True)
 class ModelRule:
-    kind: str  # "gputime" | "mix" | "workload" | "single"
+    kind: str  # "gputime" | "mix" | "workload" | "log" | "single"
     names: tuple[str, ...] = ()
     cumulative: tuple[float, ...] = ()  # for mix: running sums of the normalised weights
 
@@ -62,7 +64,7 @@ class ModelRule:
 def parse_model_rule(text: str, catalogue: Mapping[str, ModelProfile] = MODELS) -> ModelRule:
     text = text.strip()
     known = ", ".join(catalogue)
-    if text in ("gputime", "workload"):
+    if text in ("gputime", "workload", "log"):
         return ModelRule(text)
     if text.startswith("mix:"):
         names, weights = [], []
@@ -88,7 +90,8 @@ def parse_model_rule(text: str, catalogue: Mapping[str, ModelProfile] = MODELS) 
     if text in catalogue:
         return ModelRule("single", (text,))
     raise ModelRuleError(
-        f"--models: expected gputime, workload, mix:NAME=W,... or a model ({known}); got {text!r}"
+        f"--models: expected gputime, workload, log, mix:NAME=W,... or a model ({known}); "
+        f"got {text!r}"
     )
 
 
@@ -100,7 +103,10 @@ def uniform(seed: int, key: str) -> float:
 
 
 def choose_model(rule: ModelRule, seed: int, key: str, gpus: int, duration: float,
-                 workload: str = "") -> str:
+                 workload: str = "", named: str = "") -> str:
+    """`named`: the catalogue model the log's own model maps to ("": the log names none)."""
+    if rule.kind == "log" and named:
+        return named
     u = uniform(seed, key)
     if rule.kind == "single":
         return rule.names[0]

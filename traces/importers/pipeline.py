@@ -41,6 +41,7 @@ class Inputs:
     sources: tuple[Path, ...]
     tasks: Path | None = None
     groups: Path | None = None
+    tenant_per_file: bool = False  # gavel: each file is a virtual cluster, its name the tenant
 
     def all_files(self) -> list[Path]:
         return [*self.sources, *(p for p in (self.tasks, self.groups) if p is not None)]
@@ -76,10 +77,12 @@ def summary_path(out: Path) -> Path:
 
 
 def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Options,
-               *, stream: TextIO | None = None, gpu_facts: str | None = None) -> dict:
+               *, stream: TextIO | None = None, gpu_facts: str | None = None,
+               notes: dict | None = None) -> dict:
     """Write `out` and its summary; return the summary. TraceError for an unusable input.
     `gpu_facts`: what the format states of a job's GPUs beyond their count (GPU_FACTS of
-    traces.importers), which the summary repeats; None: nothing."""
+    traces.importers), which the summary repeats; None: nothing. `notes`: what else the
+    format's import decided (NOTES of traces.importers), repeated under `notes`."""
     ledger = Ledger()
     total = sum(_size(p) for p in inputs.all_files())
     bar = Bar("reading", total, enabled=options.progress, stream=stream)
@@ -97,7 +100,7 @@ def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Opt
                 spill.add(job.submit, f"{file_of}\0{job.key}",  # type: ignore[arg-type]
                           (job.key, job.duration, int(job.gpus), job.user, job.tenant,
                            job.status, job.workload, job.priority, job.where,
-                           job.gpu_types, job.gpu_mem_gb, job.share_of))
+                           job.gpu_types, job.gpu_mem_gb, job.share_of, job.model))
                 stated["types"] = stated["types"] or bool(job.gpu_types)
                 stated["memory"] = stated["memory"] or bool(job.gpu_mem_gb)
         bar(total)
@@ -113,6 +116,8 @@ def run_import(fmt: str, reader: Reader, inputs: Inputs, out: Path, options: Opt
         spill.close()
     summary = _summary(fmt, inputs, out, options, ledger, models, first_seen,
                        _gpu_summary(gpu_facts, gpu), tenants)
+    if notes:
+        summary["notes"] = notes
     with open(summary_path(out), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=2)
         handle.write("\n")
@@ -184,7 +189,7 @@ def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
                                  extra=EXTRA_COLUMNS)
             for row in _selected(spill, duplicate, options, first_seen, ledger.drop, bar):
                 (submit, _, _, key, duration, gpus, user, tenant, status, workload, priority,
-                 where, types, memory, share_of) = row
+                 where, types, memory, share_of, named) = row
                 tenant = tenant_of(tenant)
                 used = tenants.setdefault(tenant, [0, 0.0])
                 used[0] += 1
@@ -192,7 +197,8 @@ def _write(out: Path, spill: Spill, duplicate, ledger: Ledger, options: Options,
                 if first is None:
                     first, previous = submit, 0.0
                 relative = round(submit - first, 3)
-                model = choose_model(options.models, options.seed, key, gpus, duration, workload)
+                model = choose_model(options.models, options.seed, key, gpus, duration, workload,
+                                     named)
                 record = make_record(ledger.kept, gpus, relative,
                                      round(relative - previous, 3), duration, model, priority,
                                      gpu_types=tuple(types), gpu_mem_gb=memory)
@@ -285,7 +291,15 @@ def summary_table(summary: dict) -> Sequence[str]:
     named = [name for name in summary["tenants"] if name]
     if named:
         rows.append(("tenants", len(named)))
-    lines = [f"{label:<30}{count:>10}" for label, count in rows]
+    lines = []
+    for label, count in rows:
+        lines.append(f"{label:<30}{count:>10}")
+        if label == "dropped malformed":  # where, and which field: the user's first look
+            lines += [f"  {example}" for example in summary["examples"].get("malformed", ())]
+    for name, note in summary.get("notes", {}).items():
+        said = ", ".join(f"{k} -> {v}" for k, v in note.items()) if isinstance(note, dict) \
+            else note
+        lines.append(f"{name}: {said}")
     gpu = summary["gpu"]
     if "shares_of" not in gpu:  # the format gives no GPU facts
         return lines + [f"GPU types and memory: {gpu['facts']}"]

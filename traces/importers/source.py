@@ -2,7 +2,7 @@
 
 A reader turns one public format into SourceJob rows (or Malformed ones, located by file and
 line) and decides nothing else: which rows are kept, and how they become Muri jobs, is the
-pipeline's business, so the four formats follow the same rules and counters.
+pipeline's business, so every format follows the same rules and counters.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class SourceJob:
     # where `gpu_mem_gb` is a share of a GPU's memory, for the summary: (the type it is a
     # share of, "any" where the job names none; that memory in GB; whether it is assumed)
     share_of: tuple[str, float, bool] | tuple[()] = ()
+    model: str = ""  # the catalogue model the log's own model name maps to; "": none named
 
 
 @dataclass(frozen=True, slots=True)
