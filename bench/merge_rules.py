@@ -1,4 +1,4 @@
-"""Which merges Muri should take: the shipped completion rule against the alternatives the
+"""Which merges Muri should take: the shipped gain rule against the alternatives the
 literature offers, on the load sweep's points.
 
 Run from the repository root:
@@ -9,7 +9,12 @@ Rules, each deciding per prospective merge of two packings a (earlier expected s
 from the planner's own figures (muri_outlook.packing_stats: iteration time, expected start,
 remaining iterations, jobs waiting behind):
 
-* `completion`: shipped under `default` (muri_outlook.merge_pays);
+* `gain 10%`: shipped under `default` (muri_outlook.gain_pays): every merge whose group does
+  at least 10% more work per second than its two packings alone; `gain 20%` likewise;
+* `completion`: muri_outlook.merge_pays, each merge weighed by the expected completions over
+  the merged group's life (until its first member ends);
+* `whole life`: the same, with each member slowed until its own end (a long member's
+  slowdown over its whole remaining life counts against the merge);
 * `every merge`: the paper's efficiency rule (any merge while demand exceeds the cluster);
 * `fairness guard`: every merge, unless it slows the higher-priority packing (the earlier
   start) by more than GUARD (its iteration time in the group over alone);
@@ -46,11 +51,12 @@ LONG = 2.0  # how much longer the running packing must have left than the waitin
 POINTS = {"generated": ("gap 2400 s", "gap 1200 s", "gap 600 s"),
           "philly": ("times x1", "times x0.25"), "openb": ("32 GPUs", "16 GPUs"),
           "paper": ("trace1", "trace3_pr")}
-RULES = ("completion", "every merge", "fairness guard", "queued with long", "load adaptive")
+RULES = ("gain 10%", "completion", "whole life", "every merge", "gain 20%",
+         "fairness guard", "queued with long", "load adaptive")
 
 
 def _columns(stats: np.ndarray) -> tuple[np.ndarray, ...]:
-    return tuple(stats.T)  # tt, start, members, sum n, max n, behind
+    return tuple(stats.T)  # tt, start, members, sum n, max n, behind, min n
 
 
 def fairness_guard(a, b, tt_ab, gpus, total_gpus):
@@ -61,11 +67,25 @@ def fairness_guard(a, b, tt_ab, gpus, total_gpus):
 
 
 def queued_with_long(a, b, tt_ab, gpus, total_gpus):
-    tt_a, w_a, _, _, max_a, _ = _columns(a)
-    tt_b, w_b, _, _, max_b, _ = _columns(b)
+    tt_a, w_a, _, _, max_a, *_ = _columns(a)
+    tt_b, w_b, _, _, max_b, *_ = _columns(b)
     left_a, left_b = tt_a * max_a, tt_b * max_b
     return (((w_a == 0) & (w_b > 0) & (left_a >= LONG * left_b))
             | ((w_b == 0) & (w_a > 0) & (left_b >= LONG * left_a)))
+
+
+def whole_life(a, b, tt_ab, gpus, total_gpus):
+    """The completion rule with each member slowed until its own end, not the pair's: a
+    long member's slowdown over its whole remaining life counts against the merge."""
+    tt_a, w_a, count_a, sum_a, max_a, behind_a, _ = _columns(a)
+    tt_b, w_b, count_b, sum_b, max_b, behind_b, _ = _columns(b)
+    later = np.where(w_b >= w_a, count_b, count_a)
+    waited = np.abs(w_b - w_a)
+    waited = np.where(np.isfinite(waited), waited, 0.0)
+    saved = tt_a * max_a + tt_b * max_b - tt_ab * np.maximum(max_a, max_b)
+    delta = (sum_a * (tt_ab - tt_a) + sum_b * (tt_ab - tt_b) - later * waited
+             - np.minimum(behind_a, behind_b) * gpus / total_gpus * saved)
+    return delta < 0
 
 
 def load_adaptive(a, b, tt_ab, gpus, total_gpus):
@@ -81,7 +101,7 @@ def by_index(rule):
     return pays
 
 
-ALTERNATIVES = {"fairness guard": fairness_guard, "queued with long": queued_with_long,
+ALTERNATIVES = {"whole life": whole_life, "fairness guard": fairness_guard, "queued with long": queued_with_long,
                 "load adaptive": load_adaptive}
 
 
@@ -90,7 +110,12 @@ def run_one(task: tuple) -> dict:
     overrides = {}
     if rule == "every merge":
         overrides["muri_merge_rule"] = "efficiency"
-    elif rule in ALTERNATIVES:
+    elif rule == "gain 20%":
+        overrides["muri_merge_gain"] = 0.2
+    elif rule == "completion":
+        overrides["muri_merge_rule"] = "completion"
+    elif rule in ALTERNATIVES:  # in the completion rule's place
+        overrides["muri_merge_rule"] = "completion"
         import scheduler.core.policies.muri_pairs as muri_pairs
 
         muri_pairs.merge_pays = by_index(ALTERNATIVES[rule])  # a worker runs one task (see main)

@@ -1,12 +1,13 @@
 """The named presets the command lines offer (`--preset default|paper`): a cost model, the
 built-in policies' settings, and whether the simulator runs in the artifact mode.
 
-`default` is the physically sensible model: the restart overhead paid once per start,
-restart, regroup or move; groups slowed by the interference factors (model.INTERFERENCE,
-the paper testbed's; the live scheduler refines them from measured paces); profiles scaled
-to the solo time;
-running jobs keep their GPUs; auto-unpack on, so that no group is slower than running alone;
-Muri merges only where a merge shortens expected completions (muri_outlook.py).
+`default` is the physically sensible model, its free terms fitted to the paper's real testbed
+run (interlace-calibrate; EXPERIMENTS.md#calibration): one restart overhead for every model,
+paid once per start, restart, regroup or move; groups slowed by the fitted interference
+factors (model.INTERFERENCE; the live scheduler refines them from measured paces); profiles
+scaled to the solo time; running jobs keep their GPUs; auto-unpack on, so that no group is
+slower than running alone; Muri merges, while demand exceeds the cluster, where a merge adds
+at least a tenth to its jobs' work per second (the gain rule, muri_outlook.py).
 
 `paper` reproduces the published artifact's figures: its cost model (a 1.015 calibration of
 iteration times, fixed group slowdown multipliers, every regroup a restart, no sticky
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from scheduler.core.model import INTERFERENCE, CostModel
+from scheduler.core.model import INTERFERENCE, MEASURED_OVERHEAD, CostModel
 from scheduler.core.policies.settings import (MuriSettings, PolicySettings, ThemisSettings,
                                               TiresiasSettings)
 
@@ -56,7 +57,9 @@ PAPER = Preset(
     artifact=True,
 )
 
-DEFAULT = Preset(name="default", model=CostModel(group_slowdown=INTERFERENCE))
+DEFAULT = Preset(name="default", model=CostModel(
+    group_slowdown=INTERFERENCE, overhead_table=MappingProxyType({}),
+    overhead_default=MEASURED_OVERHEAD))
 
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (PAPER, DEFAULT)})
 

@@ -30,10 +30,12 @@ _OVERHEAD_ROWS = {
 _GPU_COLUMNS = (1, 2, 4, 8, 16, 32)
 
 # How much slower a group of 2, 3 or 4 members runs than the cyclic interleave model says, for
-# contention the model does not see (memory bandwidth, PCIe, caches): the published
-# artifact's factors, calibrated on the paper's 64-GPU testbed (the only GPU measurement this
-# project has; the live scheduler refines them from its trainers' measured group paces).
-INTERFERENCE: Mapping[int, float] = MappingProxyType({2: 1.33, 3: 1.5, 4: 1.37})
+# contention the model does not see (memory bandwidth, PCIe, caches), and what a (re)start
+# costs: fitted to the paper's real 64-V100 testbed run (interlace-calibrate on its per-job
+# logs; the command and the fit's spread in EXPERIMENTS.md#calibration). The live scheduler
+# refines the slowdowns from its trainers' measured group paces.
+INTERFERENCE: Mapping[int, float] = MappingProxyType({2: 1.25, 3: 1.3, 4: 1.25})
+MEASURED_OVERHEAD = 26.3  # seconds a (re)start, every model and size alike
 
 RESTART_OVERHEAD: Mapping[tuple[str, int], float] = MappingProxyType({
     (model, gpus): float(sec)

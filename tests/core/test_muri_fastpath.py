@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from scheduler.core.policies.base import place_units
 from scheduler.core.policies.muri import Muri
-from scheduler.core.policies.muri_outlook import outlook
+from scheduler.core.policies.muri_outlook import Outlook, outlook
 from scheduler.core.policies.muri_pairs import _together
 from scheduler.presets import get_preset
 from scheduler.core.state import Group, Plan
@@ -30,6 +30,8 @@ class PlainMuri(Muri):
             if self.settings.merge_rule == "completion" and required > total:
                 ids = {j.id for jobs in admitted.values() for j in jobs}
                 look = outlook(queue, ids, total, self._remaining_guess)
+            elif self.settings.merge_rule == "gain":
+                look = Outlook({}, {}, {}, total)
             packings = self._match(admitted, required, total, look)
         else:
             packings = self._consecutive(admitted, required, total)

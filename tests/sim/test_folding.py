@@ -77,6 +77,8 @@ def test_an_end_this_close_to_an_arrival_is_taken_at_the_arrival_late_in_a_trace
     # under the default preset an end is its own event
     default = get_preset("default")
     alone = simulate([first], cluster, "muri-l", default).outcomes[0].end
+    arrival = (math.floor(alone * 1000) + 2) / 1000  # as close after its own end
+    later = job(1, submit=arrival, iterations=10, stages=(0.1, 0.2, 0.0))
     ends = {o.job_id: o.end for o in simulate([first, later], cluster, "muri-l",
                                               default).outcomes}
     assert ends[0] == alone != arrival

@@ -259,9 +259,9 @@ def test_under_pressure_no_guard_is_broken(policy, case):
 
 def test_a_run_without_quotas_can_be_watched_tenant_by_tenant():
     """`watch` counts each tenant's figures in a one-queue run and changes nothing of it.
-    By hand, on 16 GPUs (FIFO, 7 s per start): a's four 8-GPU jobs of 3000 s at 0, b's one of
-    300 s at 10. One queue: b starts once a's first two are done, at 2 x 3007 s, so it waits
-    6004 s; a's jobs wait 0, 0, 3007, 3007. With a owed 8 (borrowing 8) and b owed 8, b's job
+    By hand, on 16 GPUs (FIFO, 26.3 s per start): a's four 8-GPU jobs of 3000 s at 0, b's one of
+    300 s at 10. One queue: b starts once a's first two are done, at 2 x 3026.3 s, so it waits
+    6042.6 s; a's jobs wait 0, 0, 3026.3, 3026.3. With a owed 8 (borrowing 8) and b owed 8, b's job
     takes back its quota the round it comes: it waits 0."""
     from specs import load_spec, spec_path
 
@@ -275,10 +275,10 @@ def test_a_run_without_quotas_can_be_watched_tenant_by_tenant():
     assert [(o.start, o.end) for o in watched.outcomes] == \
         [(o.start, o.end) for o in plain.outcomes]
     by = watched.tenants["by_tenant"]
-    assert by["b"]["avg_queueing"] == pytest.approx(6004.0)
-    assert by["a"]["avg_queueing"] == pytest.approx(3007.0 / 2)
+    assert by["b"]["avg_queueing"] == pytest.approx(6042.6)
+    assert by["a"]["avg_queueing"] == pytest.approx(3026.3 / 2)
     assert (by["a"]["jobs"], by["b"]["jobs"], by["a"]["peak_gpus"]) == (4, 1, 16)
-    assert by["a"]["gpu_hours"] == pytest.approx(4 * 8 * 3007 / 3600)
+    assert by["a"]["gpu_hours"] == pytest.approx(4 * 8 * 3026.3 / 3600)
     quotas = Tenancy({"a": Tenant("a", 8, 8), "b": Tenant("b", 8, 0)})
     owed = simulate(jobs, cluster, "fifo", preset, tenancy=quotas).tenants["by_tenant"]
     assert owed["b"]["avg_queueing"] == 0.0 and owed["b"]["peak_gpus"] == 8

@@ -29,7 +29,7 @@ class Muri(Policy):
         super().__init__(model)
         if ordering not in ("best", "worst", "none"):
             raise ValueError(f"unknown ordering {ordering!r}")
-        if settings.merge_rule not in ("completion", "efficiency"):
+        if settings.merge_rule not in ("gain", "completion", "efficiency"):
             raise ValueError(f"unknown merge rule {settings.merge_rule!r}")
         self.name = name
         self.know_duration = know_duration
@@ -114,9 +114,12 @@ class Muri(Policy):
         total = ctx.cluster.spec.total_gpus
         if self.matching:
             look = None
-            if self.settings.merge_rule == "completion" and required > total:
+            rule = self.settings.merge_rule
+            if rule == "completion" and required > total:
                 ids = {j.id for jobs in admitted.values() for j in jobs}
                 look = outlook(queue, ids, total, self._remaining_guess)
+            elif rule == "gain":  # judged on iteration times alone: no schedule to look at
+                look = Outlook({}, {}, {}, total)
             packings = self._match(admitted, required, total, look)
         else:
             packings = self._consecutive(admitted, required, total)

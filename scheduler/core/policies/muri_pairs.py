@@ -22,7 +22,7 @@ from scheduler.core.blossom import blossom_pairs_flat, blossom_pairs_indexed
 from scheduler.core.matching import (max_weight_pairs, max_weight_pairs_dense,
                                      max_weight_pairs_edges)
 from scheduler.core.model import CostModel
-from scheduler.core.policies.muri_outlook import Outlook, merge_pays, packing_stats
+from scheduler.core.policies.muri_outlook import Outlook, gain_pays, merge_pays, packing_stats
 from scheduler.core.policies.settings import MuriSettings
 from scheduler.core.state import JobView
 
@@ -63,6 +63,7 @@ class Pairing:
         self.hysteresis = settings.regroup_hysteresis
         self.window = settings.matching_window
         self.rel_gap = settings.matching_rel_gap
+        self.gain = settings.merge_gain if settings.merge_rule == "gain" else None
         self._tt_cache: dict[tuple, tuple[float, tuple]] = {}
         self._weights: dict[tuple, float] = {}  # cleared when a profile changes
         # the same by kind of candidate, for the "blossom" backend (see kind_table): a number
@@ -178,8 +179,8 @@ class Pairing:
     def pairs(self, nodes: list[Packing], look: Outlook | None = None) -> dict[int, int]:
         """Each candidate's partner in this round's maximum-weight matching, by index (a
         candidate left single has none): merging two candidates of one #GPU class is worth
-        the merged group's efficiency. With `look` (the completion rule), only merges that
-        pay (muri_outlook) are edges."""
+        the merged group's efficiency. With `look` (the gain or the completion rule), only
+        merges that pay (muri_outlook) are edges."""
         n = len(nodes)
         if n < 2:
             return {}
@@ -241,6 +242,13 @@ class Pairing:
 
         return self._remember(key, max_weight_pairs(n, weight, backend=self.backend))
 
+    def _pays(self, stats, rows, cols, tt, gpus, total_gpus):
+        """The merge rule's verdict on each merge (muri_outlook): the gain rule's, or the
+        completion rule's (looked up when called, so a bench may put another in its place)."""
+        if self.gain is not None:
+            return gain_pays(stats, rows, cols, tt, gpus, total_gpus, self.gain)
+        return merge_pays(stats, rows, cols, tt, gpus, total_gpus)
+
     def _paying_pairs(self, nodes: list[Packing], look: Outlook) -> dict[int, int]:
         """The matching over the merges that pay. The expected starts change every round, so
         only what the candidates' profiles decide is remembered by candidates (which merges
@@ -254,7 +262,7 @@ class Pairing:
             if pairs:
                 rows, cols = np.array(pairs).T
                 tt = np.array([self.group_timing(nodes[i] + nodes[j])[0] for i, j in pairs])
-                pays = merge_pays(stats, rows, cols, tt, gpus, look.gpus)
+                pays = self._pays(stats, rows, cols, tt, gpus, look.gpus)
                 pairs = [pair for pair, ok in zip(pairs, pays) if ok]
             return _partners(pairs)
         n = len(nodes)
@@ -267,7 +275,7 @@ class Pairing:
         if not len(rows):
             return {}
         stats = packing_stats(nodes, tts, look)
-        pays = merge_pays(stats, rows, cols, tt, gpus, look.gpus)
+        pays = self._pays(stats, rows, cols, tt, gpus, look.gpus)
         if not pays.any():
             return {}
         rows, cols, weight = rows[pays], cols[pays], weight[pays]
@@ -300,7 +308,7 @@ class Pairing:
             if not len(rows):
                 continue  # most windows of a class that cannot share (memory, profiles)
             stats = packing_stats(members, [self.group_timing(m)[0] for m in members], look)
-            pays = merge_pays(stats, rows, cols, tt, gpus, look.gpus)
+            pays = self._pays(stats, rows, cols, tt, gpus, look.gpus)
             if bound[idx].any():
                 pays &= ~_strangers(labels, bound, idx[rows], idx[cols])
             if not pays.any():

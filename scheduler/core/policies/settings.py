@@ -28,10 +28,12 @@ class TiresiasSettings:
 class MuriSettings:
     max_group: int = 4  # the most jobs one group holds (one per stage kind)
     auto_unpack: bool = True  # split a group slower than its members one after another
-    # Which merges the matching may take: "completion", those that shorten the expected
-    # completions of the jobs they touch and of the queue behind (muri_outlook.py);
-    # "efficiency", any while demand exceeds the cluster (the paper's rule).
-    merge_rule: str = "completion"
+    # Which merges the matching may take while demand exceeds the cluster: "gain", those
+    # whose group does at least `merge_gain` more work per second than its two packings
+    # alone; "completion", those that shorten the expected completions of the jobs they
+    # touch and of the queue behind; "efficiency", any (the paper's rule). muri_outlook.py.
+    merge_rule: str = "gain"
+    merge_gain: float = 0.1
     fresh_estimate_duration: bool = False  # Muri-S ranks a never-run job by the trace duration
     # A group that runs now counts this much more efficient when matching, so near-ties do
     # not regroup jobs (each regroup costs checkpoints and restarts) round after round.
