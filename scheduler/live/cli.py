@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from scheduler.core.model import INTERFERENCE
 from scheduler.live.gateway import SERVICE
 from scheduler.live.journal import Journal
 from scheduler.live.options import Options
@@ -50,8 +51,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                         "(default: muri-s)".replace("%", "%%"))
     p.add_argument("--preset", default="default", help="model preset (default: default)")
     p.add_argument("--no-interference", action="store_true",
-                   help="groups at the interleave model's own pace: no interference factor (the preset's: "
-                        "1.33x, 1.5x, 1.37x for groups of 2, 3, 4)")
+                   help="groups at the interleave model's own pace: no interference factor "
+                        "(default's, fitted to the paper's testbed: "
+                        + ", ".join(f"{v:g}x" for v in INTERFERENCE.values())
+                        + " for groups of " + ", ".join(map(str, INTERFERENCE)) + ")")
     p.add_argument("--gpu-speed", type=gpu_speed, action="append", default=[],
                    metavar="[MODEL:]TYPE=SPEED",
                    help="how fast a GPU type runs a job's GPU stage, a V100 being 1, in place "
@@ -63,6 +66,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--round", type=seconds, default=5.0, dest="round_s",
                    help="wall seconds between rounds when nothing happens (default 5.0); "
                         "arrivals, completions and agent changes start a round at once")
+    p.add_argument("--round-interval", type=seconds, default=0.0, metavar="SECONDS",
+                   help="plan only at multiples of SECONDS trace seconds, where something "
+                        "happened since the last round, as a scheduler on a period does (the "
+                        "simulator's --round-interval; default 0: a round at every event)")
     p.add_argument("--agent-timeout", type=seconds, default=10.0,
                    help="wall seconds without a heartbeat before an agent is dead (default 10)")
     p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
@@ -159,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     options = Options(spec=spec, policy=args.policy, preset=args.preset, run_dir=run_dir,
                       time_scale=args.time_scale, round_s=args.round_s,
+                      round_interval=args.round_interval,
                       agent_timeout=args.agent_timeout,
                       journal=Path(args.journal) if args.journal else None,
                       checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,

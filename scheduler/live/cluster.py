@@ -65,7 +65,8 @@ class AgentCluster:
         self.executor.stop_strays(self.requester)
         self._say_refusals(wall)
         with state.locked():  # a round for what came meanwhile
-            due = state.rounds.due(wall, state.now(), state.opt.round_s)
+            due = state.rounds.due(wall, state.now(), state.opt.round_s,
+                                   state.opt.round_interval)
             if due and not recovery.pending(state, wall):
                 return self.due()
         return None

@@ -18,6 +18,9 @@ class Options:
     run_dir: Path = Path("run")
     time_scale: float = 1.0  # trace seconds per wall second
     round_s: float = 5.0  # wall seconds between rounds without any event (a safety net)
+    # trace seconds of a fixed round period (0: a round at every event): rounds only at its
+    # multiples, where something happened since the last (as the paper's testbed planned)
+    round_interval: float = 0.0
     agent_timeout: float = 10.0  # wall seconds without a heartbeat before an agent is dead
     agent_request_timeout: float = 5.0  # per try, for job.stop / job.launch to an agent
     agent_request_retries: int = 3

@@ -37,3 +37,17 @@ def test_a_quick_planner_takes_arrivals_at_once_and_the_period_and_wakeup_still_
     assert idle.due(70.0, 0.0, round_s=60.0)
     idle.wakeup = 5.0
     assert idle.due(10.1, 5.0, round_s=60.0)
+
+
+def test_with_a_period_an_event_waits_for_the_next_multiple_and_quiet_periods_plan_nothing():
+    rounds = Rounds()
+    assert not rounds.due(0.0, 10.0, round_s=5.0, period=360.0)  # nothing asked: no round
+    assert not rounds.due(100.0, 700.0, round_s=5.0, period=360.0)  # not even after round_s
+    rounds.wake("arrival")
+    assert not rounds.due(100.1, 700.0, round_s=5.0, period=360.0)  # asked at 700 s
+    assert not rounds.due(100.2, 719.9, round_s=5.0, period=360.0)
+    assert rounds.due(100.3, 720.0, round_s=5.0, period=360.0)  # the next multiple
+    assert rounds.take_reasons() == ["arrival"]
+    rounds.wake("finished")  # asked again within the same period: waits for 1,080 s
+    assert not rounds.due(100.4, 725.0, round_s=5.0, period=360.0)
+    assert rounds.due(100.5, 1080.0, round_s=5.0, period=360.0)
