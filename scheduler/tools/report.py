@@ -67,6 +67,10 @@ class LiveRun:
     skipped: int = 0  # unreadable lines
     unfinished: list[int] = field(default_factory=list)
     restart_overhead_s: float | None = None  # mean trace seconds from decision to progress
+    # interleaving as the rounds ran it: distinct groups of two or more jobs, and the jobs
+    # that ran in one
+    groups: int = 0
+    jobs_grouped: int = 0
     warnings: list[str] = field(default_factory=list)  # what was read around, for stderr
 
     def result(self) -> SimResult:
@@ -148,6 +152,7 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
     timeline: list[tuple[float, int]] = []
     policy, preset, total_gpus, scale = "?", "default", 0, None
     first_wall = last_finish_wall = None
+    groups: set[frozenset[int]] = set()
 
     def mark(now: float | None) -> None:
         if now is None:
@@ -173,6 +178,9 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 if busy:  # a restarted scheduler: what ran before its crash was stopped then
                     busy.clear()
                     mark(_num(record, "clock"))
+                continue
+            if event == "round":
+                groups.update(_groups(record))
                 continue
             job_id = _job_id(record)
             if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",
@@ -237,7 +245,17 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
         and last_finish_wall is not None else 0.0
     return LiveRun(policy=policy, preset=preset, outcomes=outcomes, utilisation=timeline,
                    total_gpus=total_gpus, wall_s=max(wall_s, 0.0), time_scale=scale,
-                   unfinished=[o.job_id for o in outcomes if o.end is None])
+                   unfinished=[o.job_id for o in outcomes if o.end is None],
+                   groups=len(groups), jobs_grouped=len(set().union(*groups)))
+
+
+def _groups(record: dict[str, Any]) -> set[frozenset[int]]:
+    """The groups of two or more jobs a `round` record ran (anything else in it is skipped)."""
+    listed = record.get("groups")
+    if not isinstance(listed, list):
+        return set()
+    return {frozenset(g) for g in listed if isinstance(g, list) and len(g) > 1
+            and all(isinstance(j, int) for j in g)}
 
 
 def load_run(run_dir: Path | str) -> LiveRun:
@@ -351,12 +369,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(dumps(summary_dict(live.policy, result.summary, round(live.wall_s, 4),
                                  preset=live.preset, source="live", time_scale=live.time_scale,
                                  unfinished=len(live.unfinished),
-                                 restart_overhead_s=live.restart_overhead_s)), flush=True)
+                                 restart_overhead_s=live.restart_overhead_s,
+                                 groups=live.groups, jobs_grouped=live.jobs_grouped)),
+              flush=True)
     else:
         print(format_table([result]))
         if live.restart_overhead_s is not None:
             print(f"measured restart overhead: {live.restart_overhead_s:.1f} trace s per "
                   f"(re)start (mean, from decision to progress)")
+        print(f"interleaved: {live.groups} group{'' if live.groups == 1 else 's'} of two or "
+              f"more jobs formed, {live.jobs_grouped} of {len(result.outcomes)} jobs ran in one")
         if live.unfinished:
             print(f"({len(live.unfinished)} jobs had not finished and are not counted: "
                   f"{', '.join(map(str, live.unfinished[:10]))}"

@@ -254,3 +254,16 @@ def test_a_bug_while_reading_the_journal_is_not_hidden(tmp_path, monkeypatch):
     monkeypatch.setattr(Journal, "finished", broken)
     with pytest.raises(TypeError, match="a bug in the journal reader"):
         report.load_run(run)
+
+
+def test_the_groups_the_rounds_ran_are_counted(tmp_path, capsys):
+    """The synthetic log's one group ([0, 1] at 60 s), counted once however often a round
+    lists it; a round's malformed groups are passed over."""
+    run = write_run(tmp_path / "run", {
+        7: _line("round", T0 + 6.5, now=100.0, groups=[[1, 0], [2]], launches=[], stops=[]),
+        8: _line("round", T0 + 7.5, now=101.0, groups=[["x", 1], 5], launches=[], stops=[])})
+    got, _ = _json(capsys, str(run))
+    assert (got["groups"], got["jobs_grouped"]) == (1, 2)
+    assert report.main([str(run)]) == 0
+    assert "interleaved: 1 group of two or more jobs formed, 2 of 4 jobs ran in one" \
+        in capsys.readouterr().out
