@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from scheduler.core.metrics import JobOutcome, dumps, summary_dict
+from scheduler.core.model import INTERFERENCE
 from scheduler.core.placement import Demand, cpu_misfit
 from scheduler.plugins import PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
@@ -133,8 +134,10 @@ def _parser() -> argparse.ArgumentParser:
                         "and freed GPUs idle until it (e.g. 360 for the paper's testbed; "
                         "default 0: plan at every arrival and end)")
     p.add_argument("--no-interference", action="store_true",
-                   help="groups at the interleave model's own pace: no interference factor (the preset's: "
-                        "1.33x, 1.5x, 1.37x for groups of 2, 3, 4)")
+                   help="groups at the interleave model's own pace: no interference factor "
+                        "(default's, fitted to the paper's testbed: "
+                        + ", ".join(f"{v:g}x" for v in INTERFERENCE.values())
+                        + " for groups of " + ", ".join(map(str, INTERFERENCE)) + ")")
     p.add_argument("--gpu-speed", type=gpu_speed, action="append", default=[],
                    metavar="[MODEL:]TYPE=SPEED",
                    help="how fast a GPU type runs a job's GPU stage, a V100 being 1, for one "
