@@ -112,6 +112,9 @@ class AntMan(Policy):
         self._pool_of: list[int] = []
         self._cluster: ClusterState | None = None
         self._lonely = False  # a job must run alone (memory.py): every slot is checked
+        # GPUs no guaranteed job holds, and GPUs below the load cap: kept as slots change,
+        # since counting them takes a pass over every GPU of the cluster each round
+        self._unowned = self._open = 0
 
     def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         return sorted(pending, key=self._kept.key)  # stable: the order given among ties
@@ -133,6 +136,7 @@ class AntMan(Policy):
             self._pools.append(range(start, start + pool.nodes))
             start += pool.nodes
         self.gpus = [[_Gpu() for _ in range(count)] for count in spec.node_gpus()]
+        self._unowned = self._open = sum(spec.node_gpus())
 
     def on_finish(self, job: JobView, now: float) -> None:
         if (self._by_id.pop(job.id, None) is not None and job.priority != 0
@@ -153,13 +157,21 @@ class AntMan(Policy):
         for node, gpu in hold.gpus:
             slot = self.gpus[node][gpu]
             slot.owner = None
-            slot.load -= share
+            self._unowned += 1
+            self._add_load(slot, -share)
             slot.stamp = stamp
         for node, gpu in self.guest_gpus.pop(job_id, ()):
             slot = self.gpus[node][gpu]
             slot.guests.remove(job_id)
-            slot.load -= GUEST_LOAD
+            self._add_load(slot, -GUEST_LOAD)
             slot.stamp = stamp
+
+    def _add_load(self, slot: _Gpu, amount: float) -> None:
+        """Books `amount` on `slot` (a float sum, as AntMan books it) and keeps the count
+        of GPUs open to guests."""
+        was_open = slot.load < LOAD_CAP
+        slot.load += amount
+        self._open += (slot.load < LOAD_CAP) - was_open
 
     def _let_go(self, shown: set[int]) -> None:
         """Jobs the round holds back (RoundContext.partial) give up their GPUs; an
@@ -246,7 +258,8 @@ class AntMan(Policy):
         for gpu in free:
             slot = self.gpus[node][gpu]
             slot.owner = job.id
-            slot.load += GUARANTEED_LOAD - COMPLETION_LOAD
+            self._unowned -= 1
+            self._add_load(slot, GUARANTEED_LOAD - COMPLETION_LOAD)
             slot.stamp = self._changes
             hold.gpus.append((node, gpu))
         hold.missing -= len(free)
@@ -313,7 +326,7 @@ class AntMan(Policy):
         self._changes += 1
         for node, gpu in hold.gpus:
             slot = self.gpus[node][gpu]
-            slot.load += COMPLETION_LOAD
+            self._add_load(slot, COMPLETION_LOAD)
             slot.stamp = self._changes
         return True
 
@@ -339,7 +352,7 @@ class AntMan(Policy):
         for node, gpu in chosen:
             slot = self.gpus[node][gpu]
             slot.guests.append(job.id)
-            slot.load += GUEST_LOAD
+            self._add_load(slot, GUEST_LOAD)
             slot.stamp = self._changes
         self.guest_gpus[job.id] = chosen
         return True
@@ -411,14 +424,7 @@ class AntMan(Policy):
 
     def _room(self) -> tuple[int, int]:
         """GPUs no guaranteed job holds, and GPUs below the load cap (open to a guest)."""
-        unowned = open_gpus = 0
-        for row in self.gpus:
-            for slot in row:
-                if slot.owner is None:
-                    unowned += 1
-                if slot.load < LOAD_CAP:
-                    open_gpus += 1
-        return unowned, open_gpus
+        return self._unowned, self._open
 
     def _group(self, job: JobView, by_id: dict[int, JobView]) -> Group:
         """The job's group, from the cache while nothing on its GPUs changed."""
