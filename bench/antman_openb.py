@@ -2,15 +2,16 @@
 
 Run from the repository root:
     python bench/antman_openb.py [--nodes openb_node_list_all_node.csv --pods POD_LIST.csv]
-        [--policies srsf,tiresias] [--scale 1] [--limit 3600] [--work DIR]
+        [--policies srsf,tiresias] [--best-effort 0.1] [--scale 1] [--limit 3600] [--work DIR]
 
 With Alibaba's files (cluster-trace-gpu-v2023), the cluster and the jobs are theirs; without
 them, a seeded synthetic node list and pod list of the same shape are written first: 1,523
 nodes of seven GPU types in 27 pools (6,212 GPUs; an eighth of the nodes CPU-only) and about
-6,200 GPU pods over two months, most of them one GPU or a share of one, a tenth best
-effort (AntMan's opportunistic jobs), run times heavy-tailed. Either way both go through the
-project's own importers (`interlace-spec import openb`, `interlace-trace import openb`), and
---scale N keeps every Nth node per pool and every Nth pod, for a quick look.
+6,200 GPU pods over two months, most of them one GPU or a share of one, a third naming GPU
+types, --best-effort of them best effort (AntMan's opportunistic jobs), run times
+heavy-tailed. Either way both go through the project's own importers (`interlace-spec
+import openb`, `interlace-trace import openb`), and --scale N keeps every Nth node per pool
+and every Nth pod, for a quick look.
 
 Each policy runs in a fresh process (bench/sim_child.py) one after another; the figure is
 the simulation's CPU seconds, and the verdict AntMan's against the slowest other policy's.
@@ -61,10 +62,11 @@ def synthetic_nodes(path: Path) -> None:
                 w.writerow([f"openb-node-{n:04d}", cpu, mem, gpus, kind])
 
 
-def synthetic_pods(path: Path, count: int = 6200, seed: int = 52) -> None:
+def synthetic_pods(path: Path, count: int = 6200, seed: int = 52,
+                   best_effort: float = 0.1) -> None:
     """Pods over 60 days: 70% one GPU (half of them a share of it), the rest 2, 4 or 8; a
-    third name GPU types; a tenth best effort; run times lognormal around two hours, at most
-    90 days."""
+    third name GPU types (any of the seven; A10, with 24 GPUs, is scarce); `best_effort` of
+    them best effort; run times lognormal around two hours, at most 90 days."""
     rng = random.Random(seed)
     span = 60 * 86400
     times = sorted(rng.uniform(0, span) for _ in range(count))
@@ -77,8 +79,9 @@ def synthetic_pods(path: Path, count: int = 6200, seed: int = 52) -> None:
             milli = rng.choice((250, 500)) if gpus == 1 and rng.random() < 0.5 else 1000
             spec = ""
             if rng.random() < 0.33:
-                spec = "|".join(sorted(rng.sample(TYPES[:6], rng.choice((1, 2)))))
-            qos = "BE" if rng.random() < 0.1 else rng.choice(("LS", "Guaranteed", "Burstable"))
+                spec = "|".join(sorted(rng.sample(TYPES, rng.choice((1, 2)))))
+            qos = ("BE" if rng.random() < best_effort
+                   else rng.choice(("LS", "Guaranteed", "Burstable")))
             run = min(math.exp(rng.gauss(math.log(7200), 2.0)), 90 * 86400)
             start = int(created) + rng.randint(0, 30)
             w.writerow([f"openb-pod-{i:05d}", 4000 * gpus, 16384 * gpus, gpus, milli, spec,
@@ -125,6 +128,8 @@ def main(argv=None) -> int:
     p.add_argument("--nodes", help="openb_node_list_all_node.csv (default: synthetic)")
     p.add_argument("--pods", help="an openb_pod_list_*.csv (default: synthetic)")
     p.add_argument("--policies", default="srsf,tiresias", help="the others, comma-separated")
+    p.add_argument("--best-effort", type=float, default=0.1,
+                   help="the synthetic pods' share of best effort (opportunistic) jobs")
     p.add_argument("--scale", type=int, default=1, help="keep every Nth node and pod")
     p.add_argument("--limit", type=float, default=3600.0, help="seconds per run at most")
     p.add_argument("--work", help="keep the spec and trace here (default: a temporary folder)")
@@ -136,7 +141,7 @@ def main(argv=None) -> int:
         if args.nodes is None:
             synthetic_nodes(nodes)
         if args.pods is None:
-            synthetic_pods(pods)
+            synthetic_pods(pods, best_effort=args.best_effort)
         nodes = thinned(nodes, work / "nodes-thinned.csv", args.scale, "model")
         pods = thinned(pods, work / "pods-thinned.csv", args.scale, None)
         spec, trace = work / "openb-spec.csv", work / "openb-trace.csv"

@@ -75,3 +75,22 @@ def test_a_gpus_room_is_one_pools_test_however_many_pools(monkeypatch, members):
     assert len(calls) == POOLS  # one test per pool asked of, not one per pool per ask
     # the same answers as the pools where the jobs may run, found over all pools
     assert answers == [p in room.pools_for(jobs) for p in range(POOLS)]
+
+
+def test_a_guest_on_an_idle_cluster_tests_each_pools_room_once(monkeypatch):
+    from scheduler.core.policies.antman import AntMan
+
+    calls = []
+    real = AntMan._room_for
+
+    def counted(self, slot, job, node):
+        calls.append(node)
+        return real(self, slot, job, node)
+
+    monkeypatch.setattr(AntMan, "_room_for", counted)
+    guest = replace(generate(1, seed=1, max_gpus=1)[0], priority=1)
+    result = simulate([guest], _cluster(), "antman", get_preset("default"))
+    assert result.outcomes[0].end is not None
+    gpus = sum(_cluster().node_gpus())
+    # every GPU is idle: one test per pool (its idle GPUs are alike), not one per GPU
+    assert 0 < len(calls) <= POOLS < gpus

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from scheduler.core.memory import Room
+from specs.fit import accepts
 from scheduler.core.placement import ClusterState
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
@@ -332,11 +333,14 @@ class AntMan(Policy):
 
     # -- opportunistic jobs ----------------------------------------------------------------
     def _place_opportunistic(self, job: JobView) -> bool:
-        bounded = self._budget != math.inf or self._lonely or not self._space.simple
-        open_gpus = [(slot.load, node, gpu)
-                     for node, row in enumerate(self.gpus)
-                     for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
-                     and (not bounded or self._room_for(slot, job, node))]
+        if self._space.simple:
+            bounded = self._budget != math.inf or self._lonely
+            open_gpus = [(slot.load, node, gpu)
+                         for node, row in enumerate(self.gpus)
+                         for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
+                         and (not bounded or self._room_for(slot, job, node))]
+        else:
+            open_gpus = self._open_in_pools(job)
         if not self._space.simple:  # one pool's: the one whose least loaded GPUs load least
             by_pool: dict[int, list] = {}
             for entry in open_gpus:
@@ -356,6 +360,29 @@ class AntMan(Policy):
             slot.stamp = self._changes
         self.guest_gpus[job.id] = chosen
         return True
+
+    def _open_in_pools(self, job: JobView) -> list[tuple[float, int, int]]:
+        """(load, node, GPU) of each GPU below the load cap with room for `job`, node by
+        node, on a cluster of pools. Pools of a type the job does not accept, or with fewer
+        GPUs than it needs, are passed over (no GPU there could be chosen); the jobs already
+        on a GPU are tested with it once per pool, not once per GPU (an owner holds several,
+        and every idle GPU of a pool holds none)."""
+        gpus, pools, found = self.gpus, self._space.pools, []
+        types, tested = job.record.gpu_types, {}
+        for p, nodes in enumerate(self._pools):
+            if pools[p].gpus < job.num_gpu or not accepts(types, pools[p]):
+                continue
+            for node in nodes:
+                for gpu, slot in enumerate(gpus[node]):
+                    if slot.load >= LOAD_CAP:
+                        continue
+                    key = (p, slot.owner, *slot.guests)
+                    room = tested.get(key)
+                    if room is None:
+                        room = tested[key] = self._room_for(slot, job, node)
+                    if room:
+                        found.append((slot.load, node, gpu))
+        return found
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
