@@ -1,4 +1,4 @@
-"""AntMan's simulation time on an openb-sized cluster, as a ratio to other policies' in the same run.
+"""AntMan's simulation time on an openb-sized cluster, as a ratio to other policies' in one run.
 
 Run from the repository root:
     python bench/antman_openb.py [--nodes openb_node_list_all_node.csv --pods POD_LIST.csv]

@@ -257,8 +257,8 @@ def explain_pair(value: str, policies: list[str]) -> tuple[tuple[str, str] | Non
         return None, f"--explain {value}: give two different policies as A,B"
     for name in pair:
         if name not in policies:
-            return None, (f"--explain {value}: {name!r} is not in --policy{did_you_mean(name, policies)} "
-                          f"(choose from {', '.join(policies)})")
+            return None, (f"--explain {value}: {name!r} is not in --policy"
+                          f"{did_you_mean(name, policies)} (choose from {', '.join(policies)})")
     return (pair[0], pair[1]), None
 
 
@@ -382,8 +382,10 @@ def interrupted(name: str, results: list[SimResult], args: argparse.Namespace, p
     kept = ", ".join(r.policy for r in results)
     if results and not args.json:
         print(format_table(results))
-    if results and _plot(results, args, preset) != 0:
-        return 130
+        if results[0].tenants is not None:
+            print("\n" + format_tenants(results))
+    if results:
+        _plot(results, args, preset)  # a plot that cannot be written says so itself
     where = "".join(f", {what} in {path}" for what, path in
                     (("rows", args.out), ("plot", args.plot)) if path and results)
     print(f"{PROG}: interrupted during {name}; "
