@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from scheduler.core.memory import Room
-from specs.fit import accepts
 from scheduler.core.placement import ClusterState
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status
+from specs.fit import accepts
 
 # A GPU's load as AntMan books it; opportunistic jobs go to the least-loaded GPUs below the
 # cap. A guaranteed job's load is booked in two steps (most when it takes a GPU, the rest once
@@ -339,11 +339,9 @@ class AntMan(Policy):
                          for node, row in enumerate(self.gpus)
                          for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
                          and (not bounded or self._room_for(slot, job, node))]
-        else:
-            open_gpus = self._open_in_pools(job)
-        if not self._space.simple:  # one pool's: the one whose least loaded GPUs load least
+        else:  # one pool's: the one whose least loaded GPUs load least
             by_pool: dict[int, list] = {}
-            for entry in open_gpus:
+            for entry in self._open_in_pools(job):
                 by_pool.setdefault(self._pool_of[entry[1]], []).append(entry)
             fitting = [sorted(found, key=_load)[:job.num_gpu] for found in by_pool.values()
                        if len(found) >= job.num_gpu]
