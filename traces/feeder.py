@@ -157,20 +157,29 @@ class Feeder:
     def taken(self, records: Sequence[JobRecord]) -> tuple[list[tuple[int, str]], int]:
         """The records whose ids the scheduler lists for a different job (GPUs or
         iterations differ: not a replay of the same trace), each with what differs; and
-        the highest id it knows. One `status.query`; ([], 0) while no scheduler answers
-        yet (feeding then waits for it as always)."""
+        the highest id it knows. One `status.query`, waiting up to `patience` for a
+        scheduler to register, as a submission would."""
         from broker.client import RequestFailed, RequestTimeout
 
-        try:
-            reply = self.requester.request(SERVICE, "status.query", what="all")
-        except RequestTimeout:
-            raise FeedError(f"cannot reach the scheduler via {self.where}: no answer to "
-                            f"status.query after {1 + self.requester.retries} tries of "
-                            f"{self.requester.timeout:g}s") from None
-        except RequestFailed as err:
-            if err.code in TRANSIENT:
-                return [], 0
-            raise FeedError(f"status.query refused: {err.code}: {err.reason}") from None
+        deadline = self.clock() + self.patience
+        while True:
+            try:
+                reply = self.requester.request(SERVICE, "status.query", what="all")
+                break
+            except RequestTimeout:
+                raise FeedError(f"cannot reach the scheduler via {self.where}: no answer to "
+                                f"status.query after {1 + self.requester.retries} tries of "
+                                f"{self.requester.timeout:g}s") from None
+            except RequestFailed as err:
+                if err.code not in TRANSIENT:
+                    raise FeedError(f"status.query refused: {err.code}: {err.reason}") \
+                        from None
+                if self.clock() >= deadline:
+                    raise FeedError(f"no scheduler registered with the broker after "
+                                    f"{self.patience:g}s ({err.reason})") from None
+                self.log.info("scheduler_not_ready", reason=err.reason)
+                if self.wait(min(0.5, max(deadline - self.clock(), 0.01))):
+                    raise Interrupted() from None
         body = reply.get("body") or {}
         known = {j["job_id"]: j for j in body.get("jobs") or () if isinstance(j, dict)
                  and isinstance(j.get("job_id"), int)}

@@ -274,3 +274,34 @@ def test_a_second_trace_whose_ids_are_taken_is_refused_and_fed_with_an_offset(tm
     assert fake.order == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert [fake.jobs[j]["num_gpu"] for j in range(5, 10)] == [2] * 5
     _no_traceback(refused)
+
+
+def test_the_id_check_waits_for_a_scheduler_to_register_as_a_submission_would():
+    from broker.client import RequestFailed
+
+    class Late:
+        """A broker with no scheduler for two requests, then one that knows job 0."""
+
+        retries, timeout = 0, 1.0
+
+        def __init__(self):
+            self.asked = 0
+
+        def request(self, service, method, **fields):
+            self.asked += 1
+            if self.asked <= 2:
+                raise RequestFailed("no_service", "no scheduler registered")
+            return {"ok": True, "body": {"jobs": [{"job_id": 0, "state": "running",
+                                                   "num_gpu": 4, "iterations": 100}],
+                                         "max_job_id": 7}}
+
+    now = [0.0]
+    feeder = Feeder(Late(), structlog.get_logger("test"), patience=30.0,
+                    clock=lambda: now[0], wait=lambda s: now.__setitem__(0, now[0] + s))
+    taken, highest = feeder.taken([job(0), job(1)])
+    assert feeder.requester.asked == 3
+    assert taken == [(0, "num_gpu 4 there, 1 here")] and highest == 7
+    impatient = Feeder(Late(), structlog.get_logger("test"), patience=0.4,
+                       clock=lambda: now[0], wait=lambda s: now.__setitem__(0, now[0] + s))
+    with pytest.raises(FeedError, match="no scheduler registered with the broker after 0.4s"):
+        impatient.taken([job(0)])
