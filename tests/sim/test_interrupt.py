@@ -21,7 +21,6 @@ def _command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "scheduler.sim.cli"]
 
 
-@pytest.mark.slow
 def test_ctrl_c_after_one_policy_keeps_it_and_says_so_in_one_line(tmp_path):
     out, plot = tmp_path / "out", tmp_path / "jct.png"
     # srsf takes about a second on the demo trace, muri-s many: the signal lands in muri-s
