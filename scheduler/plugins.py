@@ -18,6 +18,7 @@ worker process or a package installed meanwhile sees the same as a fresh command
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
@@ -37,6 +38,11 @@ Builtin = Callable[[CostModel, PolicySettings], Policy]
 
 class PolicyError(ValueError):
     """A policy name that does not give a policy; the message is one line naming it."""
+
+
+class UnknownPolicy(PolicyError):
+    """A name that is no built-in, installed plug-in or module:attr: the user's typo (a
+    usage error), not a plug-in's fault."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,15 @@ def locate(name: str, taken: Collection[str] = ()) -> PlugIn:
     if colon and module and attr:
         return PlugIn(name, name)
     names = [*taken, *installed(taken)]
-    raise PolicyError(f"unknown policy {name!r} (choose from {', '.join(names)}, "
-                      "or give package.module:Class)")
+    raise UnknownPolicy(f"unknown policy {name!r}{did_you_mean(name, names)} (choose from "
+                        f"{', '.join(names)}, or give package.module:Class)")
+
+
+def did_you_mean(name: str, names: Collection[str]) -> str:
+    """`; did you mean 'x'?` for the one of `names` closest to `name` (case aside), or ""."""
+    by_lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
 
 
 def load(plug: PlugIn) -> Factory:

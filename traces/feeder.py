@@ -7,8 +7,14 @@ may simply replay the whole trace (`--speedup` does that without waiting). With 
 feeder then polls `status.query` until every job it fed has finished, which is what a demo
 or a script needs to know before reading the report.
 
+A trace whose job ids the scheduler knows already for other jobs (another trace fed before)
+is refused before anything is sent: fed, its jobs would be taken for a replay and never run.
+It is not renumbered unasked, since a replay must map onto the same ids; `--id-offset N`
+renumbers it, the same way on every replay.
+
 Exit status: 0 all jobs acknowledged (and finished, with --wait); 1 the scheduler could not be
-reached, refused a job, or did not finish in time; 2 bad arguments or trace; 130 interrupted.
+reached, refused a job, knows its ids for other jobs, or did not finish in time; 2 bad
+arguments or trace; 130 interrupted.
 """
 from __future__ import annotations
 
@@ -18,11 +24,11 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
-from specs.limits import MAX_RETRIES, MAX_TIME_SCALE, MAX_TRACE_SECONDS, MAX_WAIT_S
+from specs.limits import MAX_ID, MAX_RETRIES, MAX_TIME_SCALE, MAX_TRACE_SECONDS, MAX_WAIT_S
 from specs.options import OneLineParser, number
 from traces import TraceError, default_trace_path, read_trace
 from traces.record import JobRecord, record_to_map
@@ -147,6 +153,48 @@ class Feeder:
             reason = f"not accepted: {body.get('reason', body)}"
             self.log.warning("job_refused", job_id=record.job_id, reason=reason)
             return reason
+
+    def taken(self, records: Sequence[JobRecord]) -> tuple[list[tuple[int, str]], int]:
+        """The records whose ids the scheduler lists for a different job (GPUs or
+        iterations differ: not a replay of the same trace), each with what differs; and
+        the highest id it knows. One `status.query`, waiting up to `patience` for a
+        scheduler to register, as a submission would."""
+        from broker.client import RequestFailed, RequestTimeout
+
+        deadline = self.clock() + self.patience
+        while True:
+            try:
+                reply = self.requester.request(SERVICE, "status.query", what="all")
+                break
+            except RequestTimeout:
+                raise FeedError(f"cannot reach the scheduler via {self.where}: no answer to "
+                                f"status.query after {1 + self.requester.retries} tries of "
+                                f"{self.requester.timeout:g}s") from None
+            except RequestFailed as err:
+                if err.code not in TRANSIENT:
+                    raise FeedError(f"status.query refused: {err.code}: {err.reason}") \
+                        from None
+                if self.clock() >= deadline:
+                    raise FeedError(f"no scheduler registered with the broker after "
+                                    f"{self.patience:g}s ({err.reason})") from None
+                self.log.info("scheduler_not_ready", reason=err.reason)
+                if self.wait(min(0.5, max(deadline - self.clock(), 0.01))):
+                    raise Interrupted() from None
+        body = reply.get("body") or {}
+        known = {j["job_id"]: j for j in body.get("jobs") or () if isinstance(j, dict)
+                 and isinstance(j.get("job_id"), int)}
+        highest = max([body.get("max_job_id") or 0, *known])
+        found = []
+        for r in records:
+            line = known.get(r.job_id)
+            if line is None:
+                continue
+            differs = [f"{name} {line[name]} there, {mine} here"
+                       for name, mine in (("num_gpu", r.num_gpu), ("iterations", r.iterations))
+                       if name in line and line[name] != mine]
+            if differs:
+                found.append((r.job_id, ", ".join(differs)))
+        return found, highest
 
     def wait_finished(self, job_ids: Sequence[int], timeout: float | None, poll: float,
                       out: TextIO | None = None) -> dict[str, int]:
@@ -281,6 +329,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds between status queries with --wait (default 1)")
     p.add_argument("--wait-endpoints", type=wait, default=30.0, metavar="S",
                    help="seconds to wait for the endpoints file to appear (default 30)")
+    p.add_argument("--id-offset", type=number(0, MAX_ID, integer=True), default=0, metavar="N",
+                   help="add N to every job id (to feed a trace whose ids the scheduler "
+                        "knows for other jobs; the same N on a replay; default 0)")
     p.add_argument("--log-level", default="info")
     p.add_argument("--client-key", default=os.environ.get("INTERLACE_CLIENT_KEY") or None,
                    metavar="FILE", help="CURVE secret certificate for a keyed broker "
@@ -301,6 +352,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not records:
         print(f"{PROG}: the trace has no jobs", file=sys.stderr)
         return 2
+    if args.id_offset:
+        top = max(r.job_id for r in records) + args.id_offset
+        if top > MAX_ID:
+            print(f"{PROG}: --id-offset {args.id_offset}: job ids would reach {top}, past "
+                  f"{MAX_ID}", file=sys.stderr)
+            return 2
+        records = [replace(r, job_id=r.job_id + args.id_offset) for r in records]
     from broker.client import Requester
     from broker.curve import attach_client_key
     from broker.logs import configure_logging
@@ -325,6 +383,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         requester = Requester(endpoints, "feeder", timeout=args.timeout, retries=args.retries)
         feeder = Feeder(requester, log, time_scale=args.time_scale, speedup=args.speedup,
                         patience=args.patience, where=endpoints.requests, wait=stop.wait)
+        clashes, highest = feeder.taken(records)
+        if clashes:
+            job_id, why = clashes[0]
+            raise FeedError(
+                f"{args.trace}: {len(clashes)} of its {len(records)} job ids are the "
+                f"scheduler's already, for other jobs (job {job_id}: {why}); nothing fed, "
+                f"since it would take them for a replay and run none. Feed it with "
+                f"--id-offset {highest + 1 - min(r.job_id for r in records)} (its ids from "
+                f"{highest + 1}, past the highest known)")
         last = max(r.submit_time for r in records) / args.time_scale
         log.info("feed_start", trace=args.trace, jobs=len(records), time_scale=args.time_scale,
                  speedup=args.speedup, expected_s=0.0 if args.speedup else round(last, 1),

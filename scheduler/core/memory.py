@@ -79,18 +79,17 @@ class Room:
     def pools_for(self, jobs: Sequence[JobView]) -> frozenset[int]:
         """The pools where `jobs` (one job, or members of one group, all of one size) may
         run: together where there are several."""
-        first = jobs[0]
+        return frozenset(p for p in range(len(self.pools)) if self._holds(jobs, p))
+
+    def _holds(self, jobs: Sequence[JobView], p: int) -> bool:
+        """Whether pool `p` is one of pools_for(jobs): asked of one pool, it costs one
+        pool's test, not a pass over all of them (a policy asks it per GPU)."""
+        first, pool = jobs[0], self.pools[p]
         if len(jobs) == 1:
-            return frozenset(p for p, pool in enumerate(self.pools)
-                             if holds(pool, first.num_gpu, first.record.gpu_types,
-                                      first.gpu_mem))
-        if any(j.alone for j in jobs):
-            return frozenset()
-        held = held_gb(jobs)
-        return frozenset(
-            p for p, (pool, budget) in enumerate(zip(self.pools, self.budgets))
-            if holds(pool, first.num_gpu, (), 0.0) and held <= budget + SLACK
-            and all(accepts(j.record.gpu_types, pool) for j in jobs))
+            return holds(pool, first.num_gpu, first.record.gpu_types, first.gpu_mem)
+        return (holds(pool, first.num_gpu, (), 0.0) and not any(j.alone for j in jobs)
+                and held_gb(jobs) <= self.budgets[p] + SLACK
+                and all(accepts(j.record.gpu_types, pool) for j in jobs))
 
     def fits(self, jobs: Sequence[JobView]) -> bool:
         """Whether `jobs` may share GPUs somewhere (memory.fits on a Muri-form spec)."""
@@ -102,4 +101,4 @@ class Room:
         """Whether `jobs` may share the GPUs of a node of `pool` (one job: run there)."""
         if self.simple:
             return fits(jobs, self.budgets[0])
-        return pool in self.pools_for(jobs)
+        return 0 <= pool < len(self.pools) and self._holds(jobs, pool)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
 import tempfile
@@ -18,7 +19,8 @@ from typing import Sequence
 from scheduler.core.metrics import JobOutcome, dumps, summary_dict
 from scheduler.core.model import INTERFERENCE
 from scheduler.core.placement import Demand, cpu_misfit
-from scheduler.plugins import PolicyError, describe_plugins, make_policy, policy_names
+from scheduler.plugins import (PolicyError, UnknownPolicy, describe_plugins, did_you_mean,
+                               make_policy, policy_names)
 from scheduler.presets import PRESETS, get_preset
 from scheduler.sim.explain import GroupLog, explain
 from scheduler.sim.simulator import SimResult, simulate
@@ -152,13 +154,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="draw the JCT CDF of the policies (any format matplotlib writes: "
                         ".png, .pdf, .svg, ...)")
     p.add_argument("--out", metavar="DIR", help="write per-job CSV and a summary per policy here")
-    p.add_argument("--explain", action="store_true",
-                   help="after the table, compare the first policy with the last job by job: "
-                        "which finishes each job sooner, time spent waiting, and run time "
-                        "against the job's time alone (why the JCT CDFs cross); then where "
-                        "the time goes by decile of job length (waiting, running slower in "
-                        "a group, restarting) and how groups were made (short with long, "
-                        "regroups per arrival)")
+    p.add_argument("--explain", nargs="?", const="", metavar="A,B",
+                   help="after the table, compare policies A and B of --policy (with no "
+                        "A,B: the first and the last) job by job: which finishes each job "
+                        "sooner, time waiting, and run time against the job's time alone "
+                        "(why the JCT CDFs cross); then where the time goes by decile of job "
+                        "length (waiting, running slower in a group, restarting) and how "
+                        "groups were made (short with long, regroups per arrival)")
     return p
 
 
@@ -247,24 +249,51 @@ def preset_overrides(args: argparse.Namespace) -> dict:
 
 
 
-def _fail(lines) -> int:
+def _fail(lines, status: int = 1) -> int:
     for line in lines:
         print(f"{PROG}: {line}", file=sys.stderr)
-    return 1
+    return status
+
+
+def explain_pair(value: str, policies: list[str]) -> tuple[tuple[str, str] | None, str | None]:
+    """The two policies `--explain [A,B]` compares, or why it cannot (a usage error)."""
+    if len(policies) < 2:
+        return None, "--explain: needs two or more policies, and a table (not --json)"
+    if not value:
+        return (policies[0], policies[-1]), None
+    pair = [p.strip() for p in value.split(",")]
+    if len(pair) != 2 or pair[0] == pair[1]:
+        return None, f"--explain {value}: give two different policies as A,B"
+    for name in pair:
+        if name not in policies:
+            return None, (f"--explain {value}: {name!r} is not in --policy"
+                          f"{did_you_mean(name, policies)} (choose from {', '.join(policies)})")
+    return (pair[0], pair[1]), None
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Ctrl-C ends it with one line and exit status 130; what finished is kept (see run)."""
+    try:
+        return run(argv)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def run(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     preset = get_preset(args.preset, **preset_overrides(args))
-    problems = []
+    problems, usage = [], []
     for name in policies:
         try:
             make_policy(name, preset)  # a plug-in's mistakes show here, before any run
+        except UnknownPolicy as err:
+            usage.append(f"--policy: {err}")
         except PolicyError as err:
             problems.append(f"--policy: {err}")
     if not policies:
-        problems.append("--policy: no policy given")
+        usage.append("--policy: no policy given")
     spec = records = None
     try:
         spec = load_spec(_resolve(args.spec, spec_path, ".csv"))
@@ -293,40 +322,60 @@ def main(argv: list[str] | None = None) -> int:
             problems.extend(tenant_problems(tenancy, records or (), trace_path, policies,
                                              preset))
     problems.extend(check_outputs(args.plot, args.out))
-    if args.explain and (args.json or len(policies) < 2):
-        problems.append("--explain: needs two or more policies, and a table (not --json)")
-    if problems:
-        return _fail(problems)
+    pair = None
+    if args.explain is not None:
+        if args.json:
+            usage.append("--explain: needs two or more policies, and a table (not --json)")
+        elif not usage:
+            pair, why = explain_pair(args.explain, policies)
+            usage.extend([why] if why else [])
+    if usage or problems:
+        return _fail(usage + problems, 2 if usage else 1)
     results: list[SimResult] = []
     logs: dict[str, GroupLog] = {}
-    for name in policies:
-        bar = _Bar(name)
-        bar.begin(len(records))
-        log = logs[name] = GroupLog() if args.explain else None
-        try:
-            result = simulate(records, spec, name, preset, progress=bar, on_round=log,
-                              tenancy=tenancy, round_interval=args.round_interval)
-        except (RuntimeError, PolicyError) as err:
-            bar.close(ok=False)
-            return _fail([f"{name}: {err}"])
-        bar.close()
-        results.append(result)
-        if args.json:
-            extra = {} if result.tenants is None else {"tenants": result.tenants}
-            print(dumps(summary_dict(name, result.summary, round(result.wall_s, 4),
-                                     preset=preset.name, rounds=result.rounds, **extra)),
-                  flush=True)
-        if args.out:
+    name, bar = policies[0], None
+    try:  # a policy is kept (table, plot) once its outputs are written
+        for name in policies:
+            bar = _Bar(name)
+            bar.begin(len(records))
+            log = logs[name] = GroupLog() if pair else None
             try:
-                _write_outputs(Path(args.out), result)
-            except OSError as err:
-                return _fail([f"--out {args.out}: cannot write ({err.strerror or err})"])
+                result = simulate(records, spec, name, preset, progress=bar, on_round=log,
+                                  tenancy=tenancy, round_interval=args.round_interval)
+            except (RuntimeError, PolicyError) as err:
+                bar.close(ok=False)
+                return _fail([f"{name}: {err}"])
+            bar.close()
+            bar = None
+            if args.json:
+                extra = {} if result.tenants is None else {"tenants": result.tenants}
+                print(dumps(summary_dict(name, result.summary, round(result.wall_s, 4),
+                                         preset=preset.name, rounds=result.rounds, **extra)),
+                      flush=True)
+            if args.out:
+                try:
+                    _write_outputs(Path(args.out), result)
+                except OSError as err:
+                    return _fail([f"--out {args.out}: cannot write ({err.strerror or err})"])
+            results.append(result)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close(ok=False)
+        return interrupted(name, results, args, preset)
     if not args.json:
         print(format_table(results))
         if tenancy is not None:
             print("\n" + format_tenants(results))
-    if args.explain:
-        print("\n".join(explain(results[0], results[-1], records, logs)))
+    if pair:
+        by_name = {r.policy: r for r in results}
+        if not args.explain:
+            print(f"\n--explain compares the first and the last of --policy "
+                  f"(--explain A,B picks two):")
+        print("\n".join(explain(by_name[pair[0]], by_name[pair[1]], records, logs)))
+    return _plot(results, args, preset)
+
+
+def _plot(results: list[SimResult], args: argparse.Namespace, preset) -> int:
     if args.plot:
         try:
             plot_cdf(results, Path(args.plot),
@@ -334,6 +383,24 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as err:
             return _fail([f"--plot {args.plot}: cannot write ({err})"])
     return 0
+
+
+def interrupted(name: str, results: list[SimResult], args: argparse.Namespace, preset) -> int:
+    """Ctrl-C while `name` ran: the policies finished before it keep their table and plot
+    (their --out rows are written already); one line says so. Exit status 130."""
+    kept = ", ".join(r.policy for r in results)
+    if results and not args.json:
+        print(format_table(results))
+        if results[0].tenants is not None:
+            print("\n" + format_tenants(results))
+    if results:
+        _plot(results, args, preset)  # a plot that cannot be written says so itself
+    where = "".join(f", {what} in {path}" for what, path in
+                    (("rows", args.out), ("plot", args.plot)) if path and results)
+    print(f"{PROG}: interrupted during {name}; "
+          + (f"kept {kept}{where}" if results else "no policy had finished"),
+          file=sys.stderr)
+    return 130
 
 
 def cpu_problems(records: Sequence, spec, preset, trace: object, shown: int = 5) -> list[str]:
@@ -431,32 +498,57 @@ def format_table(results: list[SimResult]) -> str:
         s = r.summary
         rows.append((r.policy, str(s.jobs), f"{s.avg_jct / 3600:.2f}", f"{s.p50_jct / 3600:.2f}",
                      f"{s.p99_jct / 3600:.2f}", f"{s.makespan / 3600:.2f}",
-                     f"{s.avg_queueing / 3600:.2f}", f"{s.gpu_utilisation:.0%}",
+                     f"{s.avg_queueing / 3600:.2f}", percent(s.gpu_utilisation),
                      str(s.preemptions), f"{s.avg_jct / base:.2f}x", f"{r.wall_s:.2f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows)
 
 
+def percent(share: float) -> str:
+    """A share as a percentage with two significant digits below 10% (a fraction of a
+    percent is never shown as 0%), whole percents from there."""
+    value = 100.0 * share
+    if value == 0 or value >= 10 or not math.isfinite(value):
+        return f"{value:.0f}%"
+    digits = max(1 - math.floor(math.log10(abs(value))), 0)
+    return f"{value:.{digits}f}%"
+
+
 def plot_cdf(results: list[SimResult], path: Path, title: str | None = None) -> None:
-    """The JCT CDF of each result, log hours; `title` says what was run (trace, spec,
-    preset), so a figure that travels alone still says what it shows."""
+    """The JCT CDF of each result, log hours, each policy's mean dashed; beside it the tail
+    (the share of jobs whose JCT passes each value, log-log), where gains in the mean, the
+    tail and the makespan show when the CDFs overlap; the legend gives those figures.
+    `title` says what was run (trace, spec, preset), so a figure that travels alone still
+    says what it shows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (ax, tail) = plt.subplots(1, 2, figsize=(11, 4.2))
     for r in results:
         jct = sorted(o.jct / 3600 for o in r.outcomes if o.end is not None)
-        ax.plot(jct, [(i + 1) / len(jct) for i in range(len(jct))], label=r.policy)
+        if not jct:
+            continue
+        n, s = len(jct), r.summary
+        label = (f"{r.policy}: mean {s.avg_jct / 3600:.4g} h, p99 {s.p99_jct / 3600:.4g} h, "
+                 f"makespan {s.makespan / 3600:.4g} h")
+        line, = ax.plot(jct, [(i + 1) / n for i in range(n)], label=label)
+        ax.axvline(s.avg_jct / 3600, color=line.get_color(), linestyle="--", linewidth=0.8)
+        tail.plot(jct, [(n - i) / n for i in range(n)], color=line.get_color())
     ax.set_xscale("log")
-    ax.set_xlabel("JCT (hours)")
-    ax.set_ylabel("fraction of jobs")
-    ax.legend()
+    ax.set_xlabel("JCT (hours; dashed: each policy's mean)")
+    ax.set_ylabel("fraction of jobs finished")
+    tail.set_xscale("log")
+    tail.set_yscale("log")
+    tail.set_xlabel("JCT (hours)")
+    tail.set_ylabel("fraction of jobs with a longer JCT")
+    fig.legend(loc="lower center", ncol=1, fontsize=8, frameon=False)
     if title:
         ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
+    for a in (ax, tail):
+        a.grid(alpha=0.3)
+    fig.tight_layout(rect=(0, 0.045 * max(len(results), 1) + 0.02, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -65,7 +65,8 @@ def breakdown(a, b, logs: dict | None = None) -> list[str]:
     if not common or done_a[common[0]].running is None:
         return []
     na, nb = a.policy, b.policy
-    lines = [f"where the time goes (mean seconds per job; decile by the time a job needs alone):",
+    lines = [f"where the time goes (mean seconds per job; decile by the time a job needs "
+             f"alone; wait as above):",
              f"  {'decile':>6} {'alone':>9} | {na[:8]:>8}: {'wait':>8} {'slower':>8} "
              f"{'restart':>7} | {nb[:8]:>8}: {'wait':>8} {'slower':>8} {'restart':>7} | "
              f"{'JCT ' + nb[:8] + '/' + na[:8]:>20}"]
@@ -87,10 +88,10 @@ def breakdown(a, b, logs: dict | None = None) -> list[str]:
         lines.append(f"  {d + 1:>6} {ma[1]:>9,.0f} | {'':>8}  {ma[0]:>8,.0f} {ma[2]:>8,.0f} "
                      f"{ma[3]:>7,.0f} | {'':>8}  {mb[0]:>8,.0f} {mb[2]:>8,.0f} {mb[3]:>7,.0f} | "
                      f"{jct_b / jct_a if jct_a else float('nan'):>19.2f}x")
-    for name in (na, nb):
-        wait, _, slower, restart = (v / n for v in totals[name])
-        lines.append(f"  {name}: per job {wait:,.0f} s waiting, {slower:,.0f} s slower than "
-                     f"alone, {restart:,.0f} s restarting")
+    for name in (na, nb):  # (waiting per job is said once, above)
+        _, _, slower, restart = (v / n for v in totals[name])
+        lines.append(f"  {name}: per job {slower:,.0f} s slower than alone, {restart:,.0f} s "
+                     f"restarting")
     for result in (a, b):
         log = (logs or {}).get(result.policy)
         if log is None or not log.formed:
@@ -109,9 +110,9 @@ def breakdown(a, b, logs: dict | None = None) -> list[str]:
 
 def explain(a, b, records, logs: dict | None = None) -> list[str]:
     """Why two JCT CDFs can cross, in numbers: per job, which policy finishes it sooner; how
-    long jobs wait (submit to first start); and how long they run against their time alone
-    (first start to end over the trace's duration; sharing GPUs stretches it, so does a
-    preemption). A policy can finish most jobs later and still win on the mean and the tail
+    long jobs run (holding GPUs) against their time alone (sharing GPUs stretches it) and how
+    long they wait (not holding GPUs: queued, or stopped); the two add up to the JCT
+    (`job_parts`). A policy can finish most jobs later and still win on the mean and the tail
     when what it loses per job is small and what it saves the long waiters is large. Then
     the breakdown of where the time goes (see `breakdown`)."""
     alone = {r.job_id: r.duration for r in records}
@@ -125,11 +126,11 @@ def explain(a, b, records, logs: dict | None = None) -> list[str]:
     longest = sorted(common, key=lambda j: alone.get(j, 0.0))[-max(len(common) // 10, 1):]
 
     def stretch(done: dict) -> float:
-        return median((done[j].end - done[j].start) / alone[j] for j in common
-                      if alone.get(j, 0) > 0 and done[j].start is not None)
+        return median((done[j].jct - job_parts(done[j])[0]) / alone[j] for j in common
+                      if alone.get(j, 0) > 0)
 
     def waiting(done: dict, jobs: list[int]) -> float:
-        return mean(done[j].queueing for j in jobs if done[j].start is not None) / 3600
+        return mean(job_parts(done[j])[0] for j in jobs) / 3600
 
     def pct(jobs: list[int]) -> str:
         return f"{len(jobs) / len(common):.0%}"
@@ -137,15 +138,15 @@ def explain(a, b, records, logs: dict | None = None) -> list[str]:
     na, nb = a.policy, b.policy
     ties = len(common) - len(sooner_a) - len(sooner_b)
     return [
-        f"{na} against {nb}, job by job ({len(common)} jobs):",
+        f"{na} against {nb}, job by job ({len(common)} jobs finished under both):",
         f"  {na} finishes {pct(sooner_a)} of them sooner, {nb} {pct(sooner_b)}"
         + (f" ({ties} equal)" if ties else "")
         + f"; median JCT {a.summary.p50_jct / 3600:.2f} h against {b.summary.p50_jct / 3600:.2f} h",
-        f"  running: a job runs a median {stretch(done_a):.2f}x its time alone under {na}, "
-        f"{stretch(done_b):.2f}x under {nb}",
-        f"  waiting: {waiting(done_a, common):.2f} h on average under {na}, "
-        f"{waiting(done_b, common):.2f} h under {nb}; the longest tenth of jobs "
-        f"{waiting(done_a, longest):.2f} h against {waiting(done_b, longest):.2f} h",
+        f"  running (holding GPUs, restarts included): a median {stretch(done_a):.2f}x the "
+        f"job's time alone under {na}, {stretch(done_b):.2f}x under {nb}",
+        f"  waiting (not holding GPUs: queued, or stopped): {waiting(done_a, common):.2f} h "
+        f"per job under {na}, {waiting(done_b, common):.2f} h under {nb}; the longest tenth "
+        f"of jobs {waiting(done_a, longest):.2f} h against {waiting(done_b, longest):.2f} h",
         f"  the jobs {nb} finishes sooner gain "
         f"{sum(done_a[j].jct - done_b[j].jct for j in sooner_b) / 3600:,.0f} job-hours, "
         f"those it finishes later lose "

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from scheduler.plugins import PolicyError, make_policy, policy_names
+from scheduler.plugins import PolicyError, UnknownPolicy, make_policy, policy_names
 from scheduler.presets import PRESETS, get_preset
 from scheduler.sim.cli import cpu_problems, tenant_problems
 from scheduler.tools.sweep_dask import DaskError, dask_missing, run_dask
@@ -115,6 +115,10 @@ class _Progress:
         self.stream.flush()
 
 
+class Usage(str):
+    """A problem that is a usage error (a name that names nothing): exit status 2."""
+
+
 def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[str],
                          dict[str, str] | None]:
     """(problems, spec, records by trace, traces, policies, presets, tenants files' texts by
@@ -125,7 +129,7 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
     for flag, names in (("--traces", traces), ("--policies", policies), ("--presets", presets),
                         ("--tenants", [NONE] if tenants is None else tenants)):
         if not names:
-            problems.append(f"{flag}: none given")
+            problems.append(Usage(f"{flag}: none given"))
     if args.dask and (missing := dask_missing()):
         problems.append(f"--dask: {missing}")
     spec = None
@@ -150,11 +154,13 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
         try:
             made = get_preset(preset)
         except ValueError as err:
-            problems.append(f"--presets: {err}")
+            problems.append(Usage(f"--presets: {err}"))
             continue
         for policy in dict.fromkeys(policies):
             try:
                 make_policy(policy, made)  # the worker makes it again by the same name
+            except UnknownPolicy as err:
+                problems.append(Usage(f"--policies: {err}"))
             except PolicyError as err:  # one line that names the policy or plug-in
                 problems.append(f"--policies: {err}")
         for trace, jobs in records.items():  # jobs that would wait for ever: as interlace-sim
@@ -181,9 +187,10 @@ def _check(args) -> tuple[list[str], object, dict, list[str], list[str], list[st
 
 
 def _fail(lines) -> int:
+    status = 2 if any(isinstance(x, Usage) for x in lines) else 1
     for line in dict.fromkeys(str(x) for x in lines):
         print(f"{PROG}: {line}", file=sys.stderr)
-    return 1
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,7 +42,7 @@ QUICK_MARK = "<!-- quick -->"
 # Tools the pages may name that are not this project's: their options are theirs to check.
 STANDARD_TOOLS = frozenset({
     "pip", "scancel", "scontrol", "squeue", "sbatch", "dask", "kill", "cd", "mkdir", "export",
-    "cat", "ls", "curl", "sqlite3", "git", "prometheus", "chromium", "apt-get"})
+    "cat", "ls", "curl", "sqlite3", "git", "prometheus", "chromium", "apt-get", "."})
 
 
 def _console_scripts() -> dict[str, str]:

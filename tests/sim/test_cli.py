@@ -39,7 +39,7 @@ def test_bad_inputs_give_one_line_each_and_no_traceback(tmp_path, capsys):
     bad.write_text("job_id,num_gpu\n1,x\n")
     rc = main(["--trace", str(bad), "--spec", str(tmp_path / "missing.csv"), "--policy", "nope"])
     err = capsys.readouterr().err
-    assert rc == 1
+    assert rc == 2  # a policy name that names none is a usage error; the others said too
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert any("unknown policy 'nope'" in line for line in lines)
@@ -167,13 +167,13 @@ def test_explain_puts_the_crossing_cdfs_in_numbers_job_by_job(tmp_path, capsys):
         in out
     gain = sum(jct["srsf"][j] - jct["muri-s"][j] for j in later) / 3600
     assert f"the jobs muri-s finishes sooner gain {gain:,.0f} job-hours" in out
-    assert "x its time alone under srsf" in out and "longest tenth" in out
+    assert "x the job's time alone under srsf" in out and "longest tenth" in out
 
 
 def test_explain_needs_two_policies_and_a_table(capsys):
     for argv in (["--policy", "srsf", "--explain"], ["--policy", "srsf,fifo", "--explain",
                                                      "--json"]):
-        assert main(argv) == 1
+        assert main(argv) == 2  # a usage error
         assert "--explain: needs two or more policies" in capsys.readouterr().err
 
 
@@ -299,3 +299,49 @@ def _bad(tmp_path, value: str) -> int:
     spec.write_text("pool,nodes,gpus_per_node,gpu_type,gpu_mem_gb,cpus_per_node,mem_per_node\n"
                     "t4,1,8,T4,16,64,256\n")
     return main(["--spec", str(spec), "--policy", "fifo", "--gpu-speed", value])
+
+
+@pytest.mark.parametrize("name, closest", [("muri_s", "muri-s"), ("Tiresias", "tiresias"),
+                                           ("antmann", "antman")])
+def test_a_misspelt_policy_is_a_usage_error_that_suggests_the_closest(name, closest, capsys):
+    assert main(["--policy", f"srsf,{name}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"unknown policy {name!r}; did you mean {closest!r}?" in err[0]
+
+
+def test_a_policy_name_nothing_resembles_gets_no_suggestion(capsys):
+    assert main(["--policy", "zzzz"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown policy 'zzzz' (choose from" in err and "did you mean" not in err
+
+
+def test_the_live_scheduler_refuses_a_misspelt_policy_the_same_way(tmp_path, capsys):
+    from scheduler.live.cli import parse_args
+
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--spec", "n2g8", "--endpoints", str(tmp_path / "e.json"), "--run-dir",
+                    str(tmp_path), "--policy", "muri_l"])
+    assert stop.value.code == 2
+    assert "unknown policy 'muri_l'; did you mean 'muri-l'?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("share, shown", [(0.0, "0%"), (0.0004, "0.040%"), (0.0037, "0.37%"),
+                                          (0.0123, "1.2%"), (0.0999, "10.0%"), (0.83, "83%"),
+                                          (1.0, "100%")])
+def test_utilisation_keeps_the_digits_a_small_share_needs(share, shown):
+    from scheduler.sim.cli import percent
+
+    assert percent(share) == shown
+
+
+def test_the_table_never_shows_a_fraction_of_a_percent_as_zero():
+    from types import SimpleNamespace
+
+    from scheduler.sim.cli import format_table
+
+    summary = SimpleNamespace(jobs=3, avg_jct=3600.0, p50_jct=3600.0, p99_jct=3600.0,
+                              makespan=7200.0, avg_queueing=0.0, gpu_utilisation=0.0021,
+                              preemptions=0)
+    table = format_table([SimpleNamespace(policy="srsf", summary=summary, wall_s=0.1)])
+    util = table.splitlines()[1].split()[7]
+    assert util == "0.21%"

@@ -65,3 +65,81 @@ def test_explain_prints_the_breakdown_by_decile_and_the_groups(tmp_path, capsys)
     assert len(deciles) == 10
     assert "srsf: per job" in out and " 0 s slower than alone" in out.split("srsf: per job")[1]
     assert "muri-s: " in out and "groups formed" in out and "regroups" in out
+
+
+# -- the comparison's figures against a case worked by hand ---------------------------------
+
+def _result(policy, summary, outcomes):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(policy=policy, outcomes=outcomes,
+                           summary=SimpleNamespace(**summary))
+
+
+def _hours(job, submit, start, end, running, alone, overhead=0.0):
+    h = 3600.0
+    return JobOutcome(job, 1, "vgg16", submit=submit * h, start=start * h, end=end * h,
+                      preemptions=0, starts=1, running=running * h, alone=alone * h,
+                      overhead=overhead * h)
+
+
+def test_the_explained_figures_match_a_case_worked_by_hand():
+    from types import SimpleNamespace
+
+    from scheduler.sim.explain import explain
+
+    # three jobs needing 1, 2 and 10 h alone, all submitted at 0 (hours below)
+    records = [SimpleNamespace(job_id=j, duration=d * 3600.0) for j, d in ((1, 1), (2, 2),
+                                                                             (3, 10))]
+    # srsf: job 1 at once; job 2 queued 1 h; job 3 queued 3 h, stopped 4 h, 1 h restarting
+    a = _result("srsf", {"p50_jct": 3 * 3600.0, "avg_jct": 22 / 3 * 3600.0,
+                         "p99_jct": 18 * 3600.0},
+                [_hours(1, 0, 0, 1, 1, 1), _hours(2, 0, 1, 3, 2, 2),
+                 _hours(3, 0, 3, 18, 11, 10, overhead=1)])
+    # muri-s: every job shares, so runs slower (1.5x, 1.25x, 1.2x its time alone), and
+    # waits 0.5 h, 0.5 h and 4 h
+    b = _result("muri-s", {"p50_jct": 3 * 3600.0, "avg_jct": 7 * 3600.0,
+                           "p99_jct": 16 * 3600.0},
+                [_hours(1, 0, 0.5, 2, 1.5, 1), _hours(2, 0, 0.5, 3, 2.5, 2),
+                 _hours(3, 0, 1.5, 16, 12, 10)])
+    out = explain(a, b, records)
+    text = "\n".join(out)
+    assert out[0] == "srsf against muri-s, job by job (3 jobs finished under both):"
+    # job 1 sooner under srsf (1 h < 2 h), job 3 under muri-s (16 h < 18 h), job 2 equal
+    assert "srsf finishes 33% of them sooner, muri-s 33% (1 equal)" in text
+    # running = JCT - waiting: srsf 1/1, 2/2, 11/10 -> median 1.00; muri-s 1.5, 1.25, 1.2
+    assert "a median 1.00x the job's time alone under srsf, 1.25x under muri-s" in text
+    # waiting = JCT - running: srsf 0, 1, 7 -> 2.67 h; muri-s 0.5, 0.5, 4 -> 1.67 h;
+    # the longest tenth is job 3: 7 h against 4 h
+    assert ("waiting (not holding GPUs: queued, or stopped): 2.67 h per job under srsf, "
+            "1.67 h under muri-s; the longest tenth of jobs 7.00 h against 4.00 h") in text
+    # job 3 gains 18 - 16 = 2 job-hours, job 1 loses 2 - 1 = 1
+    assert "the jobs muri-s finishes sooner gain 2 job-hours, those it finishes later lose 1" \
+        in text
+    # the breakdown: slower = running - restarts - alone; srsf 0, muri-s (0.5+0.5+2)/3 h
+    assert "srsf: per job 0 s slower than alone, 1,200 s restarting" in text
+    assert "muri-s: per job 3,600 s slower than alone, 0 s restarting" in text
+    # one waiting figure per policy, said once
+    assert text.count("waiting") == 1
+
+
+def test_explain_names_the_pair_it_compares(capsys):
+    argv = ["--policy", "srsf,tiresias,muri-s"]
+    assert main([*argv, "--explain", "muri-s,tiresias"]) == 0
+    out = capsys.readouterr().out
+    assert "muri-s against tiresias, job by job" in out and "first and the last" not in out
+    assert main([*argv, "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "compares the first and the last of --policy" in out
+    assert "srsf against muri-s, job by job" in out
+
+
+@pytest.mark.parametrize("value, says", [
+    ("srsf,muri_s", "'muri_s' is not in --policy; did you mean 'muri-s'?"),
+    ("srsf", "give two different policies as A,B"),
+    ("srsf,srsf", "give two different policies as A,B"),
+])
+def test_a_bad_explain_pair_is_a_usage_error(value, says, capsys):
+    assert main(["--policy", "srsf,muri-s", "--explain", value]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.splitlines()) == 1

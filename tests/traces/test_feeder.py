@@ -219,3 +219,89 @@ def test_cli_missing_endpoints_file(tmp_path):
     assert proc.returncode == 1
     assert "endpoints file" in proc.stderr and "no such file" in proc.stderr
     _no_traceback(proc)
+
+
+class KnowingScheduler(FakeScheduler):
+    """A fake that lists each known job with its GPUs and iterations, as the real one's
+    status.query does, and the highest id it knows."""
+
+    def __init__(self):
+        super().__init__()
+        self.jobs: dict[int, dict] = {}
+
+    def __call__(self, msg):
+        if msg.type == "job.submit":
+            with self.lock:
+                self.jobs.setdefault(msg["job"]["job_id"], msg["job"])
+        reply = super().__call__(msg)
+        if msg.type == "status.query":
+            with self.lock:
+                for line in reply["jobs"]:
+                    known = self.jobs[line["job_id"]]
+                    line.update(num_gpu=known["num_gpu"], iterations=known["iterations"])
+                reply["max_job_id"] = max(self.jobs, default=0)
+        return reply
+
+
+def test_a_second_trace_whose_ids_are_taken_is_refused_and_fed_with_an_offset(tmp_path):
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    write_trace(first, _records())
+    # the same ids 0-4 for other jobs: two GPUs each, and other lengths
+    write_trace(second, [job(j, num_gpu=2, iterations=50 + j, submit=10.0 * j)
+                         for j in range(5)])
+    fake = KnowingScheduler()
+    with broker_thread(startup_grace=5.0) as broker:
+        with service_thread(broker.endpoints, "scheduler", fake, heartbeat=0.1):
+            ep = tmp_path / "endpoints.json"
+            broker.endpoints.save(ep)
+            feed = ("--endpoints", str(ep), "--speedup")
+            assert _run(str(first), *feed).returncode == 0
+            replay = _run(str(first), *feed)  # the same trace again: a replay, harmless
+            refused = _run(str(second), *feed)
+            offset = _run(str(second), *feed, "--id-offset", "5")
+            offset_again = _run(str(second), *feed, "--id-offset", "5")
+    assert replay.returncode == 0 and "5/5 jobs acknowledged (0 new, 5 already known)" \
+        in replay.stdout
+    assert refused.returncode == 1
+    lines = [line for line in refused.stderr.splitlines() if line.startswith("interlace-feed")]
+    assert len(lines) == 1, refused.stderr
+    assert ("5 of its 5 job ids are the scheduler's already, for other jobs (job 0: num_gpu "
+            "1 there, 2 here, iterations 100 there, 50 here); nothing fed") in lines[0]
+    assert "--id-offset 5 (its ids from 5" in lines[0]
+    assert offset.returncode == 0 and "5/5 jobs acknowledged (5 new, 0 already known)" \
+        in offset.stdout
+    assert offset_again.returncode == 0  # the renumbered trace replays onto the same ids
+    assert fake.order == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [fake.jobs[j]["num_gpu"] for j in range(5, 10)] == [2] * 5
+    _no_traceback(refused)
+
+
+def test_the_id_check_waits_for_a_scheduler_to_register_as_a_submission_would():
+    from broker.client import RequestFailed
+
+    class Late:
+        """A broker with no scheduler for two requests, then one that knows job 0."""
+
+        retries, timeout = 0, 1.0
+
+        def __init__(self):
+            self.asked = 0
+
+        def request(self, service, method, **fields):
+            self.asked += 1
+            if self.asked <= 2:
+                raise RequestFailed("no_service", "no scheduler registered")
+            return {"ok": True, "body": {"jobs": [{"job_id": 0, "state": "running",
+                                                   "num_gpu": 4, "iterations": 100}],
+                                         "max_job_id": 7}}
+
+    now = [0.0]
+    feeder = Feeder(Late(), structlog.get_logger("test"), patience=30.0,
+                    clock=lambda: now[0], wait=lambda s: now.__setitem__(0, now[0] + s))
+    taken, highest = feeder.taken([job(0), job(1)])
+    assert feeder.requester.asked == 3
+    assert taken == [(0, "num_gpu 4 there, 1 here")] and highest == 7
+    impatient = Feeder(Late(), structlog.get_logger("test"), patience=0.4,
+                       clock=lambda: now[0], wait=lambda s: now.__setitem__(0, now[0] + s))
+    with pytest.raises(FeedError, match="no scheduler registered with the broker after 0.4s"):
+        impatient.taken([job(0)])

@@ -17,6 +17,7 @@ from scheduler.core.placement import ClusterState
 from scheduler.core.policies.base import Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status
+from specs.fit import accepts
 
 # A GPU's load as AntMan books it; opportunistic jobs go to the least-loaded GPUs below the
 # cap. A guaranteed job's load is booked in two steps (most when it takes a GPU, the rest once
@@ -112,6 +113,9 @@ class AntMan(Policy):
         self._pool_of: list[int] = []
         self._cluster: ClusterState | None = None
         self._lonely = False  # a job must run alone (memory.py): every slot is checked
+        # GPUs no guaranteed job holds, and GPUs below the load cap: kept as slots change,
+        # since counting them takes a pass over every GPU of the cluster each round
+        self._unowned = self._open = 0
 
     def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
         return sorted(pending, key=self._kept.key)  # stable: the order given among ties
@@ -133,6 +137,7 @@ class AntMan(Policy):
             self._pools.append(range(start, start + pool.nodes))
             start += pool.nodes
         self.gpus = [[_Gpu() for _ in range(count)] for count in spec.node_gpus()]
+        self._unowned = self._open = sum(spec.node_gpus())
 
     def on_finish(self, job: JobView, now: float) -> None:
         if (self._by_id.pop(job.id, None) is not None and job.priority != 0
@@ -153,13 +158,21 @@ class AntMan(Policy):
         for node, gpu in hold.gpus:
             slot = self.gpus[node][gpu]
             slot.owner = None
-            slot.load -= share
+            self._unowned += 1
+            self._add_load(slot, -share)
             slot.stamp = stamp
         for node, gpu in self.guest_gpus.pop(job_id, ()):
             slot = self.gpus[node][gpu]
             slot.guests.remove(job_id)
-            slot.load -= GUEST_LOAD
+            self._add_load(slot, -GUEST_LOAD)
             slot.stamp = stamp
+
+    def _add_load(self, slot: _Gpu, amount: float) -> None:
+        """Books `amount` on `slot` (a float sum, as AntMan books it) and keeps the count
+        of GPUs open to guests."""
+        was_open = slot.load < LOAD_CAP
+        slot.load += amount
+        self._open += (slot.load < LOAD_CAP) - was_open
 
     def _let_go(self, shown: set[int]) -> None:
         """Jobs the round holds back (RoundContext.partial) give up their GPUs; an
@@ -246,7 +259,8 @@ class AntMan(Policy):
         for gpu in free:
             slot = self.gpus[node][gpu]
             slot.owner = job.id
-            slot.load += GUARANTEED_LOAD - COMPLETION_LOAD
+            self._unowned -= 1
+            self._add_load(slot, GUARANTEED_LOAD - COMPLETION_LOAD)
             slot.stamp = self._changes
             hold.gpus.append((node, gpu))
         hold.missing -= len(free)
@@ -313,20 +327,21 @@ class AntMan(Policy):
         self._changes += 1
         for node, gpu in hold.gpus:
             slot = self.gpus[node][gpu]
-            slot.load += COMPLETION_LOAD
+            self._add_load(slot, COMPLETION_LOAD)
             slot.stamp = self._changes
         return True
 
     # -- opportunistic jobs ----------------------------------------------------------------
     def _place_opportunistic(self, job: JobView) -> bool:
-        bounded = self._budget != math.inf or self._lonely or not self._space.simple
-        open_gpus = [(slot.load, node, gpu)
-                     for node, row in enumerate(self.gpus)
-                     for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
-                     and (not bounded or self._room_for(slot, job, node))]
-        if not self._space.simple:  # one pool's: the one whose least loaded GPUs load least
+        if self._space.simple:
+            bounded = self._budget != math.inf or self._lonely
+            open_gpus = [(slot.load, node, gpu)
+                         for node, row in enumerate(self.gpus)
+                         for gpu, slot in enumerate(row) if slot.load < LOAD_CAP
+                         and (not bounded or self._room_for(slot, job, node))]
+        else:  # one pool's: the one whose least loaded GPUs load least
             by_pool: dict[int, list] = {}
-            for entry in open_gpus:
+            for entry in self._open_in_pools(job):
                 by_pool.setdefault(self._pool_of[entry[1]], []).append(entry)
             fitting = [sorted(found, key=_load)[:job.num_gpu] for found in by_pool.values()
                        if len(found) >= job.num_gpu]
@@ -339,10 +354,33 @@ class AntMan(Policy):
         for node, gpu in chosen:
             slot = self.gpus[node][gpu]
             slot.guests.append(job.id)
-            slot.load += GUEST_LOAD
+            self._add_load(slot, GUEST_LOAD)
             slot.stamp = self._changes
         self.guest_gpus[job.id] = chosen
         return True
+
+    def _open_in_pools(self, job: JobView) -> list[tuple[float, int, int]]:
+        """(load, node, GPU) of each GPU below the load cap with room for `job`, node by
+        node, on a cluster of pools. Pools of a type the job does not accept, or with fewer
+        GPUs than it needs, are passed over (no GPU there could be chosen); the jobs already
+        on a GPU are tested with it once per pool, not once per GPU (an owner holds several,
+        and every idle GPU of a pool holds none)."""
+        gpus, pools, found = self.gpus, self._space.pools, []
+        types, tested = job.record.gpu_types, {}
+        for p, nodes in enumerate(self._pools):
+            if pools[p].gpus < job.num_gpu or not accepts(types, pools[p]):
+                continue
+            for node in nodes:
+                for gpu, slot in enumerate(gpus[node]):
+                    if slot.load >= LOAD_CAP:
+                        continue
+                    key = (p, slot.owner, *slot.guests)
+                    room = tested.get(key)
+                    if room is None:
+                        room = tested[key] = self._room_for(slot, job, node)
+                    if room:
+                        found.append((slot.load, node, gpu))
+        return found
 
     # -- the round -------------------------------------------------------------------------
     def plan(self, ctx: RoundContext) -> Plan:
@@ -411,14 +449,7 @@ class AntMan(Policy):
 
     def _room(self) -> tuple[int, int]:
         """GPUs no guaranteed job holds, and GPUs below the load cap (open to a guest)."""
-        unowned = open_gpus = 0
-        for row in self.gpus:
-            for slot in row:
-                if slot.owner is None:
-                    unowned += 1
-                if slot.load < LOAD_CAP:
-                    open_gpus += 1
-        return unowned, open_gpus
+        return self._unowned, self._open
 
     def _group(self, job: JobView, by_id: dict[int, JobView]) -> Group:
         """The job's group, from the cache while nothing on its GPUs changed."""
