@@ -68,8 +68,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                         "arrivals, completions and agent changes start a round at once")
     p.add_argument("--round-interval", type=seconds, default=0.0, metavar="SECONDS",
                    help="plan only at multiples of SECONDS trace seconds, where something "
-                        "happened since the last round, as a scheduler on a period does (the "
-                        "simulator's --round-interval; default 0: a round at every event)")
+                        "happened since the last round, as a scheduler on a period does, and "
+                        "as interlace-sim can (default 0: a round at every event)")
     p.add_argument("--agent-timeout", type=seconds, default=10.0,
                    help="wall seconds without a heartbeat before an agent is dead (default 10)")
     p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
