@@ -1,5 +1,6 @@
-"""The completion rule: the expected starts it reads (against a brute-force schedule written
-here) and which merges it admits (against sums worked out by hand)."""
+"""The merge rules. The completion rule: the expected starts it reads (against a brute-force
+schedule written here) and which merges it admits; the gain rule: which merges add a tenth
+to the work done (against sums worked out by hand)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.policies.muri_outlook import Outlook, merge_pays, outlook, packing_stats
+from scheduler.core.policies.muri_outlook import (Outlook, gain_pays, merge_pays, outlook,
+                                                 packing_stats)
 
 
 @dataclass(eq=False)
@@ -101,3 +103,28 @@ def test_a_queue_behind_makes_the_gpu_time_saved_count():
 
     assert not pays(32)
     assert pays(33)
+
+
+def test_a_merge_is_weighed_over_the_pair_s_life_not_the_long_member_s():
+    # a long job runs (10,000 iterations of 1 s), a short one waits 500 s (100 of 1 s);
+    # merged at 1.3 s an iteration the pair lasts 130 s: the long one loses
+    # 130 (1 - 1/1.3) = 30 s, the short one 30 s too but starts 500 s sooner: -440 < 0.
+    # Charged over the long job's whole life (10,000 x 0.3 = 3,000 s) it would not pay.
+    look = Outlook(start={0: 0.0, 1: 500.0}, iterations={0: 10_000.0, 1: 100.0},
+                   behind={0: 0, 1: 0}, gpus=16)
+    assert _pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([1.3]), 1, 16)[0]
+    # ... while a wait of 50 s is less than the 60 s the pair loses
+    look = Outlook(start={0: 0.0, 1: 50.0}, iterations={0: 10_000.0, 1: 100.0},
+                   behind={0: 0, 1: 0}, gpus=16)
+    assert not _pays(_single(look, 0, 1.0), _single(look, 1, 1.0), np.array([1.3]), 1, 16)[0]
+
+
+def test_the_gain_rule_takes_a_merge_that_adds_a_tenth_to_the_work_done():
+    # two packings of 1.0 s and 0.8 s an iteration: merged at 1.6 s they do
+    # (1.0 + 0.8) / 1.6 = 1.125x the work a second (+12.5%); at 1.65 s, +9.1%
+    stats = np.array([[1.0, 0, 1, 0, 0, 0, 0], [0.8, 0, 1, 0, 0, 0, 0]], dtype=float)
+    rows, cols = np.array([0, 0]), np.array([1, 1])
+    assert gain_pays(stats, rows, cols, np.array([1.6, 1.65]), 1, 16, 0.1).tolist() \
+        == [True, False]
+    assert gain_pays(stats, rows, cols, np.array([1.65, 1.7]), 1, 16, 0.05).tolist() \
+        == [True, True]
