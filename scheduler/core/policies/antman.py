@@ -240,7 +240,11 @@ class AntMan(Policy):
         else:
             best, best_free = None, -1
             for pool in sorted(self._cluster.need((job,))):
-                free = sum(len(self._free(node, job)) for node in self._pools[pool])
+                free = 0
+                for node in self._pools[pool]:  # counted only as far as it must be
+                    free += len(self._free(node, job))
+                    if free >= hold.missing:
+                        break
                 if free >= hold.missing:
                     best = pool
                     break
