@@ -144,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
         for spec in specs:
             by_module[str(Path(spec.module_path).relative_to(work))].append(spec)
         results, counts = [], defaultdict(Counter)
-        for module in sorted(by_module):
+        order = sorted(by_module)
+        random.Random(seed).shuffle(order)  # a budget cut leaves out modules at random
+        for module in order:
+            if time.monotonic() - started > args.budget:
+                counts[module]["not_run"] += len(by_module[module])
+                continue
             tests = args.tests or tests_for(module)
             if not tests:
                 print(f"{module}: no test file imports it; {len(by_module[module])} mutants "
@@ -174,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({"module": module, "line": line, "operator": spec.operator_name,
                                 "occurrence": spec.occurrence, "outcome": outcome,
                                 "seconds": round(secs, 1), "diff": diff, "tests": tests})
+                print(f"{outcome:8} {module}:{line} {spec.operator_name} {secs:.0f} s",
+                      flush=True)
                 if outcome == "survived":
-                    print(f"SURVIVED {module}:{line} {spec.operator_name}\n{diff}", flush=True)
+                    print(diff, flush=True)
     print(report(counts))
     print(f"mutants: seed {seed}; {time.monotonic() - started:.0f} s", flush=True)
     if args.json:
