@@ -1,10 +1,14 @@
 """Hypothesis profiles: `ci` draws the same examples on every run, so a red CI always
-reproduces; a developer's run (the default profile) explores fresh ones each time."""
+reproduces; a developer's run (the default profile) explores fresh ones each time; `explore`
+(.ci/run's randomized pass) draws fresh ones from the seed it is given (`--hypothesis-seed`),
+with no example database, so that seed alone replays a failure."""
 import os
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", database=None, print_blob=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
@@ -42,10 +46,13 @@ SLOW_LAYERS = frozenset({"e2e"})  # whole systems of real processes: every test 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
-    """Tests in the folders of whole-system runs are `slow` (see setup.cfg's markers)."""
+    """Tests in the folders of whole-system runs are `slow`, and hypothesis tests are
+    `property` (see setup.cfg's markers)."""
     for item in items:
         if item.path.parent.name in SLOW_LAYERS:
             item.add_marker(pytest.mark.slow)
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
 
 
 # -- real components (Prometheus, Slurm, chromium, strace, a second address) --------------------

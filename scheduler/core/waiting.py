@@ -20,8 +20,8 @@ REASONS = MappingProxyType({
     "unfit": "the online nodes that could hold it have fewer GPUs than it needs",
     "over_quota": "its tenant would pass its quota plus borrowing limit (its quota alone, "
                   "for a class that may not borrow)",
-    "no_idle_to_borrow": "its tenant is past its quota and may borrow more, but its cohort "
-                         "has no idle GPUs to lend it now",
+    "no_idle_to_borrow": "with it, its tenant would pass its quota (within its borrowing "
+                         "limit), but its cohort has no idle GPUs to lend it now",
     "no_cpus_to_borrow": "its tenant may borrow the GPUs, but the CPUs the admitted jobs leave "
                          "are fewer than it asks (lending is dominant-resource fair)",
     "waiting_for_reclaim": "owed to its tenant, but borrowers still hold the GPUs: they are "
@@ -117,9 +117,9 @@ def _held_back(layer: Any, job: Job, places: dict[str, dict[int, int]]) -> Waiti
                                             f"it asks {asks} CPUs and "
                                             f"{max(0, admission.cpus_left)} of the cluster's "
                                             f"{admission.cpus} are left; {of}", ahead)
-    return Waiting("no_idle_to_borrow", f"tenant {name} holds {held} GPUs, past its quota "
-                                        f"{tenant.quota}; its cohort lends no idle GPUs now; "
-                                        f"{of}", ahead)
+    return Waiting("no_idle_to_borrow", f"tenant {name} holds {held} GPUs; {job.num_gpu} "
+                                        f"more would pass its quota {tenant.quota} and its "
+                                        f"cohort lends no idle GPUs now; {of}", ahead)
 
 
 def _guarded(layer: Any, job: Job, ahead: int) -> Waiting | None:

@@ -292,13 +292,17 @@ def test_null_gate_has_the_same_interface():
 
 # -- the gated emulated loop ------------------------------------------------------------------
 
-def test_emulated_stage_times_match_the_profile():
+def test_emulated_stages_take_at_least_the_profile():
+    """Each emulated stage lasts its profile's time or more (a busy machine only makes it
+    longer: how much longer is bench/bench_interleave.py's figure), and every iteration ends
+    once, in order."""
     profile = {"io": 0.04, "cpu": 0.02, "gpu": 0.06, "net": 0.02}
     result = run_gated(profile, 8, NullGate())
     for stage, want in profile.items():
-        assert result.stage_means[stage] == pytest.approx(want, rel=0.10)
-    assert result.iteration_time == pytest.approx(sum(profile.values()), rel=0.10)
-    assert len(result.iteration_ends) == 8
+        assert result.stage_means[stage] >= want * (1 - 1e-6), stage
+    assert result.iteration_time >= sum(profile.values()) * (1 - 1e-6)
+    ends = result.iteration_ends
+    assert len(ends) == 8 and list(ends) == sorted(ends) and len(set(ends)) == 8
 
 
 def test_two_complementary_members_interleave_close_to_the_model():

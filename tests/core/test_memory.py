@@ -179,3 +179,6 @@ def test_a_calibrated_slowdown_times_the_next_groups_and_bad_ones_are_refused():
         with pytest.raises(SchedulingError):
             core.calibrate_slowdown(members, factor)
     assert core.model.slowdown(2) == 1.8
+    for members in (3, 4):  # Muri groups up to 4: each size has its factor
+        core.calibrate_slowdown(members, 1.5 + members / 10)
+        assert core.model.slowdown(members) == 1.5 + members / 10

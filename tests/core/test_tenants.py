@@ -326,3 +326,36 @@ def test_the_owner_gets_its_quota_back_at_the_round_it_asks(policy):
     core.round(20.0)
     running = {j.id for j in core.running_jobs()}
     assert running >= set(range(10, 16)) and len(running) == 8, running
+
+
+def test_a_stop_outside_the_plan_is_not_counted_in_the_restart_budget():
+    """A budget of one planner stop an hour: b's borrowing job loses its node (a stop the
+    planner did not make) and runs again; the owner's jobs then arrive, and the planner may
+    still stop it for them, its budget unspent. A planner stop does count: once reclaimed
+    and run again, it is guarded for the hour."""
+    tenancy = tenancy_of({"default_class": "batch",
+                          "classes": {"batch": {"restart_budget": 1}},
+                          "tenants": {"owner": {"quota": 4}, "b": {"quota": 0, "borrow_limit": 4}}})
+    preset = get_preset("default")
+    core = Core(spec(nodes=1, gpus=4), make_policy("fifo", preset), preset.model, tenancy)
+    core.submit(replace(job(1, iterations=100_000), tenant="b"), 0.0)
+    core.round(0.0)
+    core.advance(10.0)
+    core.stop(1, 10.0)  # its node was lost
+    core.round(10.0)
+    assert [j.id for j in core.running_jobs()] == [1]
+    for i in range(10, 14):
+        core.submit(replace(job(i, iterations=100_000), tenant="owner"), 20.0)
+    core.advance(20.0)
+    plan = core.round(20.0)
+    assert {j.id for j in core.running_jobs()} == set(range(10, 14))
+    assert 1 in plan.changes.stopping
+    core.finish(10, 30.0)  # a GPU is idle again: b borrows it
+    core.advance(30.0)
+    core.round(30.0)
+    assert 1 in {j.id for j in core.running_jobs()}
+    core.submit(replace(job(14, iterations=100_000), tenant="owner"), 40.0)
+    core.advance(40.0)
+    core.round(40.0)
+    assert 1 in {j.id for j in core.running_jobs()} and 14 not in {
+        j.id for j in core.running_jobs()}  # one planner stop this hour: guarded

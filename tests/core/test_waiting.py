@@ -97,7 +97,8 @@ def test_over_quota_and_no_idle_to_borrow():
     assert (why[4].reason, why[4].ahead) == ("over_quota", 3)
     assert "tenant a holds 3 GPUs; 1 more would pass 3" in why[4].text
     assert (why[6].reason, why[6].ahead) == ("no_idle_to_borrow", 1)
-    assert "tenant b holds 1 GPUs" in why[6].text
+    assert "tenant b holds 1 GPUs; 2 more would pass its quota 2" in why[6].text
+    assert "past its quota" not in why[6].text  # b holds less than its quota
 
 
 def test_no_cpus_to_borrow():

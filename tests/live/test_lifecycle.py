@@ -262,6 +262,9 @@ def _a_journal_with_every_phase(run_dir: Path) -> dict[int, float]:
 def test_a_restart_rebuilds_every_job_by_replaying_the_journal(tmp_path):
     jct = _a_journal_with_every_phase(tmp_path)
     state = live_state(tmp_path, metrics=True)
+    # queued job 1's checkpoint is ahead of its journaled progress (its trainer's last
+    # record landed after its stop was journaled): it resumes from there too
+    checkpoint.write(state.opt.checkpoints, checkpoint.Checkpoint(1, 25.0, TOTAL, "n0"))
     try:
         recovery.recover(state)
         jobs = state.jobs
@@ -275,6 +278,7 @@ def test_a_restart_rebuilds_every_job_by_replaying_the_journal(tmp_path):
             _, kind, _, _, detail = state.journal.events(j)[-1]
             assert (kind, detail) == ("stopped", {"reason": "scheduler restart"})
         assert state.core.jobs[3].remaining == TOTAL - 40.0
+        assert state.core.jobs[1].remaining == TOTAL - 25.0
         assert sorted(j.id for j in state.core.queue) == [1, 2, 3, 4]
         assert 5 not in state.core.jobs and 6 not in state.core.jobs
         # no round until the nodes of the jobs that were out are heard from

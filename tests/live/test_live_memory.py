@@ -145,6 +145,11 @@ def test_an_agent_whose_gpus_hold_less_than_the_spec_plans_for_is_refused(harnes
     assert h.status()["agents"]["n0"]["gpu_mem_gb"] == 79.6
 
 
+def _slowdown(state, members: int) -> float:
+    with state.lock:
+        return state.core.model.slowdown(members)
+
+
 def test_measured_group_paces_calibrate_the_interference_term(harness):
     """A grouped trainer that reports iterations 1.5x slower than its group was planned
     moves the slowdown of groups of two toward 1.5x what it was, a step at a time, and the
@@ -175,6 +180,9 @@ def test_measured_group_paces_calibrate_the_interference_term(harness):
         wait_for(lambda: heard(2) or report(2, 1.0), step=0.05)
         with state.lock:
             assert state.core.model.slowdown(2) == before
+        report(1, 1.5)  # steady now: one report moves the factor a fifth of the way
+        wait_for(lambda: _slowdown(state, 2) != before, step=0.05)
+        assert _slowdown(state, 2) == pytest.approx(before * (1 + 0.2 * 0.5))
 
         def moved() -> bool:
             report(1, 1.5)

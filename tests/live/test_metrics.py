@@ -181,6 +181,28 @@ def test_agent_exposes_trainers_gpus_and_gate_holds_per_resource(tmp_path):
     assert got["interlace_gates"][(node,)] == 1
 
 
+def test_a_gate_hold_is_its_release_time_less_its_grant_time(tmp_path):
+    """Holds closed by a release and by the member being dropped, at given gate times."""
+    from node_agent.config import AgentConfig
+    from node_agent.jobs import JobTable
+    from node_agent.metrics import AgentMetrics
+
+    cfg = AgentConfig(node="n3", gpus=(0,), cpus=4, mem=8.0, endpoints_file="unused",
+                      run_dir=tmp_path)
+    metrics = AgentMetrics(cfg.node, cfg.gpus, JobTable(cfg, Log()))
+    for gate, event in [("g", {"event": "grant", "stage": "gpu", "job": 1, "t": 1.0}),
+                        ("g", {"event": "release", "stage": "gpu", "job": 1, "t": 4.0}),
+                        ("g", {"event": "grant", "stage": "io", "job": 2, "t": 2.0}),
+                        ("g", {"event": "dropped", "job": 2, "t": 7.5})]:
+        metrics.gate_event(gate, event)
+    got = scrape(metrics.registry)
+    node = ("node", "n3")
+    assert got["interlace_gate_held_seconds_total"][(node, ("resource", "gpu"))] == 3.0
+    assert got["interlace_gate_held_seconds_total"][(node, ("resource", "io"))] == 5.5
+    assert got["interlace_gate_hold_seconds_sum"][(node, ("resource", "gpu"))] == 3.0
+    assert got["interlace_gate_held"][(node, ("resource", "io"))] == 0
+
+
 def test_metrics_are_served_over_http_on_loopback(live):
     state, h, metrics = live
     say(h, "job.submit", job=record_to_map(job(1)))

@@ -397,6 +397,15 @@ def test_dead_agent_job_is_relaunched_on_another_agent(harness):
     assert "n0" not in status["agents"] and "n0" in status["offline"]
     wait_for(lambda: h.job(1)["nodes"] == ["n1"])
     assert h.job(1)["preemptions"] == 1
+    # requeued as n0 was declared dead (journaled so), not on n1 by any other path
+    state = h.scheduler.state
+    with state.lock:
+        events = state.journal.events()
+    dead = [detail for _, kind, _, node, detail in events if kind == "agent_dead"]
+    assert [(d["requeued"], d["reason"] != "") for d in dead] == [([1], True)]
+    stops = [(node, detail["reason"]) for _, kind, job_id, node, detail in events
+             if kind == "stopped" and job_id == 1]
+    assert len(stops) == 1 and stops[0][1].startswith("agent n0 lost: "), (stops, events)
 
     # n0 comes back still claiming job 1: it gets a stop, the job stays on n1
     n0.resume()

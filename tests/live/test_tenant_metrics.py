@@ -32,14 +32,15 @@ def _samples(core) -> dict:
 def test_borrowed_lent_pending_and_reclaim_stops_per_tenant():
     """8 GPUs: owner owed 6, b owed 2 and may borrow 6. b fills the cluster (6 borrowed,
     all of owner's idle quota lent). The owner's 4 jobs arrive, guarded out for 100 s by
-    b's minimum run: they wait for reclaim. At 100 s b's 4 newest go back (reclaim)."""
+    b's minimum run: they wait for reclaim. At 100 s b's 4 longest go back (reclaim): its
+    jobs differ in length, and SRSF keeps the shortest."""
     tenancy = tenancy_of({"default_class": "batch", "classes": {"batch": {"min_run_s": 100}},
                           "tenants": {"owner": {"quota": 6},
                                       "b": {"quota": 2, "borrow_limit": 6}}})
     preset = get_preset("default")
     core = Core(spec(nodes=2, gpus=4), make_policy("srsf", preset), preset.model, tenancy)
     for i in range(8):
-        core.submit(replace(job(i, iterations=10**6), tenant="b"), 0.0)
+        core.submit(replace(job(i, iterations=10**6 + 1000 * i), tenant="b"), 0.0)
     core.round(0.0)
     got = _samples(core)
     assert got["interlace_tenant_gpus_in_use", (("tenant", "b"),)] == 8
@@ -61,6 +62,7 @@ def test_borrowed_lent_pending_and_reclaim_stops_per_tenant():
     assert got["interlace_tenant_gpus_lent", (("tenant", "owner"),)] == 2
     assert got["interlace_tenant_preemptions_total",
                (("cause", "reclaim"), ("tenant", "b"))] == 4
+    assert {j.id for j in core.running_jobs()} == {0, 1, 2, 3, 10, 11, 12, 13}
     core.stop(10, 101.0)  # outside a plan: its node lost
     assert _samples(core)["interlace_tenant_preemptions_total",
                           (("cause", "lost"), ("tenant", "owner"))] == 1

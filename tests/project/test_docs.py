@@ -11,7 +11,8 @@ that starts with a known program) and checks:
   is named), so a renamed or removed option fails here;
 * the blocks marked `<!-- quick -->` (an HTML comment on the line before the block, which a
   reader of the rendered page never sees) run and exit 0 in a temporary directory, with this
-  interpreter as `python` and the console scripts running this checkout's code;
+  interpreter as `python` and the console scripts running this checkout's code, and give
+  what their page says they do (doc_claims.py: a check per block);
 * README.md has at most 150 lines, every page it or a docs page links to exists, and every
   docs page is linked from the README.
 
@@ -33,6 +34,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+
+from tests.project.doc_claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = tuple(sorted([ROOT / "README.md", ROOT / "EXPERIMENTS.md", *(ROOT / "docs").glob("*.md")]))
@@ -426,6 +429,15 @@ def test_quick_commands_run(block, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, (f"{block.page.name}:{block.line} exited {proc.returncode}\n"
                                   f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    CLAIMS[_claim_key(block)](proc.stdout, work)
+
+
+def _claim_key(block: Block) -> tuple[str, str]:
+    return block.page.name, block.text.splitlines()[0]
+
+
+def test_every_quick_block_is_checked_for_what_its_page_says():
+    assert sorted(map(_claim_key, quick_blocks())) == sorted(CLAIMS)
 
 
 def test_readme_is_short():

@@ -82,6 +82,18 @@ def test_a_slow_stop_delays_what_starts_on_its_gpus_and_the_next_round_sees_its_
     assert ends[0].end == pytest.approx(ends[1].end + OVERHEAD + (1000 - done) * 0.3)
 
 
+@pytest.mark.parametrize("stops", [(30.0, 10.0), (10.0, 30.0)])
+def test_two_slow_stops_in_one_round_delay_what_starts_until_the_slowest_ended(stops):
+    # jobs 0 and 1 (long) run on the node's two GPUs; jobs 2 and 3 (short) arrive at 10 s and
+    # SRTF stops both long ones for them in one round; the stops take 30 s and 10 s (either
+    # way round): the short jobs begin once the slower stop ended, 30 s after the round
+    records = [job(0, iterations=1000), job(1, iterations=1000),
+               job(2, submit=10.0, iterations=10), job(3, submit=10.0, iterations=10)]
+    ends, _, _ = run(records, "srtf", Faults(slow_stops={0: stops[0], 1: stops[1]}), gpus=2)
+    for j in (2, 3):
+        assert ends[j].end == pytest.approx(10.0 + 30.0 + OVERHEAD + 10 * 0.3)
+
+
 def test_a_vanished_agent_requeues_its_jobs_and_its_node_takes_no_work_until_back():
     # two nodes of one GPU; jobs 0 and 1 run one on each; node 0's agent vanishes at 20 s and
     # comes back at 50 s. FIFO runs job 0 first: it takes node 1 from job 1, which waits for

@@ -180,6 +180,14 @@ def test_a_doubled_finish_is_flagged():
     assert "finished 2 times" in "\n".join(v.problems)
 
 
+def test_a_run_after_the_finish_is_flagged_though_it_does_no_work():
+    b = clean()
+    b.run(1, 6.0, TOTAL, [TOTAL], 7.0, "stopped")  # relaunched after it finished, stopped
+    v = judged(b, deaths={7: 3.2})
+    assert v.finishes == {1: 1} and not v.ok
+    assert "ran again after it finished" in "\n".join(v.problems)
+
+
 def test_ranks_of_one_launch_are_one_run_and_two_launches_must_not_overlap():
     b = Book()
     b.run(1, 0.0, 0.0, [0.0, 50.0], 1.0, "stopped", world=2, launch="a:1")
@@ -233,7 +241,8 @@ def test_property_clean_passes_and_any_corruption_fails(history, data):
     assert judged(b, deaths=deaths).ok, judged(b, deaths=deaths).problems
     starts = [r for r in b.records if r["kind"] == "start"]
     ends = [r for r in b.records if r["kind"] == "end"]
-    what = data.draw(st.sampled_from(["shift_resume", "overlap", "drop_finish", "refinish"]))
+    what = data.draw(st.sampled_from(["shift_resume", "overlap", "drop_finish", "refinish",
+                                      "rerun"]))
     if what == "shift_resume":
         rec = data.draw(st.sampled_from(starts))
         # off the integer grid: never the other point a killed run's resume may take
@@ -244,8 +253,10 @@ def test_property_clean_passes_and_any_corruption_fails(history, data):
     elif what == "drop_finish":
         b.records.remove(ends[-1])
         deaths[ends[-1]["pid"]] = ends[-1]["t"]  # seen dying: bounded, yet not finished
-    else:
+    elif what == "refinish":
         b.run(1, 1e6, TOTAL, [TOTAL], 1e6 + 1, "finished")
+    else:  # launched again after it finished, and stopped there
+        b.run(1, 1e6, TOTAL, [TOTAL], 1e6 + 1, "stopped")
     assert not judged(b, deaths=deaths).ok, (what, [
         (r["kind"], r["pid"], r.get("resumed", r.get("iteration", r.get("how"))))
         for r in b.records])
