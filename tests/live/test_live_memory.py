@@ -210,7 +210,7 @@ def test_the_live_scheduler_charges_the_presets_interference_unless_told_not_to(
     from scheduler.live.state import LiveState
     from tests.helpers import Log
 
-    for interference, factor in ((True, 1.33), (False, 1.0)):
+    for interference, factor in ((True, 1.25), (False, 1.0)):
         (tmp_path / str(interference)).mkdir()
         state = LiveState(Options(spec=ONE_GPU_80, run_dir=tmp_path / str(interference),
                                   interference=interference), Log(), time.monotonic)
