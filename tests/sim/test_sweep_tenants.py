@@ -159,8 +159,9 @@ def test_bad_tenants_are_one_line_before_any_run(tmp_path, capsys, case, policie
     (tmp_path / "broken.toml").write_text("[tenants.a]\nquota = -1\n")
     (tmp_path / "unknown.toml").write_text("[tenants.a]\nquota = 8\n")
     value = f"none,{tmp_path}/{case}.toml" if case else ","
+    # an empty list is a usage error (2); a file that cannot be used, a run error (1)
     assert sweep.main(args(trace, tmp_path / "out", "--tenants", value,
-                           policies=policies)) == 1
+                           policies=policies)) == (1 if case else 2)
     err = capsys.readouterr().err
     assert err == f"interlace-sweep: {expected.format(folder=tmp_path, trace=trace)}\n"
     assert not (tmp_path / "out").exists()

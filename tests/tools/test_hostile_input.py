@@ -419,6 +419,9 @@ TOOLS = {
                               ["import", "openb", "nodes.csv", "--out", "OUT/s.csv"], [],
                               ["nodes.csv"]),
     "interlace-spec show": ("specs.cli:main", ["show", "s.csv", "--json"], [], ["s.csv"]),
+    # RUN stands for a folder with no testbed in it: every run ends in a refusal, quickly
+    "interlace-calibrate": ("scheduler.tools.calibrate:main", ["RUN", "--no-cv"],
+                            ["--round-interval"], ["RUN"]),
     "interlace-slurm submit": ("scheduler.tools.slurm.cli:main", ["submit", "--nodes", "1"],
                                ["--nodes", "--gpus-per-node", "--emulate-gpus", "--warn"], []),
 }
