@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from openb_memory import run  # noqa: E402  (one of the project's commands, or one line)
+from preset_speed import child  # noqa: E402  (a simulation in a child process, timed)
 
 # (GPUs per node, type, CPU milli, memory MiB, nodes): the synthetic node list, 27 shapes
 NODE_SHAPES = (
@@ -88,14 +90,6 @@ def synthetic_pods(path: Path, count: int = 6200, seed: int = 52,
                         qos, "Succeeded", int(created), start + max(int(run), 1), start])
 
 
-def run(argv: list[str]) -> None:
-    done = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:3])}: exit {done.returncode}: "
-                         f"{(done.stderr or done.stdout).strip()[-2000:]}")
-
-
 def thinned(src: Path, dst: Path, every: int, key: str | None) -> Path:
     """Every `every`th row of a CSV (per value of column `key`, so each pool keeps nodes)."""
     if every == 1:
@@ -111,16 +105,6 @@ def thinned(src: Path, dst: Path, every: int, key: str | None) -> Path:
             if seen[k] % every == 0:
                 w.writerow(row)
     return dst
-
-
-def child(task: dict, limit: float) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_child.py"),
-                           json.dumps(task)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=limit, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                              "OMP_NUM_THREADS": "1"})
-    if proc.returncode != 0:
-        raise SystemExit(f"antman_openb: {task['policy']}: {proc.stderr.strip()[-500:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:

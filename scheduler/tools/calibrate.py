@@ -208,8 +208,17 @@ def calibrate(records: Sequence[JobRecord], spec: ClusterSpec, logs: Mapping[str
     mixed = [log for name, log in logs.items() if name in INTERLEAVING]
     overhead = fit_overhead(plain or mixed)
     slowdown = fit_slowdown(replay, base, overhead, mixed, start) if mixed else dict(start)
-    by_run = {log.policy: fit_slowdown(replay, base, overhead, [log], slowdown)
-              for log in mixed} if len(mixed) > 1 else {}
+    fits: dict[tuple[str, ...], dict[int, float]] = {}  # by the runs fitted on
+
+    def fit_on(runs: list[RunLog]) -> dict[int, float]:
+        """The slowdowns fitted on `runs` alone, from the joint fit's (each set once: a
+        run's own fit is also the other run's held-out fit)."""
+        key = tuple(sorted(run.policy for run in runs))
+        if key not in fits:
+            fits[key] = fit_slowdown(replay, base, overhead, runs, slowdown)
+        return fits[key]
+
+    by_run = {log.policy: fit_on([log]) for log in mixed} if len(mixed) > 1 else {}
     preset = fitted_preset(base, overhead, slowdown)
     results = {name: replay(name, preset) for name in logs}
     cal = Calibration(overhead, slowdown, by_run,
@@ -222,9 +231,8 @@ def calibrate(records: Sequence[JobRecord], spec: ClusterSpec, logs: Mapping[str
         for name, log in logs.items():
             rest_plain = [other for other in plain if other.policy != name] or plain
             held_out = fit_overhead(rest_plain) if name not in INTERLEAVING else overhead
-            if name in INTERLEAVING and len(mixed) > 1:
-                values = fit_slowdown(replay, base, held_out,
-                                      [m for m in mixed if m.policy != name], slowdown)
+            if name in INTERLEAVING and len(mixed) > 1:  # held_out is `overhead` here
+                values = fit_on([m for m in mixed if m.policy != name])
             else:
                 values = slowdown
             cal.cross[name] = errors(log, replay(name, fitted_preset(base, held_out, values)))

@@ -31,7 +31,7 @@ class PlainMuri(Muri):
                 ids = {j.id for jobs in admitted.values() for j in jobs}
                 look = outlook(queue, ids, total, self._remaining_guess)
             elif self.settings.merge_rule == "gain":
-                look = Outlook({}, {}, {}, total)
+                look = Outlook.unknown(total)
             packings = self._match(admitted, required, total, look)
         else:
             packings = self._consecutive(admitted, required, total)

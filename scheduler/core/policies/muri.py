@@ -118,8 +118,8 @@ class Muri(Policy):
             if rule == "completion" and required > total:
                 ids = {j.id for jobs in admitted.values() for j in jobs}
                 look = outlook(queue, ids, total, self._remaining_guess)
-            elif rule == "gain":  # judged on iteration times alone: no schedule to look at
-                look = Outlook({}, {}, {}, total)
+            elif rule == "gain":
+                look = Outlook.unknown(total)
             packings = self._match(admitted, required, total, look)
         else:
             packings = self._consecutive(admitted, required, total)

@@ -60,6 +60,12 @@ class Outlook:
     behind: dict[int, int]
     gpus: int
 
+    @classmethod
+    def unknown(cls, gpus: int) -> "Outlook":
+        """No schedule looked at: what the gain rule, which reads only the packings'
+        iteration times, is handed."""
+        return cls({}, {}, {}, gpus)
+
 
 def outlook(queue: Sequence[JobView], admitted: set[int], total_gpus: int,
             remaining: Callable[[JobView], float]) -> Outlook:
