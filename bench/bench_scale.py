@@ -67,8 +67,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import structlog  # noqa: E402
 
 from bench_service import (LogTail, Usage, busy_processes, cluster_files,  # noqa: E402
-                           false_deaths, log_time, start_hosts, start_services, stop_cluster,
-                           stop_hosts)
+                           false_deaths, log_time, pin_split, start_hosts, start_services,
+                           stop_cluster, stop_hosts)
 from broker.client import Requester  # noqa: E402
 from broker.endpoints import Endpoints  # noqa: E402
 from broker.testing import wait_until  # noqa: E402
@@ -298,7 +298,8 @@ def starts(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[di
     once no job started for SETTLED_S. Returns the result and the agent hosts."""
     acked, _ = backlog(args, ep_file, tail)
     usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
-    hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail)
+    hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail,
+                        cpus=args.host_cpus)
     last: list = [0, time.monotonic(), None]  # jobs started, when that last changed, usage
     started_so_far = counter(tail, "job_started")
 
@@ -352,7 +353,7 @@ def finishes(args, run_dir: Path, ep_file: Path, sched, tail: LogTail) -> tuple[
     acked, totals = backlog(args, ep_file, tail)
     usage, sampler = Usage(sched.pid), Sampler(sched.pid).start()
     hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat, tail,
-                        ("--finish-after", repr(args.finish)))
+                        ("--finish-after", repr(args.finish)), cpus=args.host_cpus)
     want, finished, new = set(acked), set(), reader(tail, "job_finished")
 
     def all_finished() -> bool:
@@ -463,7 +464,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=None,
                     help="per second: submissions (default 1000), or starts with --starts "
                          "(default 200)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the scheduler on a core of its own, everything else on the others")
     args = ap.parse_args(argv)
+    pin = pin_split() if args.pin else (None, None)
+    args.host_cpus = pin[1]
+    if pin[1] is not None:  # the clients run in processes this one starts
+        os.sched_setaffinity(0, {int(c) for c in pin[1].split(",")})
     if args.finish is not None and not (args.starts and args.finish > 0):
         ap.error("--finish needs --starts and a run length > 0")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -472,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: list = []
     hosts: list = []
     try:
-        _, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat)
+        _, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat, pin=pin)
         tail = LogTail(run_dir / "scheduler.log")
         procs.extend(busy_processes(args.load))
         if args.finish is not None:
@@ -481,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             result, hosts = starts(args, run_dir, ep_file, sched, tail)
         else:
             hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat,
-                                tail)
+                                tail, cpus=args.host_cpus)
             result = submissions(args, run_dir, ep_file, sched)
         acks, beats = stop_hosts(hosts)
         hosts = []

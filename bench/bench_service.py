@@ -220,6 +220,33 @@ def whole_round(arrival: dict, acks: list[tuple[float, str, int]]) -> dict:
     return dict(arrival, acks=len(replies), whole_ms=(max(replies, default=end) - sent) * 1000.0)
 
 
+class StatusProbe:
+    """`status.query` every `every` seconds from a client of its own, as a user's
+    `interlace-status` would ask while rounds run: each reply's (send time, latency ms)."""
+
+    def __init__(self, endpoints: Endpoints, every: float):
+        self.endpoints, self.every = endpoints, every
+        self.stop, self.times = threading.Event(), []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        client = Requester(self.endpoints, "bench-status", timeout=30.0, retries=0)
+        try:
+            while not self.stop.wait(self.every):
+                sent = time.time()
+                client.request("scheduler", "status.query")
+                self.times.append((sent, (time.time() - sent) * 1000.0))
+        finally:
+            client.close()
+
+    def during(self, rounds: list[dict]) -> list[float]:
+        """The latencies of the queries that were out while a round planned (its `round`
+        record is logged when planning ends, `latency_ms` after it began)."""
+        windows = [(log_time(r) - r["latency_ms"] / 1000.0, log_time(r)) for r in rounds]
+        return [ms for sent, ms in self.times
+                if any(sent <= end and sent + ms / 1000.0 >= begin for begin, end in windows)]
+
+
 def false_deaths(records: list[dict], beats: dict[str, list], timeout: float) -> list[str]:
     """The agents the scheduler declared dead (`agent_dead` in its log) although, by the
     agent's own record (`beats`: node -> [wall time sent, acknowledged] of each heartbeat),
@@ -282,20 +309,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-host", type=int, default=256)
     ap.add_argument("--load", type=int, default=0,
                     help="busy processes run beside the benchmark (2 x cores: twice loaded)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the scheduler on a core of its own, everything else on the others")
+    ap.add_argument("--status-every", type=float, default=0.1, metavar="SECONDS",
+                    help="a status.query this often during the arrivals (0: none)")
     args = ap.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    pin = pin_split() if args.pin else (None, None)
+    if pin[1] is not None:  # the light agents and the clients run in this process
+        os.sched_setaffinity(0, {int(c) for c in pin[1].split(",")})
     run_dir, spec_file, ep_file = cluster_files("interlace-bench-service-", args.agents)
     procs: list = []
     agents: list[LightAgent] = []
     hosts: list = []
     stop = threading.Event()
     try:
-        endpoints, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat)
+        endpoints, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat,
+                                          pin=pin)
         log = run_dir / "scheduler.log"
         tail = LogTail(log)
         if args.real_agents:
             hosts = start_hosts(ep_file, run_dir, args.agents, args.per_host, args.heartbeat,
-                                tail)
+                                tail, cpus=pin[1])
             acks, errors = [], []
         else:
             acks, errors = start_agents(endpoints, args.agents, args.heartbeat, stop, agents)
@@ -311,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         triggered_round(tail, records[args.jobs - 1].job_id, args.round_timeout)
         rss["backlog_in"] = rss_mb(sched.pid)
         usage = Usage(sched.pid)
+        probe = StatusProbe(endpoints, args.status_every)
+        if args.status_every > 0:
+            probe.thread.start()
         arrivals = []
         for n, rec in enumerate(records[args.jobs:]):
             if n == args.arrivals // 2:
@@ -320,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
             arrivals.append(arrival_round(tail, rec.job_id, sent, args.round_timeout))
         rss["end"] = rss_mb(sched.pid)
         used = usage.end()
+        probe.stop.set()
+        if probe.thread.is_alive():
+            probe.thread.join(60)
         beats: dict[str, list] = {}
         if hosts:
             acks, beats = stop_hosts(hosts)
@@ -353,6 +394,14 @@ def main(argv: list[str] | None = None) -> int:
                 1 for t, *_ in list(acks)
                 if arrivals[0]["window"][0] <= t <= arrivals[-1]["window"][1]
                 and not any(a["window"][0] <= t <= a["window"][1] for a in arrivals)),
+            # status.query latency (full listing) during the arrivals, and of the queries
+            # that were out while a round planned
+            **({"status": percentiles([ms for _, ms in probe.times]),
+                "status_while_planning": percentiles(probe.during(
+                    [r for r in tail.records if r["event"] == "round"
+                     and log_time(r) >= arrivals[0]["window"][0]]) or [0.0]),
+                "status_queries": len(probe.times)} if probe.times else {}),
+            "pinned": args.pin,
             "target_median_ms": args.target_ms,
             "heartbeats_refused": len(errors),
             "agents_declared_dead": len(dead),
@@ -380,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start_hosts(ep_file: Path, run_dir: Path, count: int, per_host: int, heartbeat: float,
-                tail: LogTail, extra: tuple[str, ...] = ()
+                tail: LogTail, extra: tuple[str, ...] = (), cpus: str | None = None
                 ) -> list[tuple[subprocess.Popen, Path]]:
     """Start `count` real node agents, `per_host` to an agent_host.py process (`extra`: more
     of its options), and wait until the scheduler logged every one registered. Each agent's
@@ -389,11 +438,11 @@ def start_hosts(ep_file: Path, run_dir: Path, count: int, per_host: int, heartbe
     hosts = []
     for first in range(0, count, per_host):
         out = run_dir / f"host-{first}.json"
-        hosts.append((subprocess.Popen(
+        hosts.append((subprocess.Popen(pinned(
             [sys.executable, str(ROOT / "bench" / "agent_host.py"), "--endpoints", str(ep_file),
              "--run-dir", str(run_dir / "agents"), "--first", str(first),
              "--count", str(min(per_host, count - first)), "--heartbeat", str(heartbeat),
-             "--out", str(out), *extra], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+             "--out", str(out), *extra], cpus), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
             stderr=open(run_dir / f"host-{first}.err", "wb")), out))
 
     def registered() -> bool:
@@ -439,24 +488,40 @@ def cluster_files(prefix: str, agents: int) -> tuple[Path, Path, Path]:
     return run_dir, spec_file, run_dir / "endpoints.json"
 
 
+def pinned(cmd: list[str], cpus: str | None) -> list[str]:
+    """`cmd` run on `cpus` only (taskset's list, e.g. "0"), every thread of it; as is for None."""
+    return cmd if cpus is None else ["taskset", "-c", cpus, *cmd]
+
+
+def pin_split() -> tuple[str | None, str | None]:
+    """(the scheduler's CPUs, everyone else's) for --pin: the scheduler on the first core of
+    this process's, the rest on the others, as on a cluster whose agents run on their nodes."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least two CPUs")
+    return str(cpus[0]), ",".join(str(c) for c in cpus[1:])
+
+
 def start_services(procs: list, run_dir: Path, spec_file: Path, ep_file: Path,
-                   heartbeat: float, extra: tuple[str, ...] = ()) -> tuple[Endpoints, Any]:
+                   heartbeat: float, extra: tuple[str, ...] = (),
+                   pin: tuple[str | None, str | None] = (None, None)) -> tuple[Endpoints, Any]:
     """Start the broker, then the scheduler service (Muri-S, a round a minute unless an event
     asks, agents dead after ten missed heartbeats; `extra`: more of its options), appending
     each process to `procs` as it starts (so a caller's cleanup stops what did start).
-    Returns the endpoints and the scheduler's process."""
+    `pin`: the scheduler's CPUs and the broker's (None: any). Returns the endpoints and the
+    scheduler's process."""
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    procs.append(subprocess.Popen(
+    procs.append(subprocess.Popen(pinned(
         [sys.executable, "-m", "broker.broker", "--ports", "0,0,0", "--endpoints-file",
-         str(ep_file), "--run-dir", str(run_dir)], cwd=ROOT, env=env,
+         str(ep_file), "--run-dir", str(run_dir)], pin[1]), cwd=ROOT, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     wait_until(ep_file.exists, 30, 0.05)
     endpoints = Endpoints.load(ep_file)
-    sched = subprocess.Popen(
+    sched = subprocess.Popen(pinned(
         [sys.executable, "-m", "scheduler.live", "--spec", str(spec_file), "--policy",
          "muri-s", "--endpoints", str(ep_file), "--run-dir", str(run_dir),
          "--time-scale", "1", "--round", "60", "--agent-timeout", str(10 * heartbeat),
-         *extra],
+         *extra], pin[0]),
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     procs.append(sched)
     return endpoints, sched

@@ -90,3 +90,19 @@ class KeepsItsJobs(PriorityPolicy):
 
     def __init__(self, model):
         super().__init__(model, "keeps-its-jobs", attrgetter("record.submit_time"))
+
+
+class _RaisesRefusals:
+    """A backend for `settle`: an event the core refuses fails the test."""
+
+    def refused(self, event, error):
+        raise error
+
+
+def settle(state) -> None:
+    """The events a live state's threads left in its inbox, into its core, as the driver
+    loop's next turn applies them (without a round): what a test of the live parts checks
+    the core against."""
+    from scheduler.loop import Loop
+
+    Loop(state.core, _RaisesRefusals()).apply(state.inbox.take())

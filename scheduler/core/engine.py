@@ -91,20 +91,9 @@ class Core:
 
     # -- events ----------------------------------------------------------------------------
     def submit(self, record: JobRecord, now: float) -> Job:
-        if record.job_id in self.jobs:
-            raise SchedulingError(f"job {record.job_id} was already submitted")
-        if record.num_gpu > self.spec.total_gpus:
-            raise SchedulingError(f"job {record.job_id} needs {record.num_gpu} GPUs; "
-                                  f"the cluster has {self.spec.total_gpus}")
-        if self.cluster.pooled:
-            why = self._fit.misfit(record.num_gpu, record.gpu_types, record.gpu_mem_gb)
-            if why:
-                raise SchedulingError(f"job {record.job_id}: no pool of the cluster holds it: "
-                                      + "; ".join(message for _, message in why))
-        if self.tenants is not None:
-            why = self.tenants.problem(record)
-            if why:
-                raise SchedulingError(why)
+        problem = self.submit_problem(record)
+        if problem:
+            raise SchedulingError(problem)
         model = self.model
         solo = model.solo_time(record.iteration_time)
         profile = model.stage_times(record.stage_times)
@@ -128,6 +117,22 @@ class Core:
             self.tenants.add(record)
         self.policy.on_submit(job, now)
         return job
+
+    def submit_problem(self, record: JobRecord) -> str | None:
+        """Why `submit` would refuse the job, or None (read-only)."""
+        if record.job_id in self.jobs:
+            return f"job {record.job_id} was already submitted"
+        if record.num_gpu > self.spec.total_gpus:
+            return (f"job {record.job_id} needs {record.num_gpu} GPUs; "
+                    f"the cluster has {self.spec.total_gpus}")
+        if self.cluster.pooled:
+            why = self._fit.misfit(record.num_gpu, record.gpu_types, record.gpu_mem_gb)
+            if why:
+                return (f"job {record.job_id}: no pool of the cluster holds it: "
+                        + "; ".join(message for _, message in why))
+        if self.tenants is not None:
+            return self.tenants.problem(record)
+        return None
 
     def cpu_problem(self, record: JobRecord) -> str | None:
         """Why no node that could hold the job has the CPUs it asks for (None: some has).
@@ -231,6 +236,19 @@ class Core:
         job.gpu_mem = value
         self.policy.on_profile(job)  # merges that fitted may not now, and others may
         return job.status is Status.RUNNING and not self._fits_where_it_runs(job_id)
+
+    def outgrows_group(self, job_id: int, gb: float) -> bool:
+        """Whether the job, holding `gb` GB on each GPU, would no longer fit beside the jobs
+        on its GPUs (read-only): what `note_gpu_memory` would answer."""
+        job = self._job(job_id)
+        if job.status is not Status.RUNNING or gb == job.gpu_mem or job_id not in self.placed:
+            return False
+        held = job.gpu_mem
+        job.gpu_mem = gb  # restored below: the question is asked of the job as measured
+        try:
+            return not self._fits_where_it_runs(job_id)
+        finally:
+            job.gpu_mem = held
 
     def run_alone(self, job_id: int) -> None:
         """The job ran out of GPU memory beside others: from now on it shares no GPU."""

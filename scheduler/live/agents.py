@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.events import NodeOnline
+
 
 def declare_dead(state: Any, name: str, reason: str) -> None:
     """`name`'s node takes no work, its jobs are requeued, and rounds waiting for its stops to
@@ -12,7 +14,7 @@ def declare_dead(state: Any, name: str, reason: str) -> None:
         if state.agents.pop(name, None) is None:
             return
         index = int(name[1:])
-        state.core.set_node_online(index, False)
+        state.inbox.put(NodeOnline(index, False))
         now = state.now()
         requeued = list(state.ledger.on(index))
         for job_id in requeued:

@@ -3,9 +3,10 @@
 Between rounds it serves the main thread's duties: queued events out to subscribers,
 trainers' telemetry in, agents whose heartbeats are overdue declared dead, stray trainers
 stopped. When a round is due (an event woke it, `round_s` passed, or the policy's wake-up
-came) it hands the loop a `Tick`: the trace clock and the iterations each running job did,
-as telemetry reported them. Requests (submissions, registrations, reports) change the core
-on the service thread meanwhile, under the state's lock, which the loop holds too.
+came) it hands the loop a `Tick`: the trace clock, the iterations each running job did, as
+telemetry reported them, and the events every thread left in the state's inbox since the
+last (submissions, ends, requeues, measurements: scheduler/events.py), in order. The loop
+is the core's only writer; after each round the state's view is taken for readers.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from scheduler.live.agents import declare_dead
 from scheduler.live.executor import RoundExecutor
 from scheduler.live.gateway import AgentGateway
 from scheduler.live.state import LiveState
+from scheduler.core.engine import SchedulingError
+from scheduler.events import Event, ProfileMeasured
 from scheduler.loop import Outcome, Tick
 
 
@@ -39,9 +42,6 @@ class AgentCluster:
         self._refusals_said = (0, -math.inf)  # (total, wall) when the counts were last logged
         self._reasons: list[str] = []
         self._ticked = 0.0  # perf_counter when the last Tick was handed out
-
-    def lock(self) -> threading.RLock:
-        return self.state.lock
 
     def tick(self, core: Core) -> Tick | None:
         """Serve until a round is due; None once `stop` is set (or `alive` says no)."""
@@ -64,7 +64,7 @@ class AgentCluster:
             declare_dead(state, name, f"no heartbeat for {state.opt.agent_timeout:g}s")
         self.executor.stop_strays(self.requester)
         self._say_refusals(wall)
-        with state.locked():  # a round for what came meanwhile
+        with state.lock:  # a round for what came meanwhile
             due = state.rounds.due(wall, state.now(), state.opt.round_s,
                                    state.opt.round_interval)
             if due and not recovery.pending(state, wall):
@@ -72,10 +72,12 @@ class AgentCluster:
         return None
 
     def due(self) -> Tick:
-        """The round's Tick, now: the clock, and what telemetry says each running job did."""
+        """The round's Tick, now: the clock, what telemetry says each running job did, and
+        the events since the last."""
         state = self.state
-        with state.locked():
+        with state.lock:
             self._reasons = state.rounds.take_reasons()
+            events = state.inbox.take()
             done = {}
             for job in state.core.running_jobs():
                 seen = state.jobs.progress.get(job.id)
@@ -83,7 +85,7 @@ class AgentCluster:
                     done[job.id] = max(seen - (job.record.iterations - job.remaining), 0.0)
             now = state.now()
         self._ticked = time.perf_counter()
-        return Tick(now, done)
+        return Tick(now, done, events=events)
 
     def act(self, core: Core, plan: Plan) -> list[Outcome]:
         """Make the agents run the plan (the time since the Tick was the core's planning)."""
@@ -107,6 +109,18 @@ class AgentCluster:
                             running=running, queued=queued, failures=state.rounds.failures,
                             exc_info=error)
         return True
+
+    def refused(self, event: Event, error: SchedulingError) -> None:
+        """An event the core refused (nothing changed): counted and logged; a refused
+        profile estimate must not seed the next."""
+        state = self.state
+        with state.lock:
+            job_id = getattr(event, "job_id", None)
+            if isinstance(event, ProfileMeasured):
+                state.jobs.profiles.forget(event.job_id)
+            state.refusals.refuse(f"{type(event).__name__}:refused_by_core",
+                                  getattr(event, "sender", "") or "scheduler", str(error),
+                                  job_id=job_id)
 
     def _say_refusals(self, wall: float, every: float = 30.0) -> None:
         """The refusal counts in the log, when they changed, at most every `every` s."""

@@ -178,13 +178,13 @@ class RoundExecutor:
             if jobs.phase(job_id) is QUEUED and isinstance(its, (int, float)):
                 # a waiting job (planned but not launched yet, or queued): the stray's stop
                 # checkpoint is the truth; complete, it never launches again
-                total = state.core.jobs[job_id].record.iterations
+                total = jobs.total(job_id)
                 done = max(float(its), jobs.resume_point(job_id))
                 if done >= total:
                     jobs.finish(job_id, state.now(), done, name)
                 else:
                     jobs.checkpointed(job_id, done, name, "stray stopped")
             if reply.get("finished") and jobs.phase(job_id) not in (None, *ENDED):
-                total = state.core.jobs[job_id].record.iterations
+                total = jobs.total(job_id)
                 jobs.finish(job_id, state.now(), float(its or total), name)
         state.log.info("stray_stopped", job_id=job_id, node=name, iterations=its)

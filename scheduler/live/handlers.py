@@ -2,7 +2,9 @@
 
 Each checks its request (what the schema cannot: node names, job records against the spec,
 running lists) and refuses with `Refusal(code, reason)`, then changes the shared state under
-its lock. A handler never talks to an agent, so a slow agent never delays an acknowledgement.
+its lock; what the core must hear goes to the loop as an event (scheduler/events.py), and
+what a reply says of the core comes from its last view (coreview.py). A handler never talks
+to an agent, and never waits for a round, so neither delays an acknowledgement.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from broker.refusal import Refusal, all_ints, running_list
+from scheduler.events import NodeOnline
 from scheduler.live.access import caller_of, owns, submit_as
 from scheduler.live.gateway import AgentSeen
 from scheduler.live.ledger import node_name
@@ -38,9 +41,9 @@ class Handlers:
         if handler is None:
             raise Refusal("unsupported", f"the scheduler does not handle {msg.type!r}")
         caller_of(self.tenancy, msg)  # forbidden: a key that may not send this kind
-        if handler is Handlers.on_submit:  # takes the lock only where it is free
+        if handler is Handlers.on_submit:  # journals first, then takes the lock
             return handler(self, msg)
-        with self.state.locked():
+        with self.state.lock:
             return handler(self, msg)
 
     # -- checks ------------------------------------------------------------------------------
@@ -74,15 +77,11 @@ class Handlers:
         state = self.state
         record = submit_as(caller_of(self.tenancy, msg), self.tenancy,
                            self.parse_job(msg["job"]))
-        # the spec, the model's CPUs a GPU and the tenants file never change: read unlocked
-        tenants = state.core.tenants
-        problem = state.core.cpu_problem(record) or (
-            tenants.problem(record) if tenants is not None else None)
+        problem = state.submit_problem(record)
         if problem:
             raise Refusal("bad_job", problem)
         if not state.jobs.accept(record, state.now()):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
-        state.absorb_if_free()  # the acknowledgement never waits for a round
         return {"accepted": True, "job_id": record.job_id}
 
     def on_register(self, msg: Any) -> dict[str, Any]:
@@ -100,7 +99,7 @@ class Handlers:
         state.rounds.awaiting.discard(name)
         state.agents[name] = AgentSeen(tuple(gpus), msg["cpus"], msg["mem"], state.clock(),
                                        msg.get("incarnation"), gpu_mem, gpu_type)
-        state.core.set_node_online(index, True)
+        state.inbox.put(NodeOnline(index, True))
         now = state.now()
         reported = dict(running)
         kept, strays, lost = [], [], []

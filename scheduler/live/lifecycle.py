@@ -7,8 +7,10 @@ one function per transition.
 Why one module: a job's fate is kept in three stores that must agree: the journal (what
 survives a crash), the core (what is planned) and the ledger (where trainers run). Each
 transition writes them in that order, journal first, so the durable record never lags a
-change another store already acted on; then it logs and queues its event. Nothing else
-changes a job's phase, and no transition is written out anywhere else. A transition the
+change another store already acted on: the core by an event for the loop's next turn
+(scheduler/events.py; the loop is the core's only writer), then it logs and queues its
+event for subscribers. Nothing else changes a job's phase, and no transition is written
+out anywhere else. A transition the
 table does not allow is refused: logged (`transition_refused`), counted, never applied.
 
 The journal keeps every transition (the phase entered), so the phases are what replaying it
@@ -16,13 +18,13 @@ gives (`replay`, used by recovery.py), and status replies and metrics read them 
 """
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from scheduler.core.profiles import ProfileEstimator
+from scheduler.events import Checkpointed, Finished, Requeued, Submitted
 from scheduler.live.ledger import Launch, Placed, node_name
 from trainer import checkpoint
 
@@ -42,25 +44,6 @@ STOPPING, FINISHED, CANCELLED = Phase.STOPPING, Phase.FINISHED, Phase.CANCELLED
 LIVE = frozenset({QUEUED, LAUNCHING, RUNNING, STOPPING})
 OUT = frozenset({LAUNCHING, RUNNING, STOPPING})  # its trainers may run somewhere
 ENDED = frozenset({FINISHED, CANCELLED})
-
-
-class Arrivals:
-    """Submissions journaled and acknowledged but not yet in the core (`Lifecycle.accept`
-    adds, `Lifecycle.absorb` takes): a handler adds without the state's lock, which a round
-    holds while it plans. Its own lock is held only to add or take."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waiting: list[tuple[Any, float]] = []
-
-    def add(self, record: Any, at: float) -> None:
-        with self._lock:
-            self._waiting.append((record, at))
-
-    def take(self) -> list[tuple[Any, float]]:
-        with self._lock:
-            taken, self._waiting = self._waiting, []
-        return taken
 
 
 class Move(NamedTuple):
@@ -159,7 +142,8 @@ def launch_nodes(node: str | None, detail: Mapping[str, Any] | None) -> frozense
 
 class Lifecycle:
     """Each job's phase and the transitions that change it. Called with the state's lock
-    held. It writes the state's journal, core and ledger, and queues events in its outbox;
+    held. It writes the state's journal and ledger, puts the core's events in its inbox and
+    queues subscribers' events in its outbox;
     `past` holds the journal entries of jobs that ended before this start (status lists
     them), `progress` and `profiles` what telemetry says of live jobs."""
 
@@ -169,6 +153,11 @@ class Lifecycle:
         self.counts: Counter[Phase] = Counter()
         self.refused: Counter[str] = Counter()  # "name from phase" -> times refused
         self.past: dict[int, Any] = {}
+        self.records: dict[int, Any] = {}  # each job of this run's record, by arrival
+        # iterations done as the job's last stop, checkpoint or end settled them (what a
+        # waiting or ended job's status says, ahead of the core's next view)
+        self.settled: dict[int, float] = {}
+        self.preemptions: Counter[int] = Counter()  # each job's, as the journal counts them
         self.progress: dict[int, float] = {}  # iterations done, per telemetry
         self.profiles = ProfileEstimator(threshold=profile_threshold)
         # the launch (ledger key) under which each live job last reported its pace
@@ -191,6 +180,27 @@ class Lifecycle:
             out["finished" if word == "cancelled" else word] += n
         return out
 
+    def total(self, job_id: int) -> float:
+        """The iterations a job of this run runs in all."""
+        return self.records[job_id].iterations
+
+    def known(self) -> int:
+        """The largest job id known, ended before this start too (0: none)."""
+        return max(max(self.records, default=0), max(self.past, default=0))
+
+    def done(self, job_id: int, view: Any) -> float:
+        """Iterations a job of this run has done, as far as the scheduler knows for sure: a
+        finished job's all of them, a waiting or cancelled one's as its last transition
+        settled them, a running one's as the last round's view of the core (`view`:
+        coreview.CoreView) has them."""
+        phase = self._phases.get(job_id)
+        if phase is FINISHED:
+            return self.total(job_id)
+        if phase in (QUEUED, CANCELLED) and job_id in self.settled:
+            return self.settled[job_id]
+        job = view.jobs.get(job_id)
+        return job.iterations - job.remaining if job is not None else 0.0
+
     def ended(self, job_id: int) -> bool:
         return self._phases.get(job_id) in ENDED
 
@@ -208,49 +218,38 @@ class Lifecycle:
         known = entry.iterations_done if entry is not None else 0.0
         return max(known, self.checkpoint_of(job_id) or 0.0)
 
-    def restore(self, job_id: int, phase: Phase, entry: Any = None) -> None:
-        """A job as the journal left it (recovery.py): its replayed phase, no transition; an
-        ended job keeps its journal entry for status replies."""
+    def restore(self, job_id: int, phase: Phase, entry: Any, done: float = 0.0) -> None:
+        """A job as the journal left it (recovery.py): its replayed phase, no transition, and
+        the iterations it resumes from (`done`); an ended job keeps its journal entry for
+        status replies."""
         self._set(job_id, phase)
         if phase in ENDED:
             self.past[job_id] = entry
+        else:
+            self.records[job_id] = entry.record
+            self.settled[job_id] = done
+            self.preemptions[job_id] = entry.preemptions
 
     # -- transitions ---------------------------------------------------------------------------
-    def submit(self, record: Any, now: float) -> bool:
-        """(none) -> queued, at once: `accept`, then `absorb` (with the lock held)."""
-        if not self.accept(record, now):
-            return False
-        self.absorb()
-        return True
-
     def accept(self, record: Any, now: float) -> bool:
-        """(none) -> queued, first half, without the lock: journaled, durable before the
-        caller acknowledges (by this commit, or by the service's sync before it replies:
-        `sync_before_reply`), and in `arrivals` for the lock's next holder. False, and no
-        change, for an id the journal holds already (a feeder's retry, not a refusal: the
-        journal is what knows every id, the ones that ended before this start too)."""
+        """(none) -> queued: journaled, durable before the caller acknowledges (by this
+        commit, or by the service's sync before it replies: `sync_before_reply`), and in the
+        core from the loop's next turn. False, and no change, for an id the journal holds
+        already (a feeder's retry, not a refusal: the journal is what knows every id, the
+        ones that ended before this start too)."""
         s = self.state
         if not s.journal.submit(record, now, durable=not s.sync_before_reply):
             return False
-        s.arrivals.add(record, now)
-        return True
-
-    def absorb(self) -> int:
-        """(none) -> queued, second half, with the lock held: every accepted submission into
-        the core (at its submit time, or the core's clock where a round moved it past that)
-        and queued; a round is wanted. How many came in."""
-        s = self.state
-        taken = s.arrivals.take()
-        for record, at in taken:
-            s.core.submit(record, max(at, s.core.now))
+        with s.lock:
+            s.inbox.put(Submitted(record, now))
+            self.records[record.job_id] = record
             self._set(record.job_id, QUEUED)
             s.log.info("job_submitted", job_id=record.job_id, num_gpu=record.num_gpu,
-                       iterations=record.iterations, model=record.model_name, submit=at,
+                       iterations=record.iterations, model=record.model_name, submit=now,
                        trace_submit=record.submit_time)
-            self._emit(record.job_id, "submitted", {"submit": at})
-        if taken:
+            self._emit(record.job_id, "submitted", {"submit": now})
             s.rounds.wake("arrival")
-        return len(taken)
+        return True
 
     def launch(self, job_id: int, want: Placed, start: float) -> bool:
         """queued -> launching: its job.launch requests go out. Journaled as started now: a
@@ -308,7 +307,7 @@ class Lifecycle:
         s = self.state
         if not self._may("stopped", job_id):
             return False
-        total = s.core.jobs[job_id].record.iterations
+        total = self.total(job_id)
         node = node_name(was.slices[0].node)
         now = s.now()
         if finished or iterations >= total:
@@ -316,7 +315,8 @@ class Lifecycle:
         if self._enter("stopped", job_id, ts=now, iterations=iterations, node=node,
                        detail={"reason": reason}, preempted=preempted) is None:
             return False
-        s.core.set_remaining(job_id, total - iterations)
+        s.inbox.put(Checkpointed(job_id, total - iterations))
+        self.settled[job_id] = iterations
         s.ledger.unplace(job_id)
         self.progress.pop(job_id, None)
         s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=iterations,
@@ -352,7 +352,7 @@ class Lifecycle:
         done = self.resume_point(job_id)
         if iterations is not None:
             done = max(done, iterations)
-        total = s.core.jobs[job_id].record.iterations
+        total = self.total(job_id)
         if done >= total:
             s.log.info("job_finished_unheard", job_id=job_id, reason=reason, iterations=done,
                        node=skip)
@@ -361,10 +361,8 @@ class Lifecycle:
         if self._enter("requeue", job_id, ts=now, iterations=done, node=skip,
                        detail=detail, preempted=True) is None:
             return False
-        s.core.stop(job_id, now)
-        if alone:
-            s.core.run_alone(job_id)
-        s.core.set_remaining(job_id, total - done)
+        s.inbox.put(Requeued(job_id, now, total - done, alone))
+        self.settled[job_id] = done
         where = s.ledger.release(job_id, keep=skip)
         self.progress.pop(job_id, None)
         s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=done, now=now,
@@ -380,7 +378,8 @@ class Lifecycle:
         if self._enter("checkpointed", job_id, iterations=iterations, node=node,
                        detail={"reason": reason}) is None:
             return False
-        s.core.set_remaining(job_id, s.core.jobs[job_id].record.iterations - iterations)
+        s.inbox.put(Checkpointed(job_id, self.total(job_id) - iterations))
+        self.settled[job_id] = iterations
         return True
 
     def finish(self, job_id: int, now: float, iterations: float, node: str | None,
@@ -391,7 +390,8 @@ class Lifecycle:
         entry = self._enter("finish", job_id, ts=now, iterations=iterations, node=node)
         if entry is None:
             return False
-        s.core.finish(job_id, now)
+        s.inbox.put(Finished(job_id, now))
+        self.settled[job_id] = iterations
         if strays:
             s.ledger.release(job_id, keep=node)
         else:
@@ -423,7 +423,8 @@ class Lifecycle:
         done = max(self.resume_point(job_id), self.progress.get(job_id, 0.0))
         if self._enter("cancel", job_id, ts=now, iterations=done) is None:
             return None
-        s.core.finish(job_id, now)
+        s.inbox.put(Finished(job_id, now, cancelled=True))
+        self.settled[job_id] = done
         where = s.ledger.release(job_id, keep=None)
         self.progress.pop(job_id, None)
         self.profiles.forget(job_id)
@@ -450,6 +451,8 @@ class Lifecycle:
             self._refuse(name, job_id, before, "the journal refused it")
             return None
         self._set(job_id, move.target)
+        if entry.preemptions:
+            self.preemptions[job_id] = entry.preemptions
         return entry
 
     def _enter_many(self, name: str, job_ids: Iterable[int], ts: float) -> None:

@@ -17,10 +17,8 @@ from prometheus_client.registry import Collector
 
 from scheduler.core.interleave import efficiency
 from scheduler.core.profiles import LAYOUTS
-from scheduler.core.state import Status
 from scheduler.live.nodes import UNSTATED
 from scheduler.live.tenant_metrics import families as tenant_families
-from scheduler.live.tenant_metrics import snapshot as tenant_snapshot
 
 # round phases are milliseconds to seconds; JCT and queueing delay are trace seconds (minutes
 # to weeks); journal commits are fsyncs (sub-ms to tens of ms); stage times are per iteration
@@ -116,9 +114,9 @@ def _gpu_busy(profiles: tuple[tuple[float, ...], ...], tt: float) -> float:
 
 
 class StateCollector(Collector):
-    """Gauges read from a LiveState at scrape time. Under its lock only a snapshot is taken
-    (O(running jobs) references, O(1) counts), so a round waits for a scrape no longer than
-    that; each group's GPUs, predicted GPU share and efficiency are computed after, outside
+    """Gauges read from a LiveState at scrape time: the core's figures from the last round's
+    view (never the core: a scrape and a round never wait for each other), the live parts'
+    under the state's lock (O(running jobs) references, O(1) counts); each group's GPUs, predicted GPU share and efficiency are computed after, outside
     the lock, and kept from one scrape to the next while the group is unchanged."""
 
     def __init__(self, state: Any):
@@ -130,21 +128,21 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         state = self.state
-        with state.locked():
-            core, placed = state.core, state.ledger.placed
+        view = state.view  # the core after the last round
+        with state.lock:
+            placed = state.ledger.placed
             counts = state.jobs.status_counts()  # ended before a restart too
             refused_moves = dict(state.jobs.refused)
-            groups = {p.group: p for j, p in placed.items() if core.jobs[j].status
-                      is not Status.DONE}
-            launched = [(where, core.speeds.profiles_on(
-                [core.jobs[j] for j in where.group if j in core.jobs], where.slices))
-                for where in groups.values()]
-            total_gpus = core.spec.total_gpus
+            groups = {p.group: p for j, p in placed.items() if not state.jobs.ended(j)}
             nodes = state.nodes
             agents = len(state.agents)
-            offline = len(core.cluster.offline)
+            offline = state.opt.spec.num_nodes - agents
             rounds, failures = state.rounds.count, state.rounds.failures
-            tenants = tenant_snapshot(core)  # None without --tenants
+        launched = [(where, view.speeds.profiles_on(
+            [view.jobs[j] for j in where.group if j in view.jobs], where.slices))
+            for where in groups.values()] if view.speeds is not None else []
+        total_gpus = state.opt.spec.total_gpus
+        tenants = view.tenants  # None without --tenants
         refused = state.refusals.counts()  # the refusal log has a lock of its own
         by_size: Counter[int] = Counter()
         eff_sum: Counter[int] = Counter()

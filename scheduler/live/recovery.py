@@ -12,15 +12,16 @@ restart is found as a stray and stopped before its job could start a second time
 """
 from __future__ import annotations
 
-from scheduler.core.engine import SchedulingError
+from scheduler.events import Checkpointed, NodeOnline, RunsAlone, Submitted
 from scheduler.live.lifecycle import ENDED, FINISHED, OUT, Phase, replay
 from scheduler.live.state import LiveState
 
 
 def recover(state: LiveState) -> None:
-    """Rebuild the jobs' phases from the journal; nodes stay offline until their agents speak."""
+    """Rebuild the jobs' phases from the journal, and the core's queue by events for the
+    loop's first turn; nodes stay offline until their agents speak."""
     for node in range(state.opt.spec.num_nodes):
-        state.core.set_node_online(node, False)
+        state.inbox.put(NodeOnline(node, False))
     now = state.now()
     history = replay(state.journal.transitions())
     if history.refused:  # a hand-edited or version-1 journal: the table skips those rows
@@ -44,16 +45,16 @@ def recover(state: LiveState) -> None:
             continue
         if phase in OUT:  # its trainers may still run where it was last launched
             state.rounds.awaiting |= history.launched_on.get(job_id, frozenset())
-        try:
-            state.core.submit(record, min(entry.submit_trace, now))
-        except SchedulingError as err:  # e.g. the spec shrank since it was accepted
-            state.log.error("job_unschedulable", job_id=job_id, reason=str(err))
+        problem = state.core.submit_problem(record)  # e.g. the spec shrank since
+        if problem:
+            state.log.error("job_unschedulable", job_id=job_id, reason=problem)
             continue
-        state.jobs.restore(job_id, phase)
-        if job_id in history.alone:  # it ran out of GPU memory beside others once
-            state.core.run_alone(job_id)
+        state.inbox.put(Submitted(record, min(entry.submit_trace, now)))
         done = max(entry.iterations_done, state.jobs.checkpoint_of(job_id) or 0.0)
-        state.core.set_remaining(job_id, record.iterations - done)
+        state.jobs.restore(job_id, phase, entry, done)
+        if job_id in history.alone:  # it ran out of GPU memory beside others once
+            state.inbox.put(RunsAlone(job_id))
+        state.inbox.put(Checkpointed(job_id, record.iterations - done))
         live += 1
         if phase in OUT:
             out.append(job_id)

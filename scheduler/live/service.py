@@ -55,12 +55,18 @@ class SchedulerService:
         self.handlers = Handlers(self.state)
         self.gateway = AgentGateway(self.state, endpoints)
         self.cluster = AgentCluster(self.state, self.gateway)
-        self.loop = Loop(self.state.core, self.cluster)
+        # the loop writes the core; after each round it leaves a view of it for readers
+        self.loop = Loop(self.state.core, self.cluster,
+                         on_round=lambda now, plan, core: self.state.publish_view())
         if options.metrics is not None:  # observed from now on, served while `run` runs
             from scheduler.live.metrics import SchedulerMetrics
             self.state.metrics = SchedulerMetrics(self.state)
             self.state.journal.on_write = self.state.metrics.journal_write
         recovery.recover(self.state)
+        # what the journal holds into the core at once, and a view of it for the first
+        # readers (no round yet: those wait for the agents)
+        self.loop.apply(self.state.inbox.take())
+        self.state.publish_view()
 
     def now(self) -> float:
         return self.state.now()

@@ -1,21 +1,21 @@
 """What the live scheduler knows, shared by its threads: its parts, under one lock.
 
-One object, one lock (`lock`, re-entrant): the service thread's handlers and the main
-thread's rounds both read and change the parts, always under the lock, and never talk to an
-agent while holding it. One exception: a submission is journaled and acknowledged without the
-lock (a round plans under it, and an acknowledgement must not wait for a round), and waits in
-`arrivals` until the lock's next holder moves it into the core; `locked()` is the lock with
-that done, what every reader of jobs takes. It holds parts, not rules:
+The core is not among what the threads share: the loop (main thread) is its only writer.
+The service thread's handlers and the main thread's duties change the live parts below under
+`lock` (re-entrant), which the loop never holds while the core plans; what they ask of the
+core they put in `inbox` as events (scheduler/events.py) for the loop's next turn, and what
+they read of it is `view`, the snapshot the loop takes after each round (coreview.py). It
+holds parts, not rules:
 
 | part | what it is |
 |---|---|
 | `opt`, `log`, `clock`, `now()` | what it was told, where it logs, wall and trace time |
 | `nodes` | each node's pool: its GPUs, GPU memory and type (nodes.py) |
-| `core` | the scheduling core: what is planned |
+| `core` | the scheduling core: the loop's alone (main thread) |
+| `inbox`, `view` | events for the core; the core as the last round left it |
 | `journal` | the durable record (journal.py) |
 | `ledger` | where trainers run and which launches are out (ledger.py) |
-| `jobs` | each job's phase, and the transitions that change the three above (lifecycle.py) |
-| `arrivals` | submissions journaled and acknowledged, not yet in the core (lifecycle.py) |
+| `jobs` | each job's phase, and the transitions that change it (lifecycle.py) |
 | `agents` | the registered agents by node name (gateway.AgentSeen) |
 | `rounds` | when the next round is due, and the counts so far (rounds.py) |
 | `stop_waits` | rounds waiting for stops to end (stopwaits.py) |
@@ -26,22 +26,25 @@ that done, what every reader of jobs takes. It holds parts, not rules:
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from scheduler.core.engine import Core
+from scheduler.core.placement import cpu_misfit
+from scheduler.events import Inbox
+from scheduler.live import coreview
 from scheduler.presets import get_preset
 from scheduler.live.gatefeed import GateFeed
 from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger
 from scheduler.live.type_speeds import TypePaces
-from scheduler.live.lifecycle import Arrivals, Lifecycle
+from scheduler.live.lifecycle import Lifecycle
 from scheduler.live.metrics import NoMetrics
 from scheduler.live.nodes import NodeLayout
 from scheduler.live.options import Options
 from scheduler.live.rounds import Rounds
 from scheduler.live.stopwaits import StopWaits
 from scheduler.plugins import make_policy
+from specs.tenants import job_problem
 
 
 class TraceClock:
@@ -72,6 +75,9 @@ class LiveState:
             {"gpu_speed": dict(options.gpu_speed)} if options.gpu_speed else {}))
         self.core = Core(options.spec, make_policy(options.policy, preset), preset.model,
                          options.tenancy)
+        self._demand = self.core.cluster.demand  # what a node's CPUs hold: never changes
+        self.inbox = Inbox()
+        self.view = coreview.take(self.core, options.time_scale, self.nodes.gpus_of)
         self.journal = Journal(options.journal_path)
         # True once requests are answered by a service that syncs the journal before it
         # sends a batch's replies: a submission's commit then need not wait for the disk
@@ -81,7 +87,6 @@ class LiveState:
         self.caught_up: float | None = None
         self.trace = TraceClock(clock, self.journal.clock(), options.time_scale)
         self.ledger = Ledger()
-        self.arrivals = Arrivals()
         self.jobs = Lifecycle(self, options.profile_threshold)
         self.agents: dict[str, Any] = {}  # name -> gateway.AgentSeen
         self.rounds = Rounds()
@@ -97,21 +102,17 @@ class LiveState:
     def now(self) -> float:
         return self.trace.now()
 
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """The lock, with every submission acknowledged so far in the core and queued."""
-        with self.lock:
-            self.jobs.absorb()
-            yield
+    def publish_view(self) -> None:
+        """The core as it is now, for readers: call it from the loop's thread only."""
+        self.view = coreview.take(self.core, self.opt.time_scale, self.nodes.gpus_of)
 
-    def absorb_if_free(self) -> None:
-        """Move the acknowledged submissions into the core now unless someone holds the
-        lock (a round planning): then its next holder does, and nobody waits here."""
-        if self.lock.acquire(blocking=False):
-            try:
-                self.jobs.absorb()
-            finally:
-                self.lock.release()
+    def submit_problem(self, record: Any) -> str | None:
+        """Why a job cannot be taken on this cluster (its CPUs, its tenant), or None: from
+        the spec and the tenants file, which never change, so any thread may ask."""
+        spec, tenancy = self.opt.spec, self.opt.tenancy
+        return cpu_misfit(self._demand, spec, record) or (
+            job_problem(tenancy, record.job_id, record.tenant, record.num_gpu,
+                        record.priority_class) if tenancy is not None else None)
 
     def silent_for(self, last_seen: float, wall: float) -> float:
         """Seconds an agent last heard at `last_seen` has been silent at wall time `wall`, as

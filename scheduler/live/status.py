@@ -1,15 +1,15 @@
 """The `status.query` reply: counts, agents, and each job's state, cut to fit one frame.
 
 Each job's state is its lifecycle phase as a status word (lifecycle.STATUS): the counts are
-the lifecycle's, so they include the jobs that ended before a restart, as the journal does."""
+the lifecycle's, so they include the jobs that ended before a restart, as the journal does.
+What the core says of a job (progress, group, why it waits) is the last round's view
+(coreview.py): a reply never waits for a round."""
 from __future__ import annotations
 
 from typing import Any
 
 from scheduler.core.state import Status
-from scheduler.core.waiting import why_waiting
 from scheduler.live.ledger import node_name
-from scheduler.live.queue_view import projection
 from scheduler.live.state import LiveState
 
 # a status reply lists at most this many jobs (up to ~470 bytes each, a waiting job's reason
@@ -25,13 +25,16 @@ def job_state(state: LiveState, job_id: int) -> str:
 
 def tenant_of(state: LiveState, job_id: int) -> str:
     """The tenant a known job runs for ("" without a tenants file)."""
-    layer = state.core.tenants
-    if layer is None:
+    tenancy = state.opt.tenancy
+    if tenancy is None:
         return ""
-    if job_id in layer.tenant:
-        return layer.tenant[job_id]
-    entry = state.jobs.past.get(job_id)
-    return (entry.record.tenant if entry is not None else "") or layer.tenancy.default
+    record = state.jobs.records.get(job_id)
+    if record is None:
+        entry = state.jobs.past.get(job_id)
+        record = entry.record if entry is not None else None
+    named = record.tenant if record is not None else ""
+    found = tenancy.tenant_of(named)
+    return found.name if found is not None else named or tenancy.default
 
 
 def status(state: LiveState, jobs: bool = True, limit: int | None = None,
@@ -40,7 +43,7 @@ def status(state: LiveState, jobs: bool = True, limit: int | None = None,
     most `limit` jobs (running first; default STATUS_JOBS_LIMIT). With `tenant`, only that
     tenant's jobs, and counts of them."""
     limit = STATUS_JOBS_LIMIT if limit is None else limit
-    with state.locked():
+    with state.lock:
         listed = []
         wall = state.clock()
         if jobs:
@@ -58,12 +61,12 @@ def status(state: LiveState, jobs: bool = True, limit: int | None = None,
                               **({"gpu_mem_gb": a.gpu_mem_gb} if a.gpu_mem_gb else {}),
                               **({"gpu_type": a.gpu_type} if a.gpu_type else {})}
                        for name, a in sorted(state.agents.items())},
-            "offline": [node_name(n) for n in sorted(state.core.cluster.offline)],
+            "offline": [node_name(n) for n in range(state.opt.spec.num_nodes)
+                        if node_name(n) not in state.agents],
             "refused": state.refusals.counts(), "round_failures": state.rounds.failures,
             "transitions_refused": dict(state.jobs.refused),
             # where a new job's id may start (interlace-submit): every id known, ended too
-            "max_job_id": max(max(state.core.jobs, default=0),
-                              max(state.jobs.past, default=0)),
+            "max_job_id": state.jobs.known(),
             **({"jobs": listed, "jobs_truncated": total > len(listed)} if jobs else {}),
         }
 
@@ -71,7 +74,7 @@ def status(state: LiveState, jobs: bool = True, limit: int | None = None,
 def _counts(state: LiveState, tenant: str) -> dict[str, int]:
     """Jobs of `tenant` per status word, a cancelled one counting as finished."""
     out = {"pending": 0, "running": 0, "finished": 0}
-    for job_id in (*state.core.jobs, *state.jobs.past):
+    for job_id in (*state.jobs.records, *state.jobs.past):
         if tenant_of(state, job_id) == tenant:
             word = state.jobs.status_of(job_id)
             out["finished" if word == "cancelled" else word] += 1
@@ -79,37 +82,41 @@ def _counts(state: LiveState, tenant: str) -> dict[str, int]:
 
 
 def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
-    """Every job's line (only `tenant`'s, where given): those of this run from the core and
-    the ledger, those that ended before it from the journal."""
+    """Every job's line (only `tenant`'s, where given): those of this run from the last
+    round's view and the ledger (one submitted since: from its record), those that ended
+    before it from the journal."""
     listed = []
-    # position and expected start of each pending job: O(jobs log jobs), per query only
-    core, scale, now = state.core, state.opt.time_scale, state.now()
-    queue = projection(core, scale, state.nodes.gpus_of)
-    why = why_waiting(core)  # O(jobs log jobs), per query only
-    whose = core.tenants.tenant if core.tenants is not None else {}
-    for job_id, job in core.jobs.items():
-        if tenant is not None and whose.get(job_id) != tenant:
+    view, scale, now = state.view, state.opt.time_scale, state.now()
+    since = max(0.0, (now - view.now) / scale)  # wall seconds since the view was taken
+    for job_id, record in state.jobs.records.items():
+        if tenant is not None and tenant_of(state, job_id) != tenant:
             continue
+        job = view.jobs.get(job_id)
         where = state.ledger.placed.get(job_id)
         line = {
             "job_id": job_id, "state": state.jobs.status_of(job_id),
-            "iterations_done": job.record.iterations - job.remaining,
-            "iterations": job.record.iterations, "num_gpu": job.num_gpu,
+            "iterations_done": state.jobs.done(job_id, view),
+            "iterations": record.iterations, "num_gpu": record.num_gpu,
             "nodes": [node_name(n) for n in where.nodes] if where else [],
             "group": list(where.group) if where else [],
-            "preemptions": job.preemptions,
+            "preemptions": state.jobs.preemptions[job_id],
         }
-        if job_id in whose:
-            line["tenant"] = whose[job_id]
+        if state.opt.tenancy is not None:
+            line["tenant"] = job.tenant if job is not None else tenant_of(state, job_id)
         if line["state"] == "pending":
-            if job_id in queue:
-                line["position"], line["expected_start"] = queue[job_id]
-            line.update(_waiting(why.get(job_id), now, scale))
-        elif job.status is Status.RUNNING and job.running_since is not None:
-            group = core.placed.get(job_id)
+            if job is None:  # as the core's reasons say of a job no round has seen
+                line.update(reason="arrived", why="submitted since the last round", ahead=0)
+            else:
+                if job_id in view.queue:
+                    position, start = view.queue[job_id]
+                    line["position"] = position
+                    line["expected_start"] = None if start is None else max(0.0, start - since)
+                line.update(_waiting(view.waiting.get(job_id), now, scale))
+        elif job is not None and job.status is Status.RUNNING \
+                and job.running_since is not None:
             line["running_for"] = max(0.0, (now - job.running_since) / scale)
-            if group is not None and job.solo_time > 0:
-                line["slowdown"] = group.tt / job.solo_time
+            if job.tt is not None and job.solo_time > 0:
+                line["slowdown"] = job.tt / job.solo_time
         listed.append(line)
     _number(line for line in listed if "position" in line)
     for job_id, entry in state.jobs.past.items():  # ended before this run

@@ -1,14 +1,22 @@
 """Telemetry in and events out: trainers' progress and stage timings fold into the state;
 the events the state queued (`outbox`) go to subscribers. Telemetry is advice and lossy by
-design: a bad event costs itself only, and a failed publish is logged, never fatal."""
+design: a bad event costs itself only, and a failed publish is logged, never fatal.
+
+It runs on the loop's thread between rounds, so it reads the core as it is; what it learns
+goes to the core as events (scheduler/events.py) the loop applies at its next turn, checked
+here against the core's bounds first so that a bad figure is refused where it came in."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from scheduler.core.engine import MAX_SLOWDOWN, MIN_SLOWDOWN, SchedulingError
+from scheduler.events import (MemoryMeasured, OverheadMeasured, ProfileMeasured,
+                              SlowdownMeasured, SpeedMeasured)
 from scheduler.live.state import LiveState
 from scheduler.live.type_speeds import to_reference
 from specs.gpu_speed import MAX_SPEED, MIN_SPEED
+from specs.limits import MAX_GPU_MEM_GB
 from scheduler.core.state import Status
 
 # how far one measured pace moves a group slowdown toward itself, and the change below which
@@ -46,16 +54,22 @@ def note_timing(state: LiveState, msg: Any) -> None:
         return
     state.metrics.stage_times(msg["stages"])
     overhead = msg.get("restart_overhead")
+    inbox = state.inbox
     try:
         if overhead is not None and overhead != job.restart_overhead:
-            state.core.set_restart_overhead(job.id, overhead)  # weighs future regroups
+            inbox.put(OverheadMeasured(job.id, checked(
+                overhead, 0.0, math.inf, f"job {job.id}: restart overhead"), msg.sender))
         memory = msg.get("gpu_mem_gb")
-        if memory is not None and state.core.note_gpu_memory(job.id, memory):
-            # it no longer fits beside the jobs on its GPUs: stopped before it runs out
-            state.jobs.requeue(job.id, state.now(), f"needs {memory:g} GB of GPU memory, "
-                                                    "more than fits beside its group: runs alone",
-                               alone=True)
-            return
+        if memory is not None:
+            memory = checked(memory, 0.0, MAX_GPU_MEM_GB, f"job {job.id}: GPU memory (GB)")
+            outgrown = state.core.outgrows_group(job.id, memory)
+            inbox.put(MemoryMeasured(job.id, memory, msg.sender))
+            if outgrown:
+                # it no longer fits beside the jobs on its GPUs: stopped before it runs out
+                state.jobs.requeue(job.id, state.now(),
+                                   f"needs {memory:g} GB of GPU memory, more than fits "
+                                   "beside its group: runs alone", alone=True)
+                return
         calibrate(state, job.id, float(msg["iteration_time"]))
         stages = on_reference_type(state, job, msg["stages"])
         if stages is None:
@@ -63,7 +77,7 @@ def note_timing(state: LiveState, msg: Any) -> None:
         profile = state.jobs.profiles.fold(job.id, job.profile, stages)
         if profile is None:
             return
-        state.core.update_profile(job.id, profile, solo_time=sum(profile))
+        inbox.put(ProfileMeasured(job.id, checked_profile(job, profile), msg.sender))
     except SchedulingError as err:  # the core is the last line: refused, nothing changed
         state.jobs.profiles.forget(job.id)  # the estimate it refused must not seed the next
         state.refusals.refuse("event.timing:refused_by_core", msg.sender, str(err),
@@ -72,6 +86,25 @@ def note_timing(state: LiveState, msg: Any) -> None:
     state.rounds.wake("profile")
     state.log.info("profile_updated", job_id=job.id, profile=[round(t, 6) for t in profile],
                    measured=dict(msg["stages"]))
+
+
+def checked(value: Any, low: float, high: float, what: str) -> float:
+    """`value` as a float within [low, high], else SchedulingError naming `what`."""
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else math.nan
+    if not (math.isfinite(number) and low <= number <= high):
+        raise SchedulingError(f"{what} must be a finite number in [{low:g}, {high:g}], "
+                              f"got {value!r}")
+    return number
+
+
+def checked_profile(job: Any, profile: Any) -> tuple[float, ...]:
+    """A measured profile the core will take: one finite time >= 0 per stage, not all zero."""
+    times = tuple(checked(t, 0.0, math.inf, f"job {job.id}: a stage time") for t in profile)
+    if len(times) != len(job.profile) or not 0 < sum(times) < math.inf:
+        raise SchedulingError(f"job {job.id}: profile {times} has {len(times)} stages of the "
+                              f"job's {len(job.profile)}, or adds up to nothing")
+    return times
 
 
 def on_reference_type(state: LiveState, job: Any, stages: dict) -> dict | None:
@@ -85,14 +118,14 @@ def on_reference_type(state: LiveState, job: Any, stages: dict) -> dict | None:
     gpu = stages.get("gpu")
     learned = state.type_paces.observe(job.id, job.model, kind, gpu, state.core.speeds) \
         if isinstance(gpu, (int, float)) else None
+    speed = state.core.speeds.of(job.model, kind)
     if learned is not None:
-        was = state.core.speeds.of(job.model, kind)
-        state.core.calibrate_speed(job.model, kind, min(max(learned, MIN_SPEED), MAX_SPEED))
+        was, speed = speed, min(max(learned, MIN_SPEED), MAX_SPEED)
+        state.inbox.put(SpeedMeasured(job.model, kind, speed))
         state.log.info("gpu_speed_calibrated", model=job.model, gpu_type=kind,
-                       speed=round(state.core.speeds.of(job.model, kind), 4),
-                       was=round(was, 4), job_id=job.id)
+                       speed=round(speed, 4), was=round(was, 4), job_id=job.id)
         state.rounds.wake("calibration")
-    return to_reference(stages, state.core.speeds.of(job.model, kind))
+    return to_reference(stages, speed)
 
 
 def calibrate(state: LiveState, job_id: int, measured: float) -> None:
@@ -116,7 +149,7 @@ def calibrate(state: LiveState, job_id: int, measured: float) -> None:
     factor = current + CALIBRATION_STEP * (observed - current)
     if abs(factor - current) <= CALIBRATION_TOLERANCE * current:
         return
-    state.core.calibrate_slowdown(members, factor)
+    state.inbox.put(SlowdownMeasured(members, factor))
     state.log.info("interference_calibrated", members=members, factor=round(factor, 4),
                    was=round(current, 4), observed=round(observed, 4), job_id=job_id)
     state.rounds.wake("calibration")

@@ -42,7 +42,7 @@ def groups(state: LiveState) -> list[dict[str, Any]]:
         members = sorted(jobs, key=lambda j: (rank.get(j, len(rank)), j))
         info = {}
         for j in members:
-            job = state.core.jobs.get(j)
+            job = state.view.jobs.get(j)
             info[str(j)] = {"profile": [round(t, 6) for t in job.profile] if job else [],
                             "model": job.model if job else "",
                             "num_gpu": job.num_gpu if job else 0,
@@ -189,7 +189,7 @@ def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
     """The /api/status document."""
     # one read: a round between the reply and the groups would show a job both queued and
     # in a group
-    with state.locked():
+    with state.lock:
         body = status_reply.status(state, jobs=True, limit=PAGE_JOBS_LIMIT)
         running_groups = groups(state)  # a copy of the ledger's groups: O(running jobs)
         now, wall = state.now(), state.clock()
@@ -223,21 +223,24 @@ def build(state: LiveState, reader: JournalReader) -> dict[str, Any]:
 
 def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str, Any] | None:
     """The /api/jobs/ID document, or None for a job the scheduler does not know."""
-    with state.locked():
-        job = state.core.jobs.get(job_id)
-        if job is not None:
+    with state.lock:
+        record = state.jobs.records.get(job_id)
+        if record is not None:
+            job = state.view.jobs.get(job_id)  # None: submitted since the last round
             where = state.ledger.placed.get(job_id)
             doc = {"job_id": job_id, "state": status_reply.job_state(state, job_id),
-                   "model": job.model, "num_gpu": job.num_gpu,
-                   "iterations": job.record.iterations,
-                   "iterations_done": job.record.iterations - job.remaining,
-                   "profile": list(job.profile), "preemptions": job.preemptions,
-                   "submit": job.submit_time, "first_start": job.first_start,
+                   "model": record.model_name, "num_gpu": record.num_gpu,
+                   "iterations": record.iterations,
+                   "iterations_done": state.jobs.done(job_id, state.view),
+                   "profile": list(job.profile) if job else [],
+                   "preemptions": state.jobs.preemptions[job_id],
+                   "submit": record.submit_time, "first_start": job and job.first_start,
                    "nodes": [node_name(n) for n in where.nodes] if where else [],
                    "group": list(where.group) if where else [],
                    # GPU memory it holds on each GPU (declared or measured), and whether it
                    # must run alone (it ran out of GPU memory beside others)
-                   "gpu_mem_gb": job.gpu_mem, "runs_alone": job.alone}
+                   "gpu_mem_gb": job.gpu_mem if job else record.gpu_mem_gb,
+                   "runs_alone": bool(job and job.alone)}
             gpu_type = state.nodes.placement_type(where.slices) if where else ""
             if gpu_type:  # the type of the pool it runs on, where the spec states one
                 doc["gpu_type"] = gpu_type

@@ -17,22 +17,21 @@ from __future__ import annotations
 import heapq
 from operator import attrgetter
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from scheduler.core.engine import Core
 from scheduler.core.plan_changes import STARTS, STOP, STOPS, Change
 from scheduler.core.model import CostModel
 from scheduler.core.state import Plan
-from scheduler.loop import LaunchFailed, Outcome, StopTook, Tick
+from scheduler.events import LaunchFailed, StopTook
+from scheduler.loop import Outcome, Tick
 from scheduler.sim.folding import fold, folds
 from traces.record import JobRecord
 
 
 _new_tick = tuple.__new__  # a Tick made as the tuple it is, once an event
 _num_gpu = attrgetter("num_gpu")
-_NO_LOCK = nullcontext()  # nothing else touches a simulated core (reusable, holds nothing)
 
 
 @dataclass(slots=True)
@@ -132,11 +131,11 @@ class SimulatedCluster:
         self._retry: float | None = None
         self._faulty = faults is not None  # anything to inject at all
 
-    def lock(self) -> nullcontext:
-        return _NO_LOCK
-
     def round_failed(self, error: Exception) -> bool:
         return False  # a simulation that cannot go on ends with the error
+
+    def refused(self, event: Any, error: Exception) -> None:
+        raise error  # the simulator makes its own events: one the core refuses is a bug
 
     # -- what happens next -------------------------------------------------------------------
     def tick(self, core: Core) -> Tick | None:
@@ -204,7 +203,7 @@ class SimulatedCluster:
                     runs.pop(job_id, None)
         if self.progress is not None:
             self.progress(self.finished, n)
-        return _new_tick(Tick, (t, done, finished, arrived, lost, back, ended))
+        return _new_tick(Tick, (t, done, finished, arrived, lost, back, ended, ()))
 
     def _done(self, dt: float) -> dict[int, float]:
         """Iterations each running job finished in the last `dt` seconds (what is left of

@@ -28,7 +28,7 @@ from scheduler.live.lifecycle import (ALLOWED, CANCELLED, ENDED, FINISHED, LAUNC
 from scheduler.live.metrics import SchedulerMetrics
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
-from tests.helpers import Log, job, spec
+from tests.helpers import Log, job, settle, spec
 from trainer import checkpoint
 from traces.record import record_to_map
 
@@ -76,7 +76,7 @@ def act(state: LiveState, name: str, job_id: int) -> bool | None:
     happened (None for `stopping`, which says nothing)."""
     jobs, now = state.jobs, state.now()
     calls = {
-        "submit": lambda: jobs.submit(job(job_id, iterations=TOTAL), now),
+        "submit": lambda: jobs.accept(job(job_id, iterations=TOTAL), now),
         "launch": lambda: jobs.launch(job_id, where(job_id), 0.0),
         "launched": lambda: jobs.launched(job_id, where(job_id), {}, {}, 0.0),
         "launch_failed": lambda: jobs.launch_failed(job_id, 0.0, "n0", []),
@@ -98,6 +98,8 @@ def phases_of(state: LiveState) -> dict[int, Phase]:
 def assert_stores_in_step(state: LiveState) -> None:
     """The journal, the core and the ledger say what the phases say."""
     phases = phases_of(state)
+    settle(state)  # the loop's next turn, and the view it leaves
+    state.publish_view()
     ledger, core, journal = state.ledger, state.core, state.journal
     assert set(ledger.launching) == {j for j, p in phases.items() if p is LAUNCHING}
     assert set(ledger.placed) == {j for j, p in phases.items() if p in (RUNNING, STOPPING)}
@@ -174,7 +176,7 @@ def test_replay_skips_what_the_table_does_not_allow():
 def test_an_illegal_transition_is_refused_logged_counted_and_changes_nothing(tmp_path):
     state = live_state(tmp_path, metrics=True)
     try:
-        assert state.jobs.submit(job(1, iterations=TOTAL), 0.0)
+        assert state.jobs.accept(job(1, iterations=TOTAL), 0.0)
         events = state.journal.events(1)
         assert state.jobs.launched(1, where(1), {}, {}, 0.0) is False  # never launched
         assert state.jobs.stopped(1, where(1), 5.0, False, "preempted", True) is False
@@ -196,7 +198,7 @@ def test_a_transition_the_journal_refuses_is_not_applied(tmp_path):
     changes in memory (the stores stay in step with the durable record)."""
     state = live_state(tmp_path)
     try:
-        state.jobs.submit(job(1, iterations=TOTAL), 0.0)
+        state.jobs.accept(job(1, iterations=TOTAL), 0.0)
         with sqlite3.connect(state.opt.journal_path) as db:  # someone else ended it
             db.execute("UPDATE jobs SET phase='finished', state='finished' WHERE job_id=1")
         assert state.jobs.launch(1, where(1), 0.0) is False
@@ -206,31 +208,32 @@ def test_a_transition_the_journal_refuses_is_not_applied(tmp_path):
         state.journal.close()
 
 
-# -- submissions without the lock ------------------------------------------------------------
-def test_an_accepted_submission_is_queued_for_whoever_takes_the_lock_next(tmp_path):
-    """`accept` journals without the lock; the job is in the core and queued, in the order
-    accepted, once anyone takes the lock through `locked()`, and can be cancelled then; a
-    restart between the two halves finds it in the journal."""
+# -- submissions reach the core through the loop ------------------------------------------------
+def test_an_accepted_submission_reaches_the_core_at_the_loops_next_turn(tmp_path):
+    """`accept` journals the job and queues it at once (its phase, its log line); the core
+    has it from the loop's next turn, in the order accepted, and a cancel before that turn
+    reaches it after the submission; a restart before the turn finds it in the journal."""
     state = live_state(tmp_path)
     try:
         assert state.jobs.accept(job(2, iterations=TOTAL), 1.0)
         assert state.jobs.accept(job(1, iterations=TOTAL), 2.0)
         assert not state.jobs.accept(job(2, iterations=7), 3.0)  # the journal knows the id
-        assert state.journal.get(2).phase == "queued" and state.jobs.phase(2) is None
-        assert 1 not in state.core.jobs and not state.log.of("job_submitted")
-        again = live_state(tmp_path)  # a restart before any lock holder came
+        assert state.journal.get(2).phase == "queued" and state.jobs.phase(2) is QUEUED
+        assert not state.core.jobs  # only the loop writes the core
+        assert [r["job_id"] for r in state.log.of("job_submitted")] == [2, 1]
+        again = live_state(tmp_path)  # a restart before the loop's turn
         recovery.recover(again)
+        settle(again)
         assert {j.id for j in again.core.queue} == {1, 2}
         again.journal.close()
-        with state.locked():
-            assert [j.id for j in state.core.queue] == [2, 1]  # as accepted
-            assert state.jobs.phase(1) is QUEUED and state.jobs.phase(2) is QUEUED
-            assert state.core.jobs[2].record.iterations == TOTAL
-            assert state.jobs.cancel(1, 4.0) is not None
-        assert [r["job_id"] for r in state.log.of("job_submitted")] == [2, 1]
+        assert state.jobs.cancel(1, 4.0) is not None
+        settle(state)
+        assert [j.id for j in state.core.queue] == [2]  # 1 came, then ended
+        assert state.core.jobs[1].status is Status.DONE
+        assert state.core.jobs[2].record.iterations == TOTAL
         assert state.rounds.take_reasons() == ["arrival", "cancel"]
-        with state.locked():
-            assert state.jobs.absorb() == 0  # taken once
+        settle(state)  # taken once
+        assert [j.id for j in state.core.queue] == [2]
     finally:
         state.journal.close()
 
@@ -243,7 +246,7 @@ def _a_journal_with_every_phase(run_dir: Path) -> dict[int, float]:
     jobs = state.jobs
     try:
         for j in range(1, 8):
-            assert jobs.submit(job(j, iterations=TOTAL, submit=float(j)), float(j))
+            assert jobs.accept(job(j, iterations=TOTAL, submit=float(j)), float(j))
         jobs.launch(2, where(2, node=0), 0.0)  # 2: launching on n0
         for j, node in ((3, 1), (4, 0), (5, 0), (6, 1), (7, 1)):  # out on their nodes
             assert jobs.launch(j, where(j, node), 0.0)
@@ -267,6 +270,7 @@ def test_a_restart_rebuilds_every_job_by_replaying_the_journal(tmp_path):
     checkpoint.write(state.opt.checkpoints, checkpoint.Checkpoint(1, 25.0, TOTAL, "n0"))
     try:
         recovery.recover(state)
+        settle(state)
         jobs = state.jobs
         # ended stays ended; queued stays queued; out (launching, running, stopping) is
         # requeued from its checkpoint, or finished when that holds every iteration
@@ -310,6 +314,7 @@ def test_recovery_believes_the_transitions_over_the_jobs_table(tmp_path):
     state = live_state(tmp_path)
     try:
         recovery.recover(state)
+        settle(state)
         assert state.jobs.phase(1) is QUEUED and 1 in state.core.jobs
         said = state.log.of("journal_disagrees")
         assert [(r["job_id"], r["replayed"], r["table"]) for r in said] == \
@@ -367,6 +372,7 @@ def test_a_version_1_journal_is_migrated_and_replays_to_its_jobs(tmp_path):
         assert state.journal.phase_counts() == {QUEUED: 1, LAUNCHING: 1, RUNNING: 0,
                                                 STOPPING: 0, FINISHED: 1, CANCELLED: 1}
         recovery.recover(state)
+        settle(state)
         assert {j: state.jobs.phase(j) for j in (1, 2, 3, 4)} == \
             {1: QUEUED, 2: QUEUED, 3: FINISHED, 4: CANCELLED}
         assert state.rounds.awaiting == {"n1"}  # where 2 was last launched

@@ -17,7 +17,7 @@ from scheduler.live.ledger import Placed
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
 from scheduler.core.state import NodeSlice, Status
-from tests.helpers import Log, job, spec
+from tests.helpers import Log, job, settle, spec
 from trainer import checkpoint
 from traces.record import record_to_map
 
@@ -33,7 +33,13 @@ def live(tmp_path):
 
 
 def say(handlers: Handlers, type_: str, **fields: Any) -> dict:
-    return handlers.handle(make(type_, "test", f"t-{next(_ids)}", **fields))
+    """A request answered, then the loop's next turn (what it asked of the core, applied)
+    and the view it leaves for readers."""
+    try:
+        return handlers.handle(make(type_, "test", f"t-{next(_ids)}", **fields))
+    finally:
+        settle(handlers.state)
+        handlers.state.publish_view()
 
 
 def register(handlers: Handlers, node: str = "n0", **extra: Any) -> dict:

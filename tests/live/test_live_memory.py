@@ -113,7 +113,7 @@ def test_a_job_that_ran_out_of_gpu_memory_in_a_group_runs_alone_from_then_on(har
     reply = h.request("job.finished", job_id=1, node="n0", iterations=5.0, ok=False,
                       detail="out of GPU memory (exit status 4)", oom=True)
     assert reply.get("requeued") is True
-    assert h.scheduler.state.core.jobs[1].alone
+    wait_for(lambda: h.scheduler.state.view.jobs[1].alone)  # the loop's next turn
     later: list[dict] = []
 
     def relaunched() -> bool:

@@ -25,7 +25,7 @@ from scheduler.presets import get_preset
 from specs.spec import ClusterSpec, Pool
 from tests.helpers import Log, job, spec
 from tests.live.test_metrics import scrape
-from tests.live.test_service import harness  # noqa: F401  (the fixture)
+from tests.live.test_service import harness, wait_for  # noqa: F401  (the fixture)
 from tests.live.test_telemetry_guard import logged  # noqa: F401  (the fixture)
 
 # n0, n1: T4 x4 (16 GB); n2: V100M32 x8 (32 GB); n3: CPU only; n4: 2 GPUs of no stated type
@@ -77,7 +77,7 @@ def test_an_agent_is_checked_against_its_own_nodes_pool(logged):  # noqa: F811
     agents = h.status()["agents"]
     assert {n: a.get("gpu_type") for n, a in agents.items()} == {
         "n0": "T4", "n1": None, "n2": "V100M32", "n3": None, "n4": "A10"}
-    assert not h.scheduler.state.core.cluster.offline  # every node took its agent
+    wait_for(lambda: not h.scheduler.state.view.offline)  # every node took its agent
 
 
 def test_a_muri_form_spec_states_no_type_and_checks_its_gpu_count(harness):  # noqa: F811
@@ -112,7 +112,7 @@ def test_gpus_and_busy_gpus_by_type_follow_the_pools_and_the_placements(pooled):
     for group, slices in PLACED:
         for j in group:
             record = job(j, num_gpu=sum(len(s.gpus) for s in slices))
-            assert state.jobs.submit(record, 0.0)
+            assert state.jobs.accept(record, 0.0)
     for group, slices in PLACED:
         where = Placed(group, 1.0, slices)
         for j in group:

@@ -24,7 +24,7 @@ from scheduler.live.ledger import Placed
 from scheduler.live.metrics import SchedulerMetrics
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
-from tests.helpers import job, spec
+from tests.helpers import job, settle, spec
 from traces.record import record_to_map
 
 _ids = itertools.count()
@@ -61,12 +61,15 @@ def live(tmp_path):
 
 
 def place_plan(state: LiveState) -> list:
-    """Plan a round and launch its groups (what the launcher does on success)."""
+    """Plan a round and launch its groups (what the launcher does on success), and leave
+    the view readers read, as the loop does."""
+    settle(state)
     plan = state.core.round(state.now())
     for group in plan.groups:
         for j in group.jobs:
             where = Placed(group.jobs, group.tt, group.placement)
             assert state.jobs.launch(j, where, 0.0) and state.jobs.launched(j, where, {}, {}, 0.0)
+    state.publish_view()
     return list(plan.groups)
 
 

@@ -24,7 +24,7 @@ from scheduler.live.journal import Journal
 from scheduler.live.launches import stage_list
 from scheduler.live.options import Options
 from scheduler.live.service import SchedulerService
-from tests.helpers import job, spec
+from tests.helpers import job, settle, spec
 from traces.record import record_to_map
 
 DEADLINE = 20.0  # seconds any single expected thing may take on a loaded 2-core machine
@@ -509,9 +509,10 @@ def test_a_cut_status_of_waiting_jobs_with_long_reasons_fits_one_frame(tmp_path)
             record = replace(job(10**9 + i), tenant=name)
             msg = make("job.submit", "test", f"id{i}", job=record_to_map(record))
             assert svc.handle(msg)["accepted"]
-        with svc.state.locked():  # a round with the node up (no agent: nothing launches)
-            svc.state.core.set_node_online(0, True)
-            svc.state.core.round(svc.now())
+        settle(svc.state)  # a round with the node up (no agent: nothing launches), and
+        svc.state.core.set_node_online(0, True)  # the view it leaves, as the loop does
+        svc.state.core.round(svc.now())
+        svc.state.publish_view()
         body = svc.status()
         reasons = {j.get("reason") for j in body["jobs"]}
         assert body["jobs_truncated"] and reasons == {"launching", "no_idle_to_borrow"}
@@ -725,35 +726,45 @@ def test_heartbeats_waiting_unread_are_not_silence(harness):
     assert dead == []
 
 
-def test_a_submission_is_acknowledged_while_a_round_holds_the_lock(harness):
-    """A round plans under the state's lock; a submission meanwhile is journaled and
-    acknowledged at once, and is queued for whoever takes the lock next: the status query
-    waiting behind the round lists it, and the next round launches it."""
+class Stalling:
+    """Wraps a policy: plan() waits for `release` once `armed` (and says it began)."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+        self.armed, self.planning, self.release = (threading.Event() for _ in range(3))
+
+    def plan(self, ctx: Any) -> Any:
+        if self.armed.is_set():
+            self.planning.set()
+            assert self.release.wait(DEADLINE)
+        return self.policy.plan(ctx)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
+
+
+def test_a_round_that_plans_holds_up_no_submission_and_no_status_query(harness):
+    """The loop is the core's only writer and holds no lock while it plans: a submission
+    meanwhile is journaled and acknowledged at once, a status query answered at once (it
+    lists the job, `arrived`), and the next round launches it."""
     h = harness()
     sched = h.start_scheduler()
     n0 = h.agent("n0")
     h.wait_online("n0")
     state = sched.state
-    replies: queue.Queue = queue.Queue()
-    listed: queue.Queue = queue.Queue()
-
-    def ask(name: str, type_: str, out: queue.Queue, **fields: Any) -> None:
-        client = Requester(h.endpoints, name, timeout=DEADLINE, retries=0)
-        try:
-            out.put(dict(client.request("scheduler", type_, **fields)["body"]))
-        finally:
-            client.close()
-
-    with state.lock:  # as a round planning
-        threading.Thread(target=ask, args=("feeder-2", "job.submit", replies),
-                         kwargs={"job": record_to_map(job(7, num_gpu=2))}, daemon=True).start()
-        assert replies.get(timeout=DEADLINE) == {"accepted": True, "job_id": 7}
-        assert 7 not in state.core.jobs  # acknowledged, journaled, not yet in the core
+    stalling = state.core.policy = Stalling(state.core.policy)
+    stalling.armed.set()
+    try:
+        assert h.submit(job(6, num_gpu=2))["accepted"] is True  # wakes a round: it stalls
+        assert stalling.planning.wait(DEADLINE)
+        stalling.armed.clear()
+        assert h.submit(job(7, num_gpu=2)) == {"accepted": True, "job_id": 7}
         db = sqlite3.connect(f"file:{h.run_dir / 'journal.db'}?mode=ro", uri=True)
-        assert db.execute("SELECT job_id FROM jobs").fetchall() == [(7,)]
+        assert db.execute("SELECT job_id FROM jobs ORDER BY job_id").fetchall() == [(6,), (7,)]
         db.close()
-        threading.Thread(target=ask, args=("viewer", "status.query", listed),
-                         daemon=True).start()
-    assert {j["job_id"]: j["state"] for j in listed.get(timeout=DEADLINE)["jobs"]} \
-        == {7: "pending"}
-    assert n0.next_launch()["job_id"] == 7
+        lines = {j["job_id"]: j for j in h.status()["jobs"]}
+        assert lines[7]["state"] == "pending" and lines[7]["reason"] == "arrived"
+        assert not stalling.release.is_set()  # all of it while the round was planning
+    finally:
+        stalling.release.set()
+    assert {n0.next_launch()["job_id"], n0.next_launch()["job_id"]} == {6, 7}
