@@ -80,7 +80,7 @@ class AgentCluster:
             events = state.inbox.take()
             done = {}
             for job in state.core.running_jobs():
-                seen = state.jobs.progress.get(job.id)
+                seen = state.measured.progress.get(job.id)
                 if seen is not None:
                     done[job.id] = max(seen - (job.record.iterations - job.remaining), 0.0)
             now = state.now()
@@ -117,7 +117,7 @@ class AgentCluster:
         with state.lock:
             job_id = getattr(event, "job_id", None)
             if isinstance(event, ProfileMeasured):
-                state.jobs.profiles.forget(event.job_id)
+                state.measured.profiles.forget(event.job_id)
             state.refusals.refuse(f"{type(event).__name__}:refused_by_core",
                                   getattr(event, "sender", "") or "scheduler", str(error),
                                   job_id=job_id)

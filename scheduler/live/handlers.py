@@ -107,7 +107,7 @@ class Handlers:
             where = ledger.where(job_id)
             if where is not None and index in where.nodes:
                 kept.append(job_id)
-                state.jobs.note_progress(job_id, done)
+                state.measured.note_progress(job_id, done)
             else:
                 strays.append(job_id)
                 ledger.strays.append((job_id, name))
@@ -186,7 +186,7 @@ class Handlers:
         here = state.ledger.on(index)
         for job_id, done in running:
             if job_id in here:
-                state.jobs.note_progress(job_id, done)
+                state.measured.note_progress(job_id, done)
         if incarnation is not None and isinstance(launches, int):
             self._requeue_vanished(name, index, incarnation, launches, {j for j, _ in running})
         return {}

@@ -23,7 +23,6 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from scheduler.core.profiles import ProfileEstimator
 from scheduler.events import Checkpointed, Finished, Requeued, Submitted
 from scheduler.live.ledger import Launch, Placed, node_name
 from trainer import checkpoint
@@ -141,13 +140,13 @@ def launch_nodes(node: str | None, detail: Mapping[str, Any] | None) -> frozense
 
 
 class Lifecycle:
-    """Each job's phase and the transitions that change it. Called with the state's lock
-    held. It writes the state's journal and ledger, puts the core's events in its inbox and
-    queues subscribers' events in its outbox;
-    `past` holds the journal entries of jobs that ended before this start (status lists
-    them), `progress` and `profiles` what telemetry says of live jobs."""
+    """Each job's phase and the transitions that change it: the job's fate only (what its
+    trainers measured is `state.measured`). Called with the state's lock held. It writes the
+    state's journal and ledger, puts the core's events in its inbox and queues subscribers'
+    events in its outbox; `past` holds the journal entries of jobs that ended before this
+    start (status lists them)."""
 
-    def __init__(self, state: Any, profile_threshold: float):
+    def __init__(self, state: Any):
         self.state = state  # the LiveState that holds this (journal, core, ledger, outputs)
         self._phases: dict[int, Phase] = {}
         self.counts: Counter[Phase] = Counter()
@@ -158,10 +157,6 @@ class Lifecycle:
         # waiting or ended job's status says, ahead of the core's next view)
         self.settled: dict[int, float] = {}
         self.preemptions: Counter[int] = Counter()  # each job's, as the journal counts them
-        self.progress: dict[int, float] = {}  # iterations done, per telemetry
-        self.profiles = ProfileEstimator(threshold=profile_threshold)
-        # the launch (ledger key) under which each live job last reported its pace
-        self.paced: dict[int, tuple] = {}
 
     # -- what the phases say -----------------------------------------------------------------
     def phase(self, job_id: int) -> Phase | None:
@@ -203,10 +198,6 @@ class Lifecycle:
 
     def ended(self, job_id: int) -> bool:
         return self._phases.get(job_id) in ENDED
-
-    def note_progress(self, job_id: int, done: float) -> None:
-        if done > self.progress.get(job_id, -1.0):
-            self.progress[job_id] = done
 
     def checkpoint_of(self, job_id: int) -> float | None:
         ckpt = checkpoint.read(self.state.opt.checkpoints, job_id)
@@ -318,7 +309,7 @@ class Lifecycle:
         s.inbox.put(Checkpointed(job_id, total - iterations))
         self.settled[job_id] = iterations
         s.ledger.unplace(job_id)
-        self.progress.pop(job_id, None)
+        s.measured.stopped(job_id)
         s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=iterations,
                    now=now, nodes=[node_name(n) for n in was.nodes])
         self._emit(job_id, "stopped", {"reason": reason, "iterations": iterations})
@@ -364,7 +355,7 @@ class Lifecycle:
         s.inbox.put(Requeued(job_id, now, total - done, alone))
         self.settled[job_id] = done
         where = s.ledger.release(job_id, keep=skip)
-        self.progress.pop(job_id, None)
+        s.measured.stopped(job_id)
         s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=done, now=now,
                    nodes=[node_name(n) for n in (where.nodes if where else ())])
         self._emit(job_id, "stopped", {"reason": reason, "iterations": done})
@@ -396,10 +387,7 @@ class Lifecycle:
             s.ledger.release(job_id, keep=node)
         else:
             s.ledger.unplace(job_id)
-        self.progress.pop(job_id, None)
-        self.profiles.forget(job_id)  # a requeue keeps it: the job runs again, same model
-        self.paced.pop(job_id, None)
-        s.type_paces.forget(job_id)
+        s.measured.ended(job_id)  # a requeue keeps its estimates: the job runs again
         submit, start = entry.submit_trace, entry.first_start_trace
         queue_delay = None if start is None else start - submit
         s.log.info("job_finished", job_id=job_id, node=node, iterations=iterations,
@@ -420,16 +408,13 @@ class Lifecycle:
         if not self._may("cancel", job_id):
             return None
         was = self.status_of(job_id)
-        done = max(self.resume_point(job_id), self.progress.get(job_id, 0.0))
+        done = max(self.resume_point(job_id), s.measured.progress.get(job_id, 0.0))
         if self._enter("cancel", job_id, ts=now, iterations=done) is None:
             return None
         s.inbox.put(Finished(job_id, now, cancelled=True))
         self.settled[job_id] = done
         where = s.ledger.release(job_id, keep=None)
-        self.progress.pop(job_id, None)
-        self.profiles.forget(job_id)
-        self.paced.pop(job_id, None)
-        s.type_paces.forget(job_id)
+        s.measured.ended(job_id)
         s.log.info("job_cancelled", job_id=job_id, was=was, iterations=done, now=now,
                    nodes=[node_name(n) for n in (where.nodes if where else ())])
         self._emit(job_id, "cancelled", {"was": was, "iterations": done})

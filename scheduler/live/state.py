@@ -21,7 +21,7 @@ holds parts, not rules:
 | `stop_waits` | rounds waiting for stops to end (stopwaits.py) |
 | `outbox`, `metrics` | what goes out: events for subscribers, Prometheus |
 | `refusals`, `gate_feed` | refusal counts; the gate turns agents measured (web view) |
-| `type_paces` | each job's GPU stage time on each type it ran on (type_speeds.py) |
+| `measured` | what trainers measured: progress, profile estimates, paces, GPU stage times by type (measured.py) |
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from scheduler.presets import get_preset
 from scheduler.live.gatefeed import GateFeed
 from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger
-from scheduler.live.type_speeds import TypePaces
+from scheduler.live.measured import Measured
 from scheduler.live.lifecycle import Lifecycle
 from scheduler.live.metrics import NoMetrics
 from scheduler.live.nodes import NodeLayout
@@ -87,7 +87,8 @@ class LiveState:
         self.caught_up: float | None = None
         self.trace = TraceClock(clock, self.journal.clock(), options.time_scale)
         self.ledger = Ledger()
-        self.jobs = Lifecycle(self, options.profile_threshold)
+        self.jobs = Lifecycle(self)
+        self.measured = Measured(options.profile_threshold)
         self.agents: dict[str, Any] = {}  # name -> gateway.AgentSeen
         self.rounds = Rounds()
         self.stop_waits = StopWaits()
@@ -97,7 +98,6 @@ class LiveState:
         # sender and kind; shared by the service thread's Service and the main thread
         self.refusals = RefusalLog(log)
         self.gate_feed = GateFeed()  # the agents' measured gate turns (web view)
-        self.type_paces = TypePaces()  # jobs' GPU stage times by type (type_speeds.py)
 
     def now(self) -> float:
         return self.trace.now()

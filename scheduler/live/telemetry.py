@@ -33,7 +33,7 @@ def pump(state: LiveState, subscriber: Any, wait: float) -> None:
             if msg.type == "event.progress":
                 with state.lock:
                     if msg["job_id"] in state.ledger.placed:
-                        state.jobs.note_progress(msg["job_id"], float(msg["iterations"]))
+                        state.measured.note_progress(msg["job_id"], float(msg["iterations"]))
             elif msg.type == "event.timing":
                 with state.lock:
                     note_timing(state, msg)
@@ -74,12 +74,12 @@ def note_timing(state: LiveState, msg: Any) -> None:
         stages = on_reference_type(state, job, msg["stages"])
         if stages is None:
             return
-        profile = state.jobs.profiles.fold(job.id, job.profile, stages)
+        profile = state.measured.profiles.fold(job.id, job.profile, stages)
         if profile is None:
             return
         inbox.put(ProfileMeasured(job.id, checked_profile(job, profile), msg.sender))
     except SchedulingError as err:  # the core is the last line: refused, nothing changed
-        state.jobs.profiles.forget(job.id)  # the estimate it refused must not seed the next
+        state.measured.profiles.forget(job.id)  # the estimate it refused must not seed the next
         state.refusals.refuse("event.timing:refused_by_core", msg.sender, str(err),
                               job_id=job.id)
         return
@@ -116,7 +116,7 @@ def on_reference_type(state: LiveState, job: Any, stages: dict) -> dict | None:
     if not kind:
         return None if len(set(state.nodes.gpus_by_type())) > 1 else stages
     gpu = stages.get("gpu")
-    learned = state.type_paces.observe(job.id, job.model, kind, gpu, state.core.speeds) \
+    learned = state.measured.type_paces.observe(job.id, job.model, kind, gpu, state.core.speeds) \
         if isinstance(gpu, (int, float)) else None
     speed = state.core.speeds.of(job.model, kind)
     if learned is not None:
@@ -138,7 +138,7 @@ def calibrate(state: LiveState, job_id: int, measured: float) -> None:
     where = state.ledger.placed.get(job_id)
     if where is None or len(where.group) < 2 or not measured > 0 or not where.tt > 0:
         return
-    paced = state.jobs.paced
+    paced = state.measured.paced
     steady = paced.get(job_id) == where.key
     paced[job_id] = where.key
     if not steady or any(paced.get(m) != where.key for m in where.group):

@@ -171,7 +171,7 @@ def test_measured_group_paces_calibrate_the_interference_term(harness):
 
     def heard(job: int) -> bool:
         with state.lock:
-            return state.jobs.paced.get(job) == key
+            return state.measured.paced.get(job) == key
 
     try:
         report(1, 4.0)  # job 1's start-up, while job 2 starts

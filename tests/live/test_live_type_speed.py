@@ -75,7 +75,7 @@ def test_a_job_seen_on_two_types_teaches_the_planner_the_slower_ones_speed(harne
                             stages={"data": 0.1, "gpu": 0.2, "net": 0.1},
                             iteration_time=0.4, iterations=10.0)
             with state.lock:
-                return "V100M32" in state.type_paces.seen.get(2, {})
+                return "V100M32" in state.measured.type_paces.seen.get(2, {})
         wait_for(seen_on_v100, step=0.05)
         # a shorter job that only a V100 holds: SRTF gives it the V100, job 2 moves to the T4
         h.submit(dataclasses.replace(job(3, stages=STAGES, iterations=10, model="gpt2"),

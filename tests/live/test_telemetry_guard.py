@@ -244,7 +244,7 @@ def test_non_finite_timing_for_a_running_job_is_refused_and_the_scheduler_goes_o
         # the bus is joined once a valid measurement of job 1 has arrived
         def joined() -> bool:
             trainer.publish("event.timing", **_timing(1, data=0.3, gpu=0.05, net=0.05))
-            return 1 in svc.state.jobs.profiles.estimates
+            return 1 in svc.state.measured.profiles.estimates
         wait_for(joined, step=0.05)
         rounds = h.status()["rounds"]
         bad = [{"data": INF, "gpu": 0.05, "net": 0.05}, {"data": NAN, "gpu": 0.05, "net": 0.05},
@@ -255,7 +255,7 @@ def test_non_finite_timing_for_a_running_job_is_refused_and_the_scheduler_goes_o
                                 iterations=10.0, restart_overhead=INF)
             trainer.publish("event.progress", job_id=1, iterations=NAN)
         trainer.publish("event.progress", job_id=1, iterations=123.0)  # after all of them
-        wait_for(lambda: svc.state.jobs.progress.get(1) == 123.0)
+        wait_for(lambda: svc.state.measured.progress.get(1) == 123.0)
         # the scheduler is alive and still plans: more rounds, a new job placed
         wait_for(lambda: h.status()["rounds"] >= rounds + 3)
         assert all(math.isfinite(t) for j in (1, 2) for t in svc.state.core.jobs[j].profile)
@@ -359,7 +359,7 @@ def test_a_finished_job_leaves_no_profile_estimate_a_requeued_one_keeps_it(harne
         def measured() -> bool:
             for j in (1, 2):
                 trainer.publish("event.timing", **_timing(j, data=0.2, gpu=0.1, net=0.1))
-            return {1, 2} <= set(svc.state.jobs.profiles.estimates)
+            return {1, 2} <= set(svc.state.measured.profiles.estimates)
         wait_for(measured, step=0.05)
     finally:
         trainer.close()
@@ -367,8 +367,8 @@ def test_a_finished_job_leaves_no_profile_estimate_a_requeued_one_keeps_it(harne
     # a failed trainer requeues its job: it runs again, its measurement still holds
     h.request("job.finished", job_id=2, node="n0", iterations=5.0, ok=False)
     assert h.job(1)["state"] == "finished"
-    assert 1 not in svc.state.jobs.profiles.estimates
-    assert 2 in svc.state.jobs.profiles.estimates
+    assert 1 not in svc.state.measured.profiles.estimates
+    assert 2 in svc.state.measured.profiles.estimates
 
 
 # -- a request with a bad number is answered, never acted on -------------------------------------
