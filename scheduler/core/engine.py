@@ -231,9 +231,9 @@ class Core:
         if value is None or not 0 <= value <= MAX_GPU_MEM_GB:
             raise SchedulingError(f"job {job_id}: GPU memory must be a finite number of GB in "
                                   f"[0, {MAX_GPU_MEM_GB:g}], got {gb!r}")
-        if value == job.gpu_mem:
+        if value == job.gpu_mem_gb:
             return False
-        job.gpu_mem = value
+        job.gpu_mem_gb = value
         self.policy.on_profile(job)  # merges that fitted may not now, and others may
         return job.status is Status.RUNNING and not self._fits_where_it_runs(job_id)
 
@@ -241,14 +241,14 @@ class Core:
         """Whether the job, holding `gb` GB on each GPU, would no longer fit beside the jobs
         on its GPUs (read-only): what `note_gpu_memory` would answer."""
         job = self._job(job_id)
-        if job.status is not Status.RUNNING or gb == job.gpu_mem or job_id not in self.placed:
+        if job.status is not Status.RUNNING or gb == job.gpu_mem_gb or job_id not in self.placed:
             return False
-        held = job.gpu_mem
-        job.gpu_mem = gb  # restored below: the question is asked of the job as measured
+        held = job.gpu_mem_gb
+        job.gpu_mem_gb = gb  # restored below: the question is asked of the job as measured
         try:
             return not self._fits_where_it_runs(job_id)
         finally:
-            job.gpu_mem = held
+            job.gpu_mem_gb = held
 
     def run_alone(self, job_id: int) -> None:
         """The job ran out of GPU memory beside others: from now on it shares no GPU."""

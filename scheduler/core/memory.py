@@ -37,7 +37,7 @@ def on_each_gpu(groups: Iterable) -> dict[tuple[int, int], list[int]]:
 
 def held_gb(jobs: Iterable[JobView]) -> float:
     """GB the jobs hold on each GPU they share."""
-    return sum(j.gpu_mem for j in jobs)
+    return sum(j.gpu_mem_gb for j in jobs)
 
 
 def fits(jobs: Sequence[JobView], budget: float) -> bool:
@@ -86,7 +86,7 @@ class Room:
         pool's test, not a pass over all of them (a policy asks it per GPU)."""
         first, pool = jobs[0], self.pools[p]
         if len(jobs) == 1:
-            return holds(pool, first.num_gpu, first.record.gpu_types, first.gpu_mem)
+            return holds(pool, first.num_gpu, first.record.gpu_types, first.gpu_mem_gb)
         return (holds(pool, first.num_gpu, (), 0.0) and not any(j.alone for j in jobs)
                 and held_gb(jobs) <= self.budgets[p] + SLACK
                 and all(accepts(j.record.gpu_types, pool) for j in jobs))

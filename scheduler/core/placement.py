@@ -127,12 +127,12 @@ class ClusterState:
         if len(jobs) == 1:
             job = jobs[0]
             hit = self._solo.get(job)
-            if hit is None or hit[0] != job.gpu_mem or hit[1] != job.alone:
+            if hit is None or hit[0] != job.gpu_mem_gb or hit[1] != job.alone:
                 if len(self._solo) > 200_000:
                     self._solo.clear()
-                hit = self._solo[job] = (job.gpu_mem, job.alone, self._pools_for(jobs))
+                hit = self._solo[job] = (job.gpu_mem_gb, job.alone, self._pools_for(jobs))
             return hit[2]
-        key = (jobs[0].num_gpu, tuple(j.gpu_mem for j in jobs),
+        key = (jobs[0].num_gpu, tuple(j.gpu_mem_gb for j in jobs),
                tuple(j.record.gpu_types for j in jobs), any(j.alone for j in jobs),
                tuple(j.model for j in jobs))
         found = self._needs.get(key)

@@ -49,7 +49,7 @@ class Job:
     restart_overhead: float = 0.0  # seconds a (re)start costs it: the cost model's, then measured
     stop_time: float = 0.0  # seconds its last stop took before its GPUs were free (measured)
     # GPU memory it holds on each GPU (GB): the record's, until its trainers measure it
-    gpu_mem: float = field(init=False)
+    gpu_mem_gb: float = field(init=False)
     # it must run alone: it ran out of GPU memory beside others once (never grouped again)
     alone: bool = False
     # the record's id and #GPUs, copied once (the record is frozen): every round reads them
@@ -60,7 +60,7 @@ class Job:
     def __post_init__(self) -> None:
         self.id = self.record.job_id
         self.num_gpu = self.record.num_gpu
-        self.gpu_mem = self.record.gpu_mem_gb
+        self.gpu_mem_gb = self.record.gpu_mem_gb
 
     @property
     def submit_time(self) -> float:
@@ -141,7 +141,7 @@ class JobView(Protocol):
     @property
     def restart_cost(self) -> float: ...
     @property
-    def gpu_mem(self) -> float: ...
+    def gpu_mem_gb(self) -> float: ...
     @property
     def alone(self) -> bool: ...
 

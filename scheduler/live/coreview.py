@@ -30,7 +30,7 @@ class JobView(NamedTuple):
     model: str
     profile: tuple[float, ...]
     solo_time: float
-    gpu_mem: float
+    gpu_mem_gb: float
     alone: bool
     submit_time: float
     first_start: float | None
@@ -62,7 +62,7 @@ def take(core: Any, time_scale: float, node_gpus: Sequence[int]) -> CoreView:
         record = job.record
         jobs[job_id] = JobView(
             job_id, job.status, record.iterations, job.remaining, job.num_gpu,
-            job.preemptions, job.model, job.profile, job.solo_time, job.gpu_mem, job.alone,
+            job.preemptions, job.model, job.profile, job.solo_time, job.gpu_mem_gb, job.alone,
             record.submit_time, job.first_start, job.running_since,
             group.tt if group is not None else None, whose.get(job_id, ""))
     return CoreView(core.now, MappingProxyType(jobs), MappingProxyType(why_waiting(core)),

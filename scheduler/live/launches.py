@@ -46,12 +46,12 @@ class Launcher:
         if opt.workload == "torch":
             return {"kind": "torch", "iterations": job.record.iterations, "model": job.model,
                     "batch_size": 0, "config": dict(opt.torch_config),
-                    "gpu_mem_gb": job.gpu_mem}
+                    "gpu_mem_gb": job.gpu_mem_gb}
         # an emulated trainer runs its GPU stage at its GPUs' type's pace, as a real one does
         speed = self.state.core.speeds.of(job.model, self.state.nodes.placement_type(want.slices))
         return {"kind": "emulated", "iterations": job.record.iterations,
                 "iteration_time": want.tt, "stages": stage_list(scaled(job.profile, speed)),
-                "gpu_mem_gb": job.gpu_mem}
+                "gpu_mem_gb": job.gpu_mem_gb}
 
     def launch(self, requester: Any, job_id: int, want: Placed,
                outcomes: list[Outcome]) -> None:

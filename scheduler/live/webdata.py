@@ -46,7 +46,7 @@ def groups(state: LiveState) -> list[dict[str, Any]]:
             info[str(j)] = {"profile": [round(t, 6) for t in job.profile] if job else [],
                             "model": job.model if job else "",
                             "num_gpu": job.num_gpu if job else 0,
-                            "gpu_mem_gb": job.gpu_mem if job else 0.0}
+                            "gpu_mem_gb": job.gpu_mem_gb if job else 0.0}
         where = {}
         for sl in slices:
             where.setdefault(node_name(sl.node), set()).update(sl.gpus)
@@ -239,7 +239,7 @@ def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str
                    "group": list(where.group) if where else [],
                    # GPU memory it holds on each GPU (declared or measured), and whether it
                    # must run alone (it ran out of GPU memory beside others)
-                   "gpu_mem_gb": job.gpu_mem if job else record.gpu_mem_gb,
+                   "gpu_mem_gb": job.gpu_mem_gb if job else record.gpu_mem_gb,
                    "runs_alone": bool(job and job.alone)}
             gpu_type = state.nodes.placement_type(where.slices) if where else ""
             if gpu_type:  # the type of the pool it runs on, where the spec states one

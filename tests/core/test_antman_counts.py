@@ -61,7 +61,7 @@ def test_the_counted_room_matches_a_count_of_every_gpu_after_each_round():
 def test_a_gpus_room_is_one_pools_test_however_many_pools(monkeypatch, members):
     spec = _cluster()
     room = memory.Room.of(spec, get_preset("default").model)
-    jobs = [SimpleNamespace(num_gpu=1, record=job(j), gpu_mem=4.0, alone=False)
+    jobs = [SimpleNamespace(num_gpu=1, record=job(j), gpu_mem_gb=4.0, alone=False)
             for j in range(members)]
     calls = []
     real = specs.fit.holds

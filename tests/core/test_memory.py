@@ -139,12 +139,12 @@ def _running_pair(gb: float):
 def test_a_measured_figure_replaces_the_declared_one_and_says_when_it_no_longer_fits():
     core = _running_pair(10.0)
     assert core.note_gpu_memory(0, 60.0) is False  # 70 GB: still fits 78
-    assert core.jobs[0].gpu_mem == 60.0
+    assert core.jobs[0].gpu_mem_gb == 60.0
     assert core.note_gpu_memory(0, 75.0) is True  # 85 GB: stop it, it runs alone
     for bad in (-1.0, float("nan"), float("inf"), 1e9):
         with pytest.raises(SchedulingError, match="GPU memory must be a finite number"):
             core.note_gpu_memory(0, bad)
-    assert core.jobs[0].gpu_mem == 75.0
+    assert core.jobs[0].gpu_mem_gb == 75.0
 
 
 def test_a_job_that_must_run_alone_shares_no_gpu_whatever_its_memory():

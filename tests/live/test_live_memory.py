@@ -88,7 +88,7 @@ def test_a_job_that_reports_more_than_fits_beside_its_group_runs_alone(harness):
     finally:
         trainer.close()
     core = h.scheduler.state.core
-    assert core.jobs[1].gpu_mem == 75.0 and core.jobs[1].alone
+    assert core.jobs[1].gpu_mem_gb == 75.0 and core.jobs[1].alone
     # /api/jobs/ID says so
     reader = JournalReader(str(h.run_dir / "journal.db"))
     doc = job_detail(h.scheduler.state, reader, 1)

@@ -716,11 +716,11 @@ def _partners(pairs: list[tuple[int, int]]) -> dict[int, int]:
 
 
 def _profile_and_memory(job: JobView) -> tuple:
-    return job.profile, job.gpu_mem
+    return job.profile, job.gpu_mem_gb
 
 
 def _profile_memory_and_types(job: JobView) -> tuple:
-    return job.profile, job.gpu_mem, job.record.gpu_types
+    return job.profile, job.gpu_mem_gb, job.record.gpu_types
 
 
 def _profiled(job: JobView) -> bool:
