@@ -26,6 +26,11 @@ reads the name of the CURVE key each request arrived under (authorized/NAME.key:
 handler gives the connection the User-Id NAME) and forwards it to the worker in a frame of
 its own, the `caller` (broker.wire); the service hands it to its handler as Message.caller.
 Without keys that frame is empty. Only a keyed broker reads the frames' metadata.
+
+Who may serve what: with keys, the service `scheduler` is registered only under the key named
+`scheduler`, and agent.NODE only under agent-NODE (specs/keyroles.py); any other key's
+heartbeat for them is answered `forbidden` and the worker is never handed a request. Other
+service names are free to any key. Without keys any peer may register any name.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ from broker.ratelimit import TokenBuckets
 from broker.wire import (EMPTY, EVENT_HWM, HARD_LIMIT_FACTOR, HB, MAX_SUBSCRIPTION_BYTES, REP,
                          REQ, REQUEST_HWM, SUBSCRIPTION_HWM, error_payload, is_request_type,
                          service_name)
+from specs.keyroles import serve_refusal
 
 __all__ = ["Broker", "InsecureBind", "is_loopback", "main"]
 
@@ -254,7 +260,7 @@ class Broker:
         if command == REQ:
             return self._on_request(ident, caller, rest)
         if command == HB:
-            return self._on_heartbeat(ident, rest)
+            return self._on_heartbeat(ident, caller, rest)
         if command == REP:
             return self._on_reply(ident, rest)
         return self._refuse(ident, "bad_frame", f"unknown command {command[:16]!r}")
@@ -307,7 +313,7 @@ class Broker:
             # else its queue is full: try the next worker, keep this one
         return False
 
-    def _on_heartbeat(self, ident: bytes, rest: list[bytes]) -> None:
+    def _on_heartbeat(self, ident: bytes, caller: bytes, rest: list[bytes]) -> None:
         name = service_name(rest[0]) if len(rest) == 1 else None
         if name is None:
             return self._refuse(ident, "bad_frame", "HB needs [service] with a plain name")
@@ -316,6 +322,14 @@ class Broker:
         if worker is None or worker.service != name or now - worker.last_seen > self._timeout:
             if worker is not None:
                 self._forget(ident)
+            # keyed: `scheduler` and agent.NODE are served only under their own keys
+            # (specs/keyroles.py), so no other key is handed their requests; checked at
+            # registration only, as a connection's key never changes
+            refusal = serve_refusal(caller.decode("utf-8"), name) \
+                if self._auth is not None else None
+            if refusal is not None:
+                return self._refuse(ident, "forbidden", refusal, msg_type="service.register",
+                                    sender=f"key:{caller.decode('utf-8')}")
             self._workers[ident] = _Worker(name, now)
             self._services.setdefault(name, collections.deque()).append(ident)
             self._log.info("broker.worker_registered", service=name, worker=ident.hex(),

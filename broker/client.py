@@ -271,6 +271,9 @@ class Service:
         self.refusals = refusals if refusals is not None else RefusalLog(self._log)
         self._sock: zmq.Socket | None = None
         self._broker_lost = False
+        # what the broker last answered this service's heartbeat with instead of taking it
+        # (e.g. `forbidden`: this key may not serve this name); None once registered
+        self.broker_error: str | None = None
         self._connect()
 
     def _connect(self) -> None:
@@ -361,6 +364,7 @@ class Service:
                 self._log.info("service.broker_back")
                 self._broker_lost = False
             if len(frames) >= 2 and frames[0] == EMPTY and frames[1] == HB:
+                self.broker_error = None  # registered
                 continue
             if len(frames) >= 3 and frames[0] == EMPTY and frames[1] == REQ:
                 client = frames[2]
@@ -380,7 +384,10 @@ class Service:
                 handled += 1
                 continue
             if len(frames) == 3 and frames[0] == EMPTY and frames[1] == REP:
-                self._log.warning("service.broker_error", detail=self._describe(frames[2]))
+                said = self._describe(frames[2])
+                if said != self.broker_error:  # a refused registration: every heartbeat
+                    self._log.error("service.broker_error", detail=said)
+                self.broker_error = said
                 continue
             self._log.warning("service.malformed", code="bad_frame", frames=len(frames),
                               detail="no reply path; dropped")

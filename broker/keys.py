@@ -12,6 +12,10 @@ deleting one file. What `generate` writes under DIR:
                               NAME is its connections' User-Id, so each request's
                               caller (broker.messages.Message.caller)
 
+A name is also a role (specs/keyroles.py): only `scheduler` may serve the scheduler and
+order agents, only agent-NODE may serve agent.NODE and report for NODE; `--nodes N` makes
+those keys for a cluster of N nodes (n0 .. nN-1), so the right names are the easy ones.
+
 Clients never need a copy of the server key: the broker writes its public key into the
 endpoints file, and each component takes its own secret certificate with `--client-key FILE`
 (or `$INTERLACE_CLIENT_KEY`), so one scheme serves every process.
@@ -30,6 +34,7 @@ from typing import Sequence
 import zmq
 import zmq.auth
 
+from specs.keyroles import SCHEDULER_KEY, agent_key
 from specs.limits import MAX_KEYS, MAX_SMALL_FILE_BYTES, file_problem
 from specs.options import OneLineParser, number
 
@@ -184,7 +189,9 @@ def _read(path: Path, what: str) -> tuple[bytes, bytes | None]:
 
 
 def _main_generate(args: argparse.Namespace) -> int:
-    names = [n.strip() for n in (args.clients or "").split(",") if n.strip()]
+    names = [SCHEDULER_KEY, *(agent_key(f"n{i}") for i in range(args.nodes))] \
+        if args.nodes else []
+    names += [n.strip() for n in (args.clients or "").split(",") if n.strip()]
     names += [f"client-{i}" for i in range(args.count)]
     try:
         lines = generate(args.dir, names, force=args.force)
@@ -193,12 +200,14 @@ def _main_generate(args: argparse.Namespace) -> int:
         return 2
     print("\n".join(lines))
     print(f"start the broker with --keys {args.dir}; give each component its "
-          f"{CLIENTS}/NAME.key_secret with --client-key (or ${KEY_ENV})")
+          f"{CLIENTS}/NAME.key_secret with --client-key (or ${KEY_ENV}); only "
+          f"{SCHEDULER_KEY}.key_secret serves as the scheduler and only "
+          f"{agent_key('NODE')}.key_secret as node NODE's agent")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry: `interlace-keys generate DIR --clients scheduler,feeder,agent-n0`."""
+    """CLI entry: `interlace-keys generate DIR --nodes 2 --clients alice,ops`."""
     parser = OneLineParser(prog="interlace-keys",
                            description="CURVE keys for the Interlace message plane.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -206,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("dir", metavar="DIR", type=Path)
     gen.add_argument("--clients", default="", metavar="NAMES",
                      help="comma-separated client names, e.g. scheduler,feeder,agent-n0")
+    gen.add_argument("--nodes", type=number(0, MAX_KEYS, integer=True), default=0, metavar="N",
+                     help="also make the scheduler's key and one agent key per node "
+                          "(agent-n0 .. agent-nN-1): only they may serve those roles")
     gen.add_argument("--count", type=number(0, MAX_KEYS, integer=True), default=0, metavar="N",
                      help=f"also make N clients named client-0 .. client-N-1 (at most {MAX_KEYS})")
     gen.add_argument("--force", action="store_true",

@@ -33,7 +33,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "service.heartbeat": {"service": (_STR, True)},
     "service.unregister": {"service": (_STR, True)},
     # -- feeder -> scheduler -------------------------------------------------------------
-    "job.submit": {"job": (_MAP, True)},  # a trace record as a map (traces.record fields)
+    # a trace record as a map (traces.record fields); `new_id`: the scheduler gives the id
+    "job.submit": {"job": (_MAP, True), "new_id": (_BOOL, False)},
     # -- a user (interlace-cancel) -> scheduler -------------------------------------------
     "job.cancel": {"job_id": (_INT, True)},
     # -- agent -> scheduler ------------------------------------------------------------------

@@ -7,6 +7,9 @@ shares its GPUs, and tells the scheduler how each trainer ended. State changes t
 request/reply and are retried until acknowledged (`job.finished`, `job.stopped`); only
 telemetry goes over the lossy bus (from the trainers).
 
+With keys, it obeys only requests sent under the scheduler's key (specs/keyroles.py), and
+the broker lets only the key agent-NAME serve `agent.<NAME>`.
+
 This module holds the request rules (`Agent`) and the loop that wires the parts:
 checks.py (what a request must satisfy), launcher.py (processes), jobs.py (the job table and
 its outbox), gates.py (stage gates), link.py (register, heartbeat, deliver), cli.py.
@@ -30,6 +33,7 @@ from node_agent import checks, launcher
 from node_agent.config import AgentConfig
 from node_agent.jobs import Job, JobTable
 from node_agent.link import Link
+from specs.keyroles import orders_refusal
 from trainer import checkpoint, pace
 from trainer.exits import EXIT_FINISHED
 
@@ -42,10 +46,17 @@ class Agent:
         self.log = log
         self.table = JobTable(cfg, log)
         self._stoppers: dict[int, threading.Thread] = {}  # job -> the thread stopping it
+        # on a keyed broker every request names its key, and only the scheduler's is obeyed:
+        # a tenant's key would otherwise launch any command here as this agent's user
+        self.keyed = cfg.client_key is not None
 
     # -- requests from the scheduler (service thread) ---------------------------------------
     def handle(self, msg: Any) -> dict[str, Any]:
         """Answer one request; raises Refusal for anything it will not do."""
+        if self.keyed or msg.caller is not None:
+            refusal = orders_refusal(msg.caller or "", self.cfg.node, msg.type)
+            if refusal is not None:
+                raise Refusal("forbidden", refusal)
         if msg.type == "job.launch":
             return self._launch(msg)
         if msg.type == "job.stop":

@@ -19,7 +19,8 @@
 
     [keys]                      # who each CURVE client key is (its name in authorized/)
     alice = "research"          # a tenant: submits, sees and cancels only its own jobs
-    ops = "@operator"           # anything; "@agent": the node agents' requests only
+    ops = "@operator"           # anything but what agents send
+    agent-n0 = "@agent"         # node n0's agent (named agent-NODE): its own node's reports
 
 Read with the standard library (tomllib). A fault is one line naming the file, the tenant
 and the key, and the bound it breaks (`TenantsError`). docs/tenants.md gives the rules the
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from specs.keyroles import node_of_key
 from specs.limits import MAX_GPUS, MAX_SMALL_FILE_BYTES, InputFileError, read_regular, show
 from specs.pools import NAME
 
@@ -195,6 +197,10 @@ def _keys(label: str, table: Any, tenants: Mapping[str, Tenant]) -> Mapping[str,
         if who not in tenants and who not in (OPERATOR, AGENT):
             raise TenantsError(f"{where}: {who!r} is neither a tenant of the file nor "
                                f"{OPERATOR!r} or {AGENT!r}")
+        # the broker binds agent.NODE to the key agent-NODE: the name is the agent's node
+        if (who == AGENT) != (node_of_key(name) is not None):
+            raise TenantsError(f"{where}: an agent's key is named agent-NODE after the node "
+                               f"it serves (e.g. agent-n0), and is mapped to {AGENT!r}")
     return MappingProxyType(dict(table))
 
 

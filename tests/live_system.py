@@ -63,7 +63,8 @@ class LiveCluster:
     scheduler_wrapper: list[str] = field(default_factory=list)
     broker_args: list[str] = field(default_factory=list)  # e.g. --keys DIR
     # a keyed broker: each component's secret key file, by its name or the part before "-"
-    # ("scheduler", "agent" for every agent-nI, "test" for this object's own status queries)
+    # ("scheduler"; "agent-nI", the one key the broker lets serve node I's agent; "test" for
+    # this object's own status queries)
     client_keys: dict[str, Path] = field(default_factory=dict)
 
     @property

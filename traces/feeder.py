@@ -123,12 +123,21 @@ class Feeder:
 
     def submit(self, record: JobRecord) -> str:
         """'accepted', 'duplicate', or the refusal reason; FeedError when unreachable."""
+        return self._submit(record)[0]
+
+    def submit_new(self, record: JobRecord) -> tuple[str, int | None]:
+        """The record under an id the scheduler gives (its own is ignored): ('accepted', the
+        id) or (the refusal reason, None); FeedError when unreachable."""
+        return self._submit(record, new_id=True)
+
+    def _submit(self, record: JobRecord, **fields: bool) -> tuple[str, int | None]:
         from broker.client import RequestFailed, RequestTimeout
 
         deadline = self.clock() + self.patience
         while True:
             try:
-                reply = self.requester.request(SERVICE, "job.submit", job=job_map(record))
+                reply = self.requester.request(SERVICE, "job.submit", job=job_map(record),
+                                               **fields)
             except RequestTimeout:
                 raise FeedError(f"cannot reach the scheduler via {self.where}: no answer to "
                                 f"job {record.job_id} after {1 + self.requester.retries} tries "
@@ -137,7 +146,7 @@ class Feeder:
                 if err.code not in TRANSIENT:
                     self.log.warning("job_refused", job_id=record.job_id, code=err.code,
                                      reason=err.reason)
-                    return f"{err.code}: {err.reason}"
+                    return f"{err.code}: {err.reason}", None
                 if self.clock() >= deadline:
                     raise FeedError(f"no scheduler registered with the broker after "
                                     f"{self.patience:g}s ({err.reason})") from None
@@ -146,13 +155,14 @@ class Feeder:
                     raise Interrupted() from None
                 continue
             body = reply.get("body") or {}
+            given = body.get("job_id") if isinstance(body.get("job_id"), int) else None
             if reply.get("ok") and body.get("accepted") is True:
-                return "accepted"
+                return "accepted", given
             if reply.get("ok") and body.get("reason") == "duplicate":
-                return "duplicate"
+                return "duplicate", given
             reason = f"not accepted: {body.get('reason', body)}"
             self.log.warning("job_refused", job_id=record.job_id, reason=reason)
-            return reason
+            return reason, None
 
     def taken(self, records: Sequence[JobRecord]) -> tuple[list[tuple[int, str]], int]:
         """The records whose ids the scheduler lists for a different job (GPUs or

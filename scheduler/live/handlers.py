@@ -9,12 +9,13 @@ to an agent, and never waits for a round, so neither delays an acknowledgement.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from broker.refusal import Refusal, all_ints, running_list
 from scheduler.events import NodeOnline
-from scheduler.live.access import caller_of, owns, submit_as
+from scheduler.live.access import caller_of, own_max_job_id, owns, submit_as, taken_from_other
 from scheduler.live.gateway import AgentSeen
 from scheduler.live.ledger import node_name
 from scheduler.live.lifecycle import STOPPING
@@ -75,11 +76,15 @@ class Handlers:
     # -- handlers ----------------------------------------------------------------------------
     def on_submit(self, msg: Any) -> dict[str, Any]:
         state = self.state
-        record = submit_as(caller_of(self.tenancy, msg), self.tenancy,
-                           self.parse_job(msg["job"]))
+        caller = caller_of(self.tenancy, msg)
+        record = submit_as(caller, self.tenancy, self.parse_job(msg["job"]))
+        if msg.get("new_id"):  # the scheduler gives the id: no submitter has to guess one
+            with state.lock:  # only this thread adds ids, so it stays free until accepted
+                record = replace(record, job_id=state.jobs.known() + 1)
         problem = state.submit_problem(record)
         if problem:
             raise Refusal("bad_job", problem)
+        taken_from_other(state, caller, record.job_id)
         if not state.jobs.accept(record, state.now()):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
         return {"accepted": True, "job_id": record.job_id}
@@ -297,8 +302,11 @@ class Handlers:
         if what not in ("all", "summary"):
             raise Refusal("bad_request", f"what must be 'all' or 'summary', got {what!r}")
         caller = caller_of(self.tenancy, msg)
-        return status.status(self.state, jobs=what == "all",
-                             tenant=None if caller.operator else caller.tenant)
+        if caller.operator:
+            return status.status(self.state, jobs=what == "all")
+        reply = status.status(self.state, jobs=what == "all", tenant=caller.tenant)
+        reply["max_job_id"] = own_max_job_id(self.state, caller)
+        return reply
 
     _HANDLERS: Mapping[str, Callable[["Handlers", Any], dict[str, Any]]]
     _HANDLERS = MappingProxyType({

@@ -32,7 +32,6 @@ from traces.models import MODELS
 from traces.record import JobRecord
 from traces.validate import validate
 
-ID_TRIES = 20  # ids tried when another submitter took the one chosen meanwhile
 # the option behind each field of the job record, to name it when the record is refused
 OPTION_OF = {"num_gpu": "--gpus", "iterations": "--iterations",
              "iteration_time": "--iteration-time", "duration": "--iterations x --iteration-time",
@@ -166,7 +165,7 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--class", dest="priority_class", default="", metavar="NAME",
                    help="its priority class (default: the tenants file's default_class)")
     p.add_argument("--job-id", type=JOB_ID, default=None,
-                   help="the job's id (default: one above the highest the scheduler knows)")
+                   help="the job's id (default: the scheduler gives it one)")
     _common(p)
     return p
 
@@ -184,27 +183,23 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
     parser = _submit_parser()
 
     def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
-        problems = validate([make_record(args, args.job_id or 0, command, os.getcwd())])
+        record = make_record(args, args.job_id or 0, command, os.getcwd())
+        problems = validate([record])
         if problems:  # the scheduler's own check, before anything is sent
             where = OPTION_OF.get(problems[0].field or "", problems[0].field)
             print(f"interlace-submit: {where}: {problems[0].message}", file=sys.stderr)
             return 2
-        if args.job_id is not None:
-            ids: Any = [args.job_id]
+        if args.job_id is None:  # the scheduler gives the id: nothing to guess, or to probe
+            outcome, job_id = feeder.submit_new(record)
         else:
-            reply = _request(requester, "status.query", what="summary")
-            first = int(reply.get("max_job_id") or 0) + 1
-            ids = range(first, first + ID_TRIES)
-        for job_id in ids:
-            outcome = feeder.submit(make_record(args, job_id, command, os.getcwd()))
-            if outcome == "accepted":
-                print(f"submitted job {job_id}")
-                return 0
-            if outcome != "duplicate":
-                print(f"interlace-submit: refused: {outcome}", file=sys.stderr)
-                return 1
-        print(f"interlace-submit: job id {ids[-1]} is taken" if args.job_id is not None
-              else "interlace-submit: no free job id found; give --job-id", file=sys.stderr)
+            outcome, job_id = feeder.submit(record), args.job_id
+        if outcome == "accepted":
+            print(f"submitted job {job_id}")
+            return 0
+        if outcome == "duplicate":
+            print(f"interlace-submit: job id {job_id} is taken", file=sys.stderr)
+        else:
+            print(f"interlace-submit: refused: {outcome}", file=sys.stderr)
         return 1
 
     return _run("interlace-submit", argv, parser, body)

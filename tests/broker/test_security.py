@@ -15,12 +15,12 @@ import structlog
 import zmq
 
 from broker.broker import Broker
-from broker.client import Publisher, Requester, RequestTimeout, Subscriber
+from broker.client import Publisher, RequestFailed, Requester, RequestTimeout, Subscriber
 from broker.curve import InsecureBind, attach_client_key, check_bind
 from broker.keys import (KeyFileError, authorized_names, generate, load_client, load_server,
                          main as keys_main)
 from broker.testing import (as_client, broker_process, broker_thread, service_thread,
-                            sync_events)
+                            sync_events, wait_until)
 from broker.wire import EMPTY, REQ
 from broker.messages import IdSource, encode, make
 
@@ -80,6 +80,11 @@ def test_generate_writes_pairs_authorised_publics_and_private_secrets(tmp_path, 
     with pytest.raises(KeyFileError, match="key_secret"):
         load_client(tmp_path / "clients" / "agent-n0.key")  # the public half is not enough
     assert keys_main(["generate", str(tmp_path), "--clients", "bad name"]) == 2
+    # a cluster's role keys by count: the names the broker binds to its services
+    assert keys_main(["generate", str(tmp_path / "cluster"), "--nodes", "2",
+                      "--clients", "alice"]) == 0
+    assert {p.stem for p in (tmp_path / "cluster" / "authorized").glob("*.key")} == \
+        {"scheduler", "agent-n0", "agent-n1", "alice"}
 
 
 # -- who may talk ---------------------------------------------------------------------------
@@ -136,6 +141,62 @@ def test_unauthorised_client_can_neither_submit_nor_read_nor_impersonate(broker,
         for closable in (insider_sub, intruder_sub, insider_pub, intruder_pub, intruder_req,
                          insider_req):
             closable.close()
+
+
+# -- who may serve what ----------------------------------------------------------------------
+# (key, service, whether the broker lets it serve): `scheduler` and agent.NODE are bound to the
+# keys of those names (specs/keyroles.py); any other service name is free to any key
+SERVES = [
+    ("scheduler", "scheduler", True), ("alice", "scheduler", False),
+    ("agent-n0", "scheduler", False),
+    ("agent-n0", "agent.n0", True), ("agent-n1", "agent.n0", False),
+    ("scheduler", "agent.n0", False), ("alice", "agent.n0", False),
+    ("alice", "echo", True), ("agent-n0", "echo", True),
+]
+
+
+@pytest.fixture(scope="module")
+def role_keys(tmp_path_factory):
+    root = tmp_path_factory.mktemp("role-keys")
+    generate(root, ["scheduler", "agent-n0", "agent-n1", "alice", "feeder"])
+    return root
+
+
+@pytest.mark.parametrize("key, service, serves", SERVES,
+                         ids=[f"{k}-as-{s}" for k, s, _ in SERVES])
+def test_only_a_roles_own_key_may_serve_it(role_keys, key, service, serves):
+    calls = []
+    with broker_thread(keys=load_server(role_keys), service_timeout=3.0, startup_grace=0) as b:
+        requester = Requester(as_client(b.endpoints, role_keys, "feeder"), "feeder",
+                              timeout=2.0, retries=0)
+        try:
+            with service_thread(as_client(b.endpoints, role_keys, key), service,
+                                counting_handler(calls)) as svc:
+                # answered either way: registered (its name in the broker's table) or told no
+                wait_until(lambda: service in b._services or svc.broker_error, T)
+                if serves:
+                    assert requester.request(service, "status.query")["body"] == {"echo": None}
+                    assert calls == ["feeder"] and svc.broker_error is None
+                else:
+                    with pytest.raises(RequestFailed) as err:
+                        requester.request(service, "status.query")
+                    assert err.value.code == "no_service" and calls == []
+                    assert svc.broker_error.startswith(f"forbidden: key {key!r} may not "
+                                                       f"serve {service!r}")
+        finally:
+            requester.close()
+
+
+def test_without_keys_any_peer_may_serve_any_name():
+    """The insecure local default is unchanged: no key, no name to bind."""
+    with broker_thread(service_timeout=3.0) as b:
+        requester = Requester(b.endpoints, "feeder", timeout=2.0, retries=5)
+        try:
+            for service in ("scheduler", "agent.n0"):
+                with service_thread(b.endpoints, service, counting_handler([])):
+                    assert requester.request(service, "status.query")["body"] == {"echo": None}
+        finally:
+            requester.close()
 
 
 def test_sockets_run_curve_and_a_plain_null_client_gets_nothing_through(broker, keydir):

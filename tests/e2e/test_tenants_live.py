@@ -31,7 +31,7 @@ cohort = "elsewhere"
 
 [keys]
 scheduler = "@operator"
-agent = "@agent"
+agent-n0 = "@agent"
 ops = "@operator"
 alice = "owner"
 bob = "b"
@@ -61,7 +61,7 @@ def _running(status: dict) -> set[int]:
 
 def test_the_owner_takes_its_quota_back_and_keys_see_only_their_tenants_jobs(tmp_path):
     keys = tmp_path / "keys"
-    names = ["scheduler", "agent", "ops", "alice", "bob", "carol", "stranger"]
+    names = ["scheduler", "agent-n0", "ops", "alice", "bob", "carol", "stranger"]
     generate(keys, names)
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
@@ -69,7 +69,7 @@ def test_the_owner_takes_its_quota_back_and_keys_see_only_their_tenants_jobs(tmp
     live = LiveCluster(tmp_path / "run", "n1g4", 1, 4, policy="srsf", time_scale=100.0,
                        broker_args=["--keys", str(keys)],
                        scheduler_args=["--tenants", str(tenants)],
-                       client_keys={"scheduler": key["scheduler"], "agent": key["agent"],
+                       client_keys={"scheduler": key["scheduler"], "agent-n0": key["agent-n0"],
                                     "test": key["ops"], "ops": key["ops"],
                                     "alice": key["alice"], "bob": key["bob"],
                                     "carol": key["carol"], "stranger": key["stranger"]})
@@ -78,7 +78,7 @@ def test_the_owner_takes_its_quota_back_and_keys_see_only_their_tenants_jobs(tmp
     try:
         live.start()
         clients = {n: live.requester(n, timeout=5.0, retries=2)
-                   for n in ("alice", "bob", "carol", "stranger", "agent")}
+                   for n in ("alice", "bob", "carol", "stranger", "agent-n0")}
         bob, alice = clients["bob"], clients["alice"]
         # the borrower fills the idle cluster: 1 GPU owed, 3 borrowed
         for j in B_JOBS:
@@ -110,7 +110,7 @@ def test_the_owner_takes_its_quota_back_and_keys_see_only_their_tenants_jobs(tmp
         command = _record(22, "", 10, command=("true",), workdir=str(tmp_path))
         assert _refused(clients["carol"], "job.submit", job=job_map(command)) == "forbidden"
         assert _refused(alice, "agent.heartbeat", node="n0") == "forbidden"
-        assert _refused(clients["agent"], "job.submit",
+        assert _refused(clients["agent-n0"], "job.submit",
                         job=job_map(_record(23, "owner", 10))) == "forbidden"
         assert _refused(clients["stranger"], "status.query", what="all") == "forbidden"
         seen = clients["carol"].request("scheduler", "status.query", what="all").get("body")

@@ -1,6 +1,7 @@
 """Who may ask the live scheduler what, by the key a request came under (`Message.caller`,
 which the broker stamps; tests/broker/test_caller.py shows that part with a real broker).
-Every request kind against every kind of key, on the handlers directly."""
+Every request kind against every kind of key, on the handlers directly; the live system's
+side of it is tests/e2e/test_authorization_live.py."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,7 +19,8 @@ from traces.record import record_to_map
 
 TENANCY = {"tenants": {"a": {"quota": 2, "borrow_limit": 2},
                        "b": {"quota": 2, "commands": True}},
-           "keys": {"alice": "a", "bob": "b", "ops": "@operator", "agent": "@agent"}}
+           "keys": {"alice": "a", "bob": "b", "ops": "@operator", "agent-n0": "@agent",
+                    "agent-n1": "@agent"}}
 
 
 @pytest.fixture
@@ -78,27 +80,70 @@ def test_commands_only_for_a_tenant_allowed_them(svc, tmp_path):
     assert submit(svc, "bob", 2, **fields)["accepted"]
 
 
-@pytest.mark.parametrize("type_, fields", [
+AGENT_REPORTS = [
     ("agent.register", {"node": "n0", "gpus": [0], "cpus": 1, "mem": 1}),
     ("agent.heartbeat", {"node": "n0"}),
     ("job.finished", {"job_id": 1, "node": "n0", "iterations": 1.0, "ok": True}),
     ("job.stopped", {"job_id": 1, "node": "n0", "iterations": 1.0}),
-])
-def test_only_agents_and_operators_send_what_agents_send(svc, type_, fields):
-    assert refused(svc, "alice", type_, **fields) == "forbidden"
-    for caller in ("agent", "ops"):  # past the key: refused, if at all, for what it says
+]
+# every request kind the scheduler serves, and the keys that may send it (None: no key);
+# past the key a request may still be refused, for what it says, never `forbidden`
+MAY_SEND = [
+    ("job.submit", {"job": record_to_map(job(0)), "new_id": True}, {"alice", "bob", "ops"}),
+    ("status.query", {}, {"alice", "bob", "ops"}),
+    ("job.cancel", {"job_id": 77}, {"ops"}),  # unknown: a tenant is told `forbidden` alike
+    *((type_, fields, {"agent-n0"}) for type_, fields in AGENT_REPORTS),
+]
+KEYS = ("alice", "bob", "ops", "agent-n0", "agent-n1", "stranger", None)
+
+
+@pytest.mark.parametrize("type_, fields, allowed", MAY_SEND, ids=[t for t, _, _ in MAY_SEND])
+def test_who_may_send_each_request_kind(svc, type_, fields, allowed):
+    for caller in KEYS:
         try:
             ask(svc, caller, type_, **fields)
+            code = None
         except Refusal as err:
-            assert err.code != "forbidden"
+            code = err.code
+        assert (code != "forbidden") == (caller in allowed), (caller, code)
 
 
-@pytest.mark.parametrize("type_, fields", [
-    ("job.submit", {"job": record_to_map(replace(job(1), tenant="a"))}),
-    ("job.cancel", {"job_id": 1}), ("status.query", {})])
-def test_an_agent_key_an_unknown_key_and_no_key_ask_nothing_else(svc, type_, fields):
-    for caller in ("agent", "stranger", None):
-        assert refused(svc, caller, type_, **fields) == "forbidden"
+@pytest.mark.parametrize("type_, fields", AGENT_REPORTS, ids=[t for t, _ in AGENT_REPORTS])
+def test_a_nodes_reports_count_only_under_its_own_agents_key_with_or_without_a_table(
+        tmp_path, type_, fields):
+    """An operator's key, another node's agent key, any key of a keyed broker without a
+    [keys] table: none reports for n0. Without keys (caller None) anyone may, as before."""
+    plain = SchedulerService(None, Options(spec=spec(nodes=2, gpus=4), policy="srsf",
+                                           run_dir=tmp_path))
+    try:
+        for caller in ("agent-n1", "ops", "scheduler"):
+            with pytest.raises(Refusal, match="only its agent's key 'agent-n0'"):
+                ask(plain, caller, type_, **fields)
+        for caller in ("agent-n0", None):
+            try:
+                ask(plain, caller, type_, **fields)
+            except Refusal as err:
+                assert err.code != "forbidden", (caller, err.reason)
+    finally:
+        plain.close()
+
+
+def test_a_tenant_learns_nothing_of_anothers_job_ids(svc):
+    assert submit(svc, "bob", 5)["accepted"]
+    # alice names bob's id: refused without saying whose, unlike her own id's retry
+    with pytest.raises(Refusal) as err:
+        submit(svc, "alice", 5)
+    assert err.value.code == "forbidden" and "'b'" not in err.value.reason
+    assert submit(svc, "alice", 6)["accepted"]
+    assert submit(svc, "alice", 6) == {"accepted": False, "job_id": 6, "reason": "duplicate"}
+    assert submit(svc, "ops", 5, tenant="a")["reason"] == "duplicate"  # an operator may take any id
+    # her status counts her own ids only; an operator's every id
+    assert ask(svc, "alice", "status.query", what="summary")["max_job_id"] == 6
+    assert ask(svc, "bob", "status.query", what="summary")["max_job_id"] == 5
+    assert ask(svc, "ops", "status.query")["max_job_id"] == 6
+    # asked for a new id, she is given one no job holds
+    given = ask(svc, "alice", "job.submit", job=record_to_map(job(0)), new_id=True)
+    assert given == {"accepted": True, "job_id": 7}
 
 
 def test_without_a_keys_table_every_key_may_do_anything(tmp_path):
