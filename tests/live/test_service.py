@@ -448,7 +448,8 @@ def test_restart_recovers_the_queue_from_the_journal(harness):
     h.start_scheduler()
     status = h.status()
     assert status["now"] >= clock
-    assert status["counts"] == {"pending": 2, "running": 0, "finished": 1}
+    assert status["counts"] == {"pending": 2, "running": 0, "finished": 1, "cancelled": 0,
+                                "failed": 0}
     assert {j["job_id"]: j["state"] for j in status["jobs"]} == {
         1: "finished", 2: "pending", 3: "pending"}
     assert status["offline"] == ["n0", "n1"]  # until agents speak
@@ -484,7 +485,8 @@ def test_status_lists_running_jobs_first_when_cut(tmp_path, monkeypatch):
             svc.state.jobs.launch(3, where, 0.0)
             svc.state.jobs.launched(3, where, {}, {}, 0.0)
         body = svc.status()
-        assert body["counts"] == {"pending": 2, "running": 1, "finished": 0}
+        assert body["counts"] == {"pending": 2, "running": 1, "finished": 0, "cancelled": 0,
+                                  "failed": 0}
         assert [j["job_id"] for j in body["jobs"]] == [3, 1] and body["jobs_truncated"] is True
         assert "jobs" not in svc.status(jobs=False)
     finally:
