@@ -24,7 +24,8 @@ from scheduler.core.engine import Core, SchedulingError
 from scheduler.core.state import Plan
 from scheduler.events import (Checkpointed, Event, Finished, LaunchFailed, MemoryMeasured,
                               NodeOnline, OverheadMeasured, ProfileMeasured, Requeued,
-                              RunFailed, RunsAlone, SlowdownMeasured, SpeedMeasured, StopTook, Submitted)
+                              RunFailed, RunsAlone, SlowdownMeasured, SpeedMeasured, StopTook,
+                              Submitted)
 from traces.record import JobRecord
 
 

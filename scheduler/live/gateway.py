@@ -71,8 +71,8 @@ class AgentGateway:
     def exchange(self, requester: Any, name: str, type_: str,
                  **fields: Any) -> tuple[dict[str, Any] | None, bool, Any]:
         """(reply body or None, whether it timed out, the agent's refusal or None: a
-        broker.client.RequestFailed with its code and reason). A timeout only means this answer did
-        not come (the caller asks again, or a launch that may have happened unheard is
+        broker.client.RequestFailed with its code and reason). A timeout only means this
+        answer did not come (the caller asks again, or a launch that may have happened unheard is
         stopped as a stray). The broker's `no_service` declares the agent dead only when it
         lasts NO_SERVICE_GRACE_S: an agent's registration and its service worker are two
         connections, so a restarted agent can register before the broker knows its worker

@@ -6,10 +6,11 @@ journal's transitions (lifecycle.replay) gives each job the phase it had when th
 scheduler stopped: an ended job stays ended (status replies and metrics count it), a queued
 one is queued again from its resume point (still backing off, where its last failure of its
 own said so), and one whose trainers may still run (launching, running, stopping) is
-requeued ("scheduler restart"). Each job's failures in a row go on counting from its last. The nodes stay offline until their
-agents speak, and no round runs until every node of such a job's last launch has
-re-registered (or an agent timeout has passed), so a trainer still running from before the
-restart is found as a stray and stopped before its job could start a second time.
+requeued ("scheduler restart"); each job's failures in a row go on counting from its last.
+The nodes stay offline until their agents speak, and no round runs until every node of such
+a job's last launch has re-registered (or an agent timeout has passed), so a trainer still
+running from before the restart is found as a stray and stopped before its job could start a
+second time.
 """
 from __future__ import annotations
 

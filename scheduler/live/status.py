@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.core.state import Status
-from scheduler.live.failures import OUTPUT_LINES, Failure
+from scheduler.live.failures import Failure
 from scheduler.live.ledger import node_name
 from scheduler.live.lifecycle import WORDS
 from scheduler.live.state import LiveState
@@ -20,10 +20,12 @@ STATUS_JOBS_LIMIT = 500
 # what a cut status list keeps first
 _STATE_ORDER = {"running": 0, "pending": 1, "failed": 2, "finished": 3, "cancelled": 4}
 # a job's last failure of its own: the newest FAILURES_SHOWN a list shows carry the last
-# FAILURE_LINES lines of output, every line cut to LINE_CHARS (a reply must fit one frame)
+# FAILURE_LINES lines of output, every line cut to LINE_CHARS, the others how they ended cut
+# to EXIT_CHARS (a reply must fit one frame)
 FAILURES_SHOWN = 20
 FAILURE_LINES = 10
 LINE_CHARS = 200
+EXIT_CHARS = 100
 
 
 def job_state(state: LiveState, job_id: int) -> str:
@@ -88,13 +90,17 @@ def _counts(state: LiveState, tenant: str) -> dict[str, int]:
     return out
 
 
-def failure_doc(failure: Failure, lines: int = OUTPUT_LINES) -> dict[str, Any]:
+def failure_doc(failure: Failure, lines: int = FAILURE_LINES,
+                whole: bool = False) -> dict[str, Any]:
     """A job's last failure of its own as replies show it: how it ended, the failures in a
     row it made, when, the iterations it had done, until when it backed off (None: it
-    failed for good), and the last `lines` lines of its output."""
-    return {"exit": failure.exit[:LINE_CHARS], "failures": failure.count, "at": failure.at,
+    failed for good), and the last `lines` lines of its output, each cut to its last
+    LINE_CHARS unless `whole` (an HTTP body has no frame to fit)."""
+    exit = failure.exit if whole else failure.exit[:LINE_CHARS if lines else EXIT_CHARS]
+    kept = failure.output[-lines:] if lines else ()
+    return {"exit": exit, "failures": failure.count, "at": failure.at,
             "iterations": failure.iterations, "not_before": failure.not_before,
-            "output": [line[-LINE_CHARS:] for line in failure.output[-lines:]] if lines else []}
+            "output": list(kept) if whole else [line[-LINE_CHARS:] for line in kept]}
 
 
 def _failures(state: LiveState, listed: list[dict[str, Any]]) -> None:

@@ -256,7 +256,8 @@ def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str
             return None
         failure = state.jobs.failure(job_id)
         if failure is not None:  # its last failure of its own, with all the output kept
-            doc["last_failure"] = status_reply.failure_doc(failure)
+            doc["last_failure"] = status_reply.failure_doc(failure, len(failure.output),
+                                                           whole=True)
     if doc["state"] in ("pending", "running"):  # its line of the status: why it waits, or
         body = status_reply.status(state, jobs=True)  # since when and how fast it runs
         pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]

@@ -214,3 +214,36 @@ def test_a_version_2_journal_is_migrated_and_takes_a_failed_job(tmp_path):
     with Journal(path) as again:
         assert again.migrated_from is None
         assert again._query("SELECT value FROM meta WHERE key='schema_version'") == [("3",)]
+
+
+def test_api_jobs_id_gives_all_the_output_kept_and_a_status_list_fits_one_frame(tmp_path):
+    """/api/jobs/ID has a failed job's every kept line; a status list of the most jobs it
+    shows, every one with the longest failure, still fits one message frame (the newest
+    failures with their output, the others with how they ended)."""
+    from broker.messages import MAX_MESSAGE_BYTES, encode, make
+    from scheduler.live import status
+    from scheduler.live.failures import OUTPUT_LINES, Failure
+    from scheduler.live.webdata import JournalReader, job_detail
+
+    state = live_state(tmp_path, Clock())
+    try:
+        for j in range(status.STATUS_JOBS_LIMIT + 5):
+            assert state.jobs.accept(job(10**9 + j), 0.0)
+            state.failures.restore(10**9 + j, Failure(
+                2, 0.0, "exit status 1: " + "e" * 400,
+                tuple(f"{i:02} " + "o" * 400 for i in range(OUTPUT_LINES)), float(j), 1e6))
+        body = status.status(state)
+        assert body["jobs_truncated"]
+        shown = [j["last_failure"] for j in body["jobs"]]
+        assert len(shown) == status.STATUS_JOBS_LIMIT
+        assert sum(1 for f in shown if f["output"]) == status.FAILURES_SHOWN
+        size = len(encode(make("reply", "scheduler", "r" * 64, re="q" * 64, ok=True,
+                               body=body)))
+        assert size < MAX_MESSAGE_BYTES, size
+        reader = JournalReader(str(state.opt.journal_path))
+        doc = job_detail(state, reader, 10**9)
+        reader.close()
+        assert len(doc["last_failure"]["output"]) == OUTPUT_LINES
+        assert doc["last_failure"]["output"][0].startswith("00 ")
+    finally:
+        state.journal.close()
