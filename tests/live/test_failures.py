@@ -247,3 +247,37 @@ def test_api_jobs_id_gives_all_the_output_kept_and_a_status_list_fits_one_frame(
         assert doc["last_failure"]["output"][0].startswith("00 ")
     finally:
         state.journal.close()
+
+
+def test_interlace_status_prints_a_failure_and_the_options_refuse_bad_bounds(capsys):
+    from scheduler.live.cli import parse_args
+    from scheduler.tools.jobs import format_job, submit_main
+
+    failed = {"job_id": 7, "state": "failed", "num_gpu": 1, "iterations_done": 0,
+              "iterations": 100, "nodes": [], "preemptions": 0,
+              "last_failure": {"exit": "exit status 2: main.py: error: unrecognized arguments",
+                               "failures": 3, "output": ["usage: main.py [-h]",
+                                                         "main.py: error: unrecognized "
+                                                         "arguments"]}}
+    assert format_job(failed).splitlines() == [
+        "     7  failed     1 GPU  0/100 it  [failed: exit status 2: main.py: error: "
+        "unrecognized arguments; 3 failures in a row]",
+        "    | usage: main.py [-h]", "    | main.py: error: unrecognized arguments"]
+    backing = dict(failed, state="pending", reason="backoff", why="its last run failed",
+                   last_failure=dict(failed["last_failure"], failures=1))
+    assert format_job(backing) == (
+        "     7  pending    1 GPU  0/100 it  [backoff: its last run failed]  [last run failed: "
+        "exit status 2: main.py: error: unrecognized arguments; 1 failure in a row]")
+    assert len(format_job(backing, output=True).splitlines()) == 3
+    for argv in (["--max-failures", "0"], ["--failure-backoff", "-1"]):
+        with pytest.raises(SystemExit) as done:
+            parse_args(["--spec", "n1g4", "--endpoints", "e", "--run-dir", "r", *argv])
+        assert done.value.code == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after argparse's usage
+        assert last.startswith("python -m scheduler.live: error: argument " + argv[0])
+    with pytest.raises(SystemExit) as done:
+        submit_main(["--gpus", "1", "--iterations", "5", "--max-restarts", "-1",
+                     "--endpoints", "e"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--max-restarts" in err and "[0, 1000]" in err

@@ -382,7 +382,7 @@ def test_malformed_requests_are_refused_and_the_service_keeps_serving(harness):
 
 
 def test_dead_agent_job_is_relaunched_on_another_agent(harness):
-    h = harness(agent_timeout=1.0)
+    h = harness(agent_timeout=1.0, failure_backoff=0.2)
     h.start_scheduler()
     n0, n1 = h.agent("n0"), h.agent("n1")
     h.wait_online("n0", "n1")
@@ -413,7 +413,7 @@ def test_dead_agent_job_is_relaunched_on_another_agent(harness):
     h.wait_online("n0", "n1")
     assert h.job(1)["nodes"] == ["n1"]
 
-    # the trainer on n1 crashes: the job is requeued and runs again from its checkpoint
+    # the trainer on n1 crashes: the job runs again from its checkpoint after its backoff
     checkpoint.write(h.run_dir / "checkpoints", checkpoint.Checkpoint(1, 60.0, 100.0, "n1"))
     h.client.request("scheduler", "job.finished", job_id=1, node="n1", iterations=60,
                      ok=False, detail="exit status 1")
