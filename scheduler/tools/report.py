@@ -58,6 +58,7 @@ class _Job:
     ended: str = ""  # "cancelled" or "failed": it ended without completing
     done: float | None = None  # iterations it did, where it ended so
     failures: int = 0  # runs that failed of its own program
+    exit: str = ""  # how its program last ended, where it failed for good
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class EndedEarly:
     state: str  # "cancelled" or "failed"
     iterations_done: float | None
     iterations: float | None
+    exit: str = ""  # a failed job's: how its program last ended
 
 
 @dataclass
@@ -221,6 +223,8 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 job.ended = "cancelled" if event == "job_cancelled" else "failed"
                 job.done = _num(record, "iterations")
                 job.failures += event == "job_failed"
+                if isinstance(record.get("exit"), str):
+                    job.exit = record["exit"]
                 busy.pop(job_id, None)
                 mark(_num(record, "now"))
             elif event == "job_run_failed":
@@ -263,8 +267,8 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
     outcomes = [JobOutcome(j.job_id, j.num_gpu, j.model, j.submit, j.start, j.end,
                            j.preemptions if j.preemptions is not None else j.stops, j.starts)
                 for j in ordered if j.submit is not None and not j.ended]
-    ended_early = [EndedEarly(j.job_id, j.ended, j.done, j.iterations) for j in ordered
-                   if j.ended]
+    ended_early = [EndedEarly(j.job_id, j.ended, j.done, j.iterations, j.exit)
+                   for j in ordered if j.ended]
     for o in outcomes:  # out of order, a JCT or a queueing time would come out negative
         times = [t for t in (o.submit, o.start, o.end) if t is not None]
         if times != sorted(times):
@@ -398,6 +402,7 @@ def ended_lines(live: LiveRun) -> list[str]:
                            for e in ended[:10])
         lines.append(f"{state}: {len(ended)} job{'' if len(ended) == 1 else 's'}, not in the "
                      f"JCT figures: {listed}{' ...' if len(ended) > 10 else ''}")
+        lines += [f"  job {e.job_id}: {e.exit[:200]}" for e in ended[:10] if e.exit]
     if live.failures:
         lines.append(f"failed runs: {live.failures} (a job's own program failed; counted "
                      "apart from preemptions)")

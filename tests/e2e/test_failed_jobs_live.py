@@ -127,5 +127,8 @@ def test_a_program_that_fails_backs_off_then_fails_and_one_that_recovers_finishe
         table = capsys.readouterr().out
         assert "cancelled: 1 job, not in the JCT figures: 5 (" in table
         assert "failed: 2 jobs, not in the JCT figures: 1 (0/100 it), 3 (0/100 it)" in table
+        assert f"  job 1: exit status 1: {MISSING}" in table
+        assert "  job 3: would not start: cannot start '/nonexistent/program'" in table
+        assert apart[1]["exit"] == f"exit status 1: {MISSING}"
     finally:
         cluster.stop_all()

@@ -300,17 +300,20 @@ def test_cancelled_and_failed_jobs_are_shown_apart_and_failures_are_no_preemptio
         lines.append(_line("job_stopped", T0 + 2 + i, job_id=0, reason="failed on n0: x",
                            now=10.0 * i, failure=i + 1))
         lines.append(_line(started[0], T0 + 2 + i, **{**started[1], "now": 10.0 * i + 5}))
-    lines += [_line("job_failed", T0 + 5, job_id=1, now=30.0, iterations=0.0, failures=3),
+    lines += [_line("job_failed", T0 + 5, job_id=1, now=30.0, iterations=0.0, failures=3,
+                    exit="exit status 2: main.py: error: unrecognized arguments"),
               _line("job_cancelled", T0 + 6, job_id=2, now=40.0, iterations=30.0),
               _line("job_finished", T0 + 9, job_id=0, submit=0.0, start=0.0, end=50.0)]
     (tmp_path / "scheduler.log").write_text("\n".join(lines) + "\n")
     live = report.load_run(tmp_path)
     assert [(o.job_id, o.preemptions) for o in live.outcomes] == [(0, 0)]
-    assert live.ended_early == [report.EndedEarly(1, "failed", 0.0, 50),
+    assert live.ended_early == [report.EndedEarly(1, "failed", 0.0, 50, "exit status 2: main.py: "
+                                                  "error: unrecognized arguments"),
                                 report.EndedEarly(2, "cancelled", 30.0, 80)]
     assert live.failures == 3 and live.result().summary.jobs == 1
     assert report.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "cancelled: 1 job, not in the JCT figures: 2 (30/80 it)" in out
-    assert "failed: 1 job, not in the JCT figures: 1 (0/50 it)" in out
+    assert "failed: 1 job, not in the JCT figures: 1 (0/50 it)\n  job 1: exit status 2: " \
+        "main.py: error: unrecognized arguments\n" in out
     assert "failed runs: 3" in out
