@@ -94,14 +94,23 @@ class JobTable:
             elif rc == EXIT_STOPPED:  # stopped by someone other than the scheduler
                 self.outbox.append(("job.stopped", base))
             else:
-                detail = launcher.describe_exit(rc)
-                tail = launcher.stderr_tail(self.cfg.trainer_dir / f"{job_id}.stderr") \
-                    if rc > 0 else ""
-                if tail:  # a Python crash ends its stderr with the exception line
-                    detail += ": " + tail.splitlines()[-1][-300:]
-                self.outbox.append(("job.finished", dict(base, ok=False, detail=detail,
+                self.outbox.append(("job.finished", dict(base, ok=False,
+                                                         detail=self.failure(job_id, rc),
                                                          oom=rc == EXIT_OOM)))
             self.log.info("trainer_exited", job=job_id, exit=rc, iterations=its)
+
+    def failure(self, job_id: int, rc: int) -> str:
+        """A failed trainer's `job.finished` detail: a first line saying how it ended (with
+        its output's last line: a Python crash ends with the exception), then its output's
+        last lines, which the scheduler shows with the job."""
+        detail = launcher.describe_exit(rc)
+        tail = launcher.output_tail(self.cfg.trainer_dir, job_id)
+        if not tail:
+            return detail
+        lines = tail.splitlines()
+        if rc > 0:
+            detail += ": " + lines[-1][-300:]
+        return detail + "\n" + "\n".join(lines[-launcher.OUTPUT_LINES:])
 
     def running(self) -> list[dict[str, Any]]:
         return self.snapshot(reported=False)["running"]

@@ -125,12 +125,36 @@ def describe_exit(rc: int) -> str:
     return f"exit status {rc}"
 
 
+OUTPUT_LINES = 20  # the last lines of a failed trainer's output its report carries
+OUTPUT_BYTES = 4000  # read from the end of its output file for them
+
+
+def output_tail(trainer_dir: Path, job_id: int) -> str:
+    """The end of the job's output here (stdout and stderr, appended across launches): its
+    one-rank file, or the rank file written last."""
+    paths = [trainer_dir / f"{job_id}.stderr"]
+    if not paths[0].is_file():
+        paths = sorted(trainer_dir.glob(f"{job_id}.r*.stderr"), key=_mtime)
+    return stderr_tail(paths[-1], OUTPUT_BYTES) if paths else ""
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def stderr_tail(path: Path, limit: int = 400) -> str:
+    """The file's last `limit` bytes at most, from a line's start, trailing blanks off."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - limit))
-            return fh.read().decode("utf-8", "replace").strip()
+            text = fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+    if size > limit:  # the first line read is cut: drop it
+        text = text.partition("\n")[2]
+    return text.strip("\n").rstrip()

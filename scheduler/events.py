@@ -26,11 +26,13 @@ class Submitted:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """A job ended at `at`: it finished, or a user cancelled it (`cancelled`)."""
+    """A job ended at `at`: it finished, a user cancelled it (`cancelled`), or it failed too
+    often to be run again (`failed`)."""
 
     job_id: int
     at: float
     cancelled: bool = False
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,18 @@ class Requeued:
     at: float
     remaining: float
     alone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    """A run of the job failed at `at` (its program exited with an error, or would not
+    start): it waits again from `remaining` iterations, no round plans it before
+    `not_before` (its backoff, trace seconds), and the stop is no preemption."""
+
+    job_id: int
+    at: float
+    remaining: float
+    not_before: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +145,7 @@ class StopTook:
     seconds: float
 
 
-Event = (Submitted | Finished | Requeued | Checkpointed | RunsAlone | NodeOnline
+Event = (Submitted | Finished | Requeued | RunFailed | Checkpointed | RunsAlone | NodeOnline
          | ProfileMeasured | MemoryMeasured | OverheadMeasured | SpeedMeasured
          | SlowdownMeasured | LaunchFailed | StopTook)
 

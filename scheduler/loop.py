@@ -24,7 +24,8 @@ from scheduler.core.engine import Core, SchedulingError
 from scheduler.core.state import Plan
 from scheduler.events import (Checkpointed, Event, Finished, LaunchFailed, MemoryMeasured,
                               NodeOnline, OverheadMeasured, ProfileMeasured, Requeued,
-                              RunsAlone, SlowdownMeasured, SpeedMeasured, StopTook, Submitted)
+                              RunFailed, RunsAlone, SlowdownMeasured, SpeedMeasured, StopTook,
+                              Submitted)
 from traces.record import JobRecord
 
 
@@ -138,6 +139,10 @@ class Loop:
             if event.alone:
                 core.run_alone(event.job_id)
             core.set_remaining(event.job_id, event.remaining)
+        elif kind is RunFailed:
+            core.stop(event.job_id, event.at, preempted=False)
+            core.set_remaining(event.job_id, event.remaining)
+            core.hold(event.job_id, event.not_before)
         elif kind is Checkpointed:
             core.set_remaining(event.job_id, event.remaining)
         elif kind is RunsAlone:

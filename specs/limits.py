@@ -35,6 +35,7 @@ MAX_GPU_TYPES = 64  # GPU types one job may accept (a real list names a handful)
 # -- command-line options ---------------------------------------------------------------------
 MAX_WAIT_S = 3600.0  # any option that is a wait or timeout: an hour is already a hang
 MAX_RETRIES = 100  # resends of one request
+MAX_RESTARTS = 1000  # relaunches of a job after failures in a row (its max_restarts)
 MAX_JOBS = 1_000_000  # jobs one `interlace-trace generate` writes
 MAX_SEED = 2**63 - 1  # a random seed (numpy takes any int; a signed 64-bit word is plenty)
 MAX_SEEDS = 10_000  # seeds of one sweep (runs = traces x policies x presets x seeds)

@@ -46,6 +46,9 @@ class JobRecord:
     tenant: str = ""
     # its priority class in the tenants file; "": none named (the file's default_class)
     priority_class: str = ""
+    # relaunches after failures of its own program in a row, before it is failed (live
+    # scheduler); None: the scheduler's bound (--max-failures). Never in a trace file.
+    max_restarts: int | None = None
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -72,6 +75,8 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
     for name in NAMES:
         if not out[name]:
             del out[name]
+    if record.max_restarts is None:
+        del out["max_restarts"]
     return out
 
 

@@ -6,6 +6,7 @@ import os
 from typing import Container, Iterable
 
 from specs.fit import Fit
+from specs.limits import MAX_RESTARTS
 from traces._checks import Value, check_job, fold_too_large
 from traces.errors import Problem
 from traces.models import MODELS
@@ -89,4 +90,9 @@ def _check_record(
 
     for field, message in check_job(values, stage_fields, known_models=known, fit=fit):
         problems.append(Problem(RECORDS_LABEL, position, field, message))
+    restarts = getattr(record, "max_restarts", None)
+    if restarts is not None and (isinstance(restarts, bool) or not isinstance(restarts, int)
+                                 or not 0 <= restarts <= MAX_RESTARTS):
+        problems.append(Problem(RECORDS_LABEL, position, "max_restarts",
+                                f"must be an integer in [0, {MAX_RESTARTS}], got {restarts!r}"))
     return problems

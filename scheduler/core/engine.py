@@ -79,6 +79,9 @@ class Core:
         self.check = PlanCheck(spec, room)
         self._fit = Fit(spec)  # which pools hold a job submitted (specs.fit's rule)
         self._disturbed = False  # a job stopped or finished since the last round
+        # jobs held back until a trace time (a failed job's backoff): no round plans them
+        # before it, and the round wakes when the first hold ends
+        self._held: dict[int, float] = {}
         self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
         self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
@@ -318,15 +321,17 @@ class Core:
             raise SchedulingError(f"unknown node {node}")
         (self.cluster.offline.discard if online else self.cluster.offline.add)(node)
 
-    def stop(self, job_id: int, now: float) -> Job:
+    def stop(self, job_id: int, now: float, preempted: bool = True) -> Job:
         """A running job stopped outside a plan (its node died, its trainer crashed): it waits
-        for the next round, which may place it elsewhere."""
+        for the next round, which may place it elsewhere. `preempted` False: the job's own
+        failure stopped it, which is no preemption."""
         job = self._job(job_id)
         if job.status is Status.RUNNING:
             job.attained += now - job.last_update
             job.last_update = now
             job.status = Status.PENDING
-            job.preemptions += 1
+            if preempted:
+                job.preemptions += 1
             job.pending_mark = now
             job.group_key = ()
             job.running_since = None
@@ -338,6 +343,17 @@ class Core:
                 self.tenants.lost(job_id)
             self.policy.on_change(job)
         return job
+
+    def hold(self, job_id: int, until: float) -> None:
+        """No round plans the job before `until` (trace seconds): a failed job's backoff.
+        A later hold replaces an earlier one; one that ended is dropped by the next round."""
+        job = self._job(job_id)
+        value = _finite(until)
+        if value is None:
+            raise SchedulingError(f"job {job_id}: a hold must end at a finite time, "
+                                  f"got {until!r}")
+        if job.status is not Status.DONE:
+            self._held[job_id] = value
 
     def set_remaining(self, job_id: int, remaining: float) -> None:
         """Progress as the live system knows it for sure (a checkpoint), replacing estimates."""
@@ -358,6 +374,7 @@ class Core:
         self._disturbed = True
         job.status = Status.DONE
         job.running_since = None
+        self._held.pop(job_id, None)
         if self.tenants is not None:
             self.tenants.finished(job_id)
         job.finish_time = now
@@ -374,13 +391,18 @@ class Core:
         # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
         policy = self.policy
         tenants = self.tenants
+        runnable = self._unheld(now) if self._held else self.queue
         if tenants is None:
-            queue = tuple(self.queue)
+            queue = tuple(runnable)
         else:
-            queue = tenants.admitted(self.queue, policy, self.placed, self.jobs,
+            queue = tenants.admitted(runnable, policy, self.placed, self.jobs,
                                      self.cluster, now)
         partial = len(queue) < len(self.queue)
         plan = policy.plan(RoundContext(now, queue, self.cluster, self.model, where, partial))
+        if self._held:  # wake when the first hold ends
+            first = min(self._held.values())
+            if plan.wakeup is None or first < plan.wakeup:
+                plan = plan._replace(wakeup=first)
         groups = plan.groups
         if tenants is not None:
             tenants.check(groups, policy.name)
@@ -454,6 +476,13 @@ class Core:
                 job.running_since = now
             job.group_key = placed[job_id].jobs
 
+    def _unheld(self, now: float) -> list[Job]:
+        """The queue less the jobs held back at `now`; holds that ended are dropped."""
+        held = self._held
+        for job_id in [j for j, until in held.items() if until <= now]:
+            del held[job_id]
+        return [job for job in self.queue if job.id not in held] if held else self.queue
+
     def _unplace(self, job_id: int) -> None:
         """The job stopped outside a plan: it runs nowhere now."""
         self.placed.pop(job_id, None)
@@ -469,6 +498,10 @@ class Core:
     def judged(self, job_id: int) -> bool:
         """Whether the last round saw the job (it was submitted before that round)."""
         return self._arrival[job_id] < self._judged
+
+    def held_until(self, job_id: int) -> float | None:
+        """When the job's hold ends (trace seconds), or None when it is not held back."""
+        return self._held.get(job_id)
 
     def running_jobs(self) -> list[Job]:
         """Running jobs in submission order, whatever order a policy planned them in."""

@@ -17,6 +17,8 @@ from scheduler.core.state import Job, Status
 REASONS = MappingProxyType({
     "arrived": "submitted since the last round; the next round judges it",
     "launching": "the last round started it: its trainers are being launched (live only)",
+    "backoff": "its last run failed (its program exited with an error or would not start): "
+               "it may start again at `until`, after its backoff",
     "unfit": "the online nodes that could hold it have fewer GPUs than it needs",
     "over_quota": "its tenant would pass its quota plus borrowing limit (its quota alone, "
                   "for a class that may not borrow)",
@@ -60,6 +62,11 @@ def why_waiting(core: Any) -> dict[int, Waiting]:
         need = job.num_gpu
         if not core.judged(job.id):
             out[job.id] = Waiting("arrived", "submitted since the last round", 0)
+            continue
+        until = core.held_until(job.id)
+        if until is not None and until > core.now:
+            out[job.id] = Waiting("backoff", "its last run failed; it backs off before it "
+                                             "may start again", 0, until)
             continue
         can, free_there, together = room.of(job)
         rec = job.record

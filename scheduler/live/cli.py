@@ -27,7 +27,7 @@ from specs.gpu_speed import missing_types
 from specs.options import gpu_speed
 from specs.spec import ClusterSpec, SpecError, load_spec
 from specs.tenants import TenantsError, load_tenants
-from specs.limits import MAX_TIME_SCALE, MAX_WAIT_S
+from specs.limits import MAX_RETRIES, MAX_TIME_SCALE, MAX_WAIT_S
 from specs.options import number
 
 
@@ -72,6 +72,17 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                         "as interlace-sim can (default 0: a round at every event)")
     p.add_argument("--agent-timeout", type=seconds, default=10.0,
                    help="wall seconds without a heartbeat before an agent is dead (default 10)")
+    p.add_argument("--failure-backoff", type=number(0, MAX_WAIT_S, unit="s"), default=10.0,
+                   metavar="S", help="wall seconds a job whose program failed (exited with an "
+                   "error, or would not start) waits before it may run again; doubled with "
+                   "each failure in a row (default 10)")
+    p.add_argument("--failure-backoff-cap", type=number(0, MAX_WAIT_S, unit="s"),
+                   default=600.0, metavar="S",
+                   help="the longest such wait, wall seconds (default 600)")
+    p.add_argument("--max-failures", type=number(1, MAX_RETRIES, integer=True), default=3,
+                   metavar="N", help="failures in a row without progress after which a job is "
+                   "failed and never run again (default 3; a job's own --max-restarts R "
+                   "makes it R+1)")
     p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
     p.add_argument("--checkpoint-dir", default=None,
                    help="where agents write checkpoints (default RUN_DIR/checkpoints)")
@@ -174,7 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       metrics=args.metrics, metrics_key=args.metrics_key,
                       metrics_insecure=args.metrics_insecure,
                       interference=not args.no_interference,
-                      gpu_speed=dict(args.gpu_speed), tenancy=args.tenants)
+                      gpu_speed=dict(args.gpu_speed), tenancy=args.tenants,
+                      failure_backoff=args.failure_backoff,
+                      failure_backoff_cap=args.failure_backoff_cap,
+                      max_failures=int(args.max_failures))
     try:
         service = SchedulerService(endpoints, options, log=log)
     except (OSError, sqlite3.Error, JournalError) as err:  # changed since the check above

@@ -65,8 +65,14 @@ class AgentGateway:
 
     def call(self, requester: Any, name: str, type_: str,
              **fields: Any) -> tuple[dict[str, Any] | None, bool]:
-        """(reply body or None, whether it timed out). A timeout only means this answer did
-        not come (the caller asks again, or a launch that may have happened unheard is
+        """(reply body or None, whether it timed out): `exchange` without the refusal."""
+        return self.exchange(requester, name, type_, **fields)[:2]
+
+    def exchange(self, requester: Any, name: str, type_: str,
+                 **fields: Any) -> tuple[dict[str, Any] | None, bool, Any]:
+        """(reply body or None, whether it timed out, the agent's refusal or None: a
+        broker.client.RequestFailed with its code and reason). A timeout only means this
+        answer did not come (the caller asks again, or a launch that may have happened unheard is
         stopped as a stray). The broker's `no_service` declares the agent dead only when it
         lasts NO_SERVICE_GRACE_S: an agent's registration and its service worker are two
         connections, so a restarted agent can register before the broker knows its worker
@@ -80,7 +86,7 @@ class AgentGateway:
             if name not in state.agents:  # dead or never came: its re-registration sorts it out
                 state.log.info("agent_request_skipped", node=name, type=type_,
                                job_id=fields.get("job_id"))
-                return None, False
+                return None, False, None
         try:
             reply = self._past_no_service(requester, name, type_, fields)
         except RequestTimeout:
@@ -89,22 +95,22 @@ class AgentGateway:
             if type_ == "job.launch":
                 with state.lock:
                     state.ledger.strays.append((fields["job_id"], name))
-            return None, True
+            return None, True, None
         except RequestFailed as err:
             state.log.warning("agent_request_refused", node=name, type=type_,
                               job_id=fields.get("job_id"), code=err.code, reason=err.reason)
             if err.code == "no_service":  # the broker no longer knows the agent's service
                 if not self._heard_lately(name):
                     declare_dead(state, name, f"{type_}: {err.reason}")
-                    return None, False
+                    return None, False, None
                 # its heartbeats still come: a starved agent late with its service's
                 # heartbeats to the broker, not a dead one; as a timeout, asked again
                 if type_ == "job.launch":
                     with state.lock:
                         state.ledger.strays.append((fields["job_id"], name))
-                return None, True
-            return None, False
-        return dict(reply.get("body") or {}), False
+                return None, True, None
+            return None, False, err
+        return dict(reply.get("body") or {}), False, None
 
     def _heard_lately(self, name: str) -> bool:
         """Whether `name`'s heartbeats are under half the agent timeout old: then the

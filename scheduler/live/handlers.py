@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from broker.refusal import Refusal, all_ints, running_list
 from scheduler.events import NodeOnline
 from scheduler.live.access import caller_of, own_max_job_id, owns, submit_as, taken_from_other
+from scheduler.live.failures import split_report
 from scheduler.live.gateway import AgentSeen
 from scheduler.live.ledger import node_name
 from scheduler.live.lifecycle import STOPPING
@@ -227,11 +228,14 @@ class Handlers:
         if where is None or index not in where.nodes:
             state.log.info("stale_report", job_id=job_id, node=name, ok=False)
             return {"finished": False, "ignored": True}
-        reason = f"trainer failed on {name}: {msg.get('detail', '')}".rstrip(": ")
-        oom = bool(msg.get("oom"))  # out of GPU memory: never again beside others
-        jobs.requeue(job_id, now, reason + (" (runs alone from now on)" if oom else ""),
-                     skip=name, iterations=its, alone=oom)
-        return {"finished": False, "requeued": True}
+        exit, output = split_report(msg.get("detail") or "")
+        if msg.get("oom"):  # out of GPU memory: never again beside others, and no failure
+            jobs.requeue(job_id, now, f"trainer failed on {name}: {exit} (runs alone from "
+                                      "now on)", skip=name, iterations=its, alone=True)
+            return {"finished": False, "requeued": True}
+        # its own program failed: it backs off, and fails for good after too many in a row
+        jobs.run_failed(job_id, now, name, exit or "failed", output, its)
+        return {"finished": False, "requeued": not jobs.ended(job_id)}
 
     def on_stopped(self, msg: Any) -> dict[str, Any]:
         """A trainer stopped. The end of a stop a round waits for wakes that round (which

@@ -10,9 +10,10 @@ batch of submissions at once commits them without waiting and makes them durable
 Two tables: `events`, append-only, holds every transition of a job's lifecycle (the phase it
 entered, scheduler/live/lifecycle.py) and the agents' comings and goings; `jobs` holds each
 job's record and what its transitions add up to (phase, iterations done, first start, finish,
-preemptions), updated in the same transaction, so a query needs no replay. A version-1
-journal (no phases) is migrated in place when opened: its events name what happened, and
-each names the phase it entered.
+preemptions), updated in the same transaction, so a query needs no replay. An older
+journal is migrated in place when opened: a version-1 one (no phases) from its events, which
+name what happened and so the phase each entered; a version-2 one (no `failed` phase, which
+its tables' checks refuse) by copying its tables into tables that allow it.
 
 Times are trace seconds as the service's clock counts them (`*_trace`, `ts`), plus the wall
 clock of arrival (`submit_wall`, epoch seconds) for operators.
@@ -30,11 +31,10 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from scheduler.live.lifecycle import ENDED, LAUNCHING, QUEUED, Phase, Transition, allowed
 from traces.record import JobRecord, record_from_map, record_to_map
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _PHASES = ", ".join(f"'{p.value}'" for p in Phase)
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS jobs (
+_JOBS = f"""(
     job_id INTEGER PRIMARY KEY,
     record TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('submitted', 'running', 'finished')),
@@ -45,8 +45,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finish_trace REAL,
     preemptions INTEGER NOT NULL DEFAULT 0,
     phase TEXT NOT NULL DEFAULT 'queued' CHECK (phase IN ({_PHASES}))
-);
-CREATE TABLE IF NOT EXISTS events (
+)"""
+_EVENTS = f"""(
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     ts REAL NOT NULL,
     kind TEXT NOT NULL,
@@ -54,7 +54,10 @@ CREATE TABLE IF NOT EXISTS events (
     node TEXT,
     detail TEXT,
     phase TEXT CHECK (phase IN ({_PHASES}))
-);
+)"""
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS jobs {_JOBS};
+CREATE TABLE IF NOT EXISTS events {_EVENTS};
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -72,11 +75,24 @@ UPDATE jobs SET phase = CASE state WHEN 'submitted' THEN 'queued' WHEN 'running'
                            AND e.kind = 'cancelled') THEN 'cancelled' ELSE 'finished' END END;
 """
 
+# A version-2 journal, made version 3: its tables' phase checks did not allow `failed`, and
+# SQLite changes a check only by copying the table (the sequence of `events` follows it)
+_FROM_V2 = f"""
+CREATE TABLE jobs_v3 {_JOBS};
+INSERT INTO jobs_v3 SELECT * FROM jobs;
+DROP TABLE jobs;
+ALTER TABLE jobs_v3 RENAME TO jobs;
+CREATE TABLE events_v3 {_EVENTS};
+INSERT INTO events_v3 SELECT * FROM events;
+DROP TABLE events;
+ALTER TABLE events_v3 RENAME TO events;
+"""
+
 STATES = ("submitted", "running", "finished")
 # what the `state` column says of each phase (version 1's coarser word, kept for readers)
 _STATE_OF = {QUEUED: "submitted", LAUNCHING: "running", Phase.RUNNING: "running",
              Phase.STOPPING: "running", Phase.FINISHED: "finished",
-             Phase.CANCELLED: "finished"}
+             Phase.CANCELLED: "finished", Phase.FAILED: "finished"}
 # transitions `events()` leaves out: the history as version 1 told it has none of them
 FINE_KINDS = ("launched", "stopping", "regrouped")
 
@@ -120,15 +136,16 @@ class Journal:
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
                 if has_meta else None
             version = int(row[0]) if row is not None else None
-            if version not in (None, 1, SCHEMA_VERSION):
+            if version not in (None, 1, 2, SCHEMA_VERSION):
                 raise JournalError(f"{self.path}: schema version {version}, this scheduler "
-                                   f"reads {SCHEMA_VERSION} (and migrates 1)")
-            if version == 1:
-                self._script(db, _FROM_V1)
-                self.migrated_from = 1
+                                   f"reads {SCHEMA_VERSION} (and migrates 1 and 2)")
+            if version in (1, 2):
+                # version 1's new columns take this version's checks at once
+                self._script(db, _FROM_V1 if version == 1 else _FROM_V2)
+                self.migrated_from = version
                 latest = db.execute("SELECT MAX(ts) FROM events").fetchone()[0]
                 self._event(db, latest or 0.0, "journal_migrated", None, None,
-                            {"from": 1, "to": SCHEMA_VERSION})
+                            {"from": version, "to": SCHEMA_VERSION})
             else:
                 self._script(db, _SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
@@ -312,7 +329,8 @@ class Journal:
         return [self._entry(r) for r in rows]
 
     def finished(self) -> list[Entry]:
-        """Jobs that ended (finished or cancelled), in the order they did."""
+        """Jobs that ended (finished, cancelled or failed: their `phase` says which), in the
+        order they did."""
         rows = self._query(f"SELECT {self._COLUMNS} FROM jobs WHERE state = 'finished' "
                            "ORDER BY finish_trace, job_id")
         return [self._entry(r) for r in rows]

@@ -5,7 +5,9 @@ job may finish before the reply is back) and to running once every slice answere
 slice fails or an agent is lost meanwhile, the ranks that did start become strays and the job
 goes back to the queue (a `LaunchFailed` outcome, which the loop gives the core); where the
 job was finished, requeued or cancelled meanwhile (its phase left launching), those ranks
-become strays and nothing else changes.
+become strays and nothing else changes. A launch an agent refuses for the job's own program
+(`bad_workload`: no such program, no such work dir) is a failure of the job's: it backs off,
+and after too many in a row it fails (lifecycle.run_failed), never asked again at once.
 """
 from __future__ import annotations
 
@@ -26,6 +28,10 @@ def stage_list(stages: Sequence[float]) -> list[float]:
     if len(values) == 4:
         values = [values[0] + values[1], values[2], values[3]]
     return values
+
+
+# the refusal an agent gives a launch for the job's own workload (its program, its work dir)
+OWN_FAULT = "bad_workload"
 
 
 class Launcher:
@@ -71,26 +77,28 @@ class Launcher:
             gpus_of = {p.node: self.gateway.gpu_ids(p) for p in want.slices}
             if not state.jobs.launch(job_id, want, start):  # refused: logged and counted
                 return
-        launched, seqs, failed = self._send(requester, job_id, want, workload, gpus_of, start)
-        self._settle(job_id, want, start, gpus_of, launched, seqs, failed, outcomes)
+        launched, seqs, failed, why = self._send(requester, job_id, want, workload, gpus_of,
+                                                 start)
+        self._settle(job_id, want, start, gpus_of, launched, seqs, failed, outcomes, why)
 
     def _send(self, requester: Any, job_id: int, want: Placed, workload: dict[str, Any],
               gpus_of: dict[int, list[int]], start: float
-              ) -> tuple[list[int], dict[int, Launch], str | None]:
+              ) -> tuple[list[int], dict[int, Launch], str | None, str | None]:
         """job.launch to each slice in turn: (nodes launched, their launch numbers, the node
-        that failed or None)."""
+        that failed or None, and why it refused where that is the job's own program)."""
         launched: list[int] = []
         seqs: dict[int, Launch] = {}
         ranks = {"rank": 0, "world_size": sum(len(g) for g in gpus_of.values())} \
             if workload["kind"] in ("torch", "command") else {}
         for piece in want.slices:
             name = node_name(piece.node)
-            reply = self.gateway.request(requester, name, "job.launch", job_id=job_id,
-                                         gpus=gpus_of[piece.node], group=list(want.group),
-                                         slot=want.group.index(job_id), workload=workload,
-                                         start_iteration=start, **ranks)
+            reply, _, refusal = self.gateway.exchange(
+                requester, name, "job.launch", job_id=job_id, gpus=gpus_of[piece.node],
+                group=list(want.group), slot=want.group.index(job_id), workload=workload,
+                start_iteration=start, **ranks)
             if reply is None:
-                return launched, seqs, name
+                own = refusal is not None and refusal.code == OWN_FAULT
+                return launched, seqs, name, refusal.reason if own else None
             if isinstance(reply.get("launch_seq"), int):
                 seqs[piece.node] = (reply.get("incarnation"), reply["launch_seq"])
             if ranks:  # rank 0's agent chose the rendezvous; the other slices join it
@@ -99,11 +107,11 @@ class Launcher:
                     ranks.update(master_addr=str(reply.get("master_addr") or "127.0.0.1"),
                                  master_port=int(reply["master_port"]))
             launched.append(piece.node)
-        return launched, seqs, None
+        return launched, seqs, None, None
 
     def _settle(self, job_id: int, want: Placed, start: float, gpus_of: dict[int, list[int]],
                 launched: list[int], seqs: dict[int, Launch], failed: str | None,
-                outcomes: list[Outcome]) -> None:
+                outcomes: list[Outcome], why: str | None = None) -> None:
         state = self.state
         with state.lock:
             launching = state.jobs.phase(job_id) is LAUNCHING
@@ -119,5 +127,8 @@ class Launcher:
                 state.log.info("launch_aborted", job_id=job_id,
                                state=state.jobs.status_of(job_id))
                 return
+            if why is not None and failed is not None and not lost:  # the job's own fault
+                state.jobs.run_failed(job_id, state.now(), failed, f"would not start: {why}")
+                return  # the core hears of it as a RunFailed event: no preemption
             if state.jobs.launch_failed(job_id, start, failed, lost):
                 outcomes.append(LaunchFailed(job_id, f"launch failed on {failed}"))

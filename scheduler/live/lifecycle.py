@@ -2,7 +2,7 @@
 one function per transition.
 
     (submit) -> queued -> launching -> running -> stopping -> queued -> ...
-                any phase but finished and cancelled -> finished | cancelled
+                any phase but an ended one -> finished | cancelled | failed
 
 Why one module: a job's fate is kept in three stores that must agree: the journal (what
 survives a crash), the core (what is planned) and the ledger (where trainers run). Each
@@ -23,7 +23,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from scheduler.events import Checkpointed, Finished, Requeued, Submitted
+from scheduler.events import Checkpointed, Finished, Requeued, RunFailed, Submitted
+from scheduler.live.failures import Failure, from_detail
 from scheduler.live.ledger import Launch, Placed, node_name
 from trainer import checkpoint
 
@@ -35,14 +36,16 @@ class Phase(str, Enum):
     STOPPING = "stopping"  # a round stopped it and awaits its agents' reports
     FINISHED = "finished"
     CANCELLED = "cancelled"
+    FAILED = "failed"  # its program failed too often in a row (failures.py): never run again
 
 
 QUEUED, LAUNCHING, RUNNING = Phase.QUEUED, Phase.LAUNCHING, Phase.RUNNING
 STOPPING, FINISHED, CANCELLED = Phase.STOPPING, Phase.FINISHED, Phase.CANCELLED
+FAILED = Phase.FAILED
 
 LIVE = frozenset({QUEUED, LAUNCHING, RUNNING, STOPPING})
 OUT = frozenset({LAUNCHING, RUNNING, STOPPING})  # its trainers may run somewhere
-ENDED = frozenset({FINISHED, CANCELLED})
+ENDED = frozenset({FINISHED, CANCELLED, FAILED})
 
 
 class Move(NamedTuple):
@@ -70,6 +73,7 @@ MOVES: Mapping[str, Move] = MappingProxyType({
     "checkpointed": Move(frozenset({QUEUED}), QUEUED, "stopped"),
     "finish": Move(LIVE, FINISHED, "finished"),
     "cancel": Move(LIVE, CANCELLED, "cancelled"),
+    "fail": Move(LIVE, FAILED, "failed"),
 })
 #: phase -> the phases it may enter (None: not submitted yet), all transitions together: what
 #: a replay of the journal, and the journal itself, check
@@ -79,7 +83,9 @@ ALLOWED: Mapping[Phase | None, frozenset[Phase]] = MappingProxyType({
 #: what a status reply calls each phase (a launch not yet answered is still pending there)
 STATUS: Mapping[Phase, str] = MappingProxyType({
     QUEUED: "pending", LAUNCHING: "pending", RUNNING: "running", STOPPING: "running",
-    FINISHED: "finished", CANCELLED: "cancelled"})
+    FINISHED: "finished", CANCELLED: "cancelled", FAILED: "failed"})
+#: the status words, in the order counts list them
+WORDS = ("pending", "running", "finished", "cancelled", "failed")
 
 
 def allowed(before: Phase | None, after: Phase) -> bool:
@@ -109,6 +115,8 @@ class History(NamedTuple):
     launched_on: dict[int, frozenset[str]]
     refused: list[tuple[int, Phase | None, Phase]]
     alone: frozenset[int] = frozenset()  # jobs that ran out of GPU memory beside others
+    # each job's last failure of its own (failures.py), as its transition journaled it
+    failures: Mapping[int, Failure] = MappingProxyType({})
 
 
 def replay(rows: Iterable[tuple[int, str, str | None, Mapping[str, Any] | None]]) -> History:
@@ -119,6 +127,7 @@ def replay(rows: Iterable[tuple[int, str, str | None, Mapping[str, Any] | None]]
     nodes: dict[int, frozenset[str]] = {}
     refused: list[tuple[int, Phase | None, Phase]] = []
     alone: set[int] = set()
+    failures: dict[int, Failure] = {}
     for job_id, entered, node, detail in rows:
         after, before = Phase(entered), phases.get(job_id)
         if not allowed(before, after):
@@ -127,9 +136,13 @@ def replay(rows: Iterable[tuple[int, str, str | None, Mapping[str, Any] | None]]
         phases[job_id] = after
         if after is LAUNCHING:
             nodes[job_id] = launch_nodes(node, detail)
-        if isinstance(detail, Mapping) and detail.get("alone") is True:
-            alone.add(job_id)
-    return History(phases, nodes, refused, frozenset(alone))
+        if isinstance(detail, Mapping):
+            if detail.get("alone") is True:
+                alone.add(job_id)
+            failure = from_detail(detail.get("failure"))
+            if failure is not None:
+                failures[job_id] = failure
+    return History(phases, nodes, refused, frozenset(alone), failures)
 
 
 def launch_nodes(node: str | None, detail: Mapping[str, Any] | None) -> frozenset[str]:
@@ -167,12 +180,12 @@ class Lifecycle:
         return STATUS[self._phases[job_id]]
 
     def status_counts(self) -> dict[str, int]:
-        """Jobs per status word, a cancelled one counting as finished: what status replies
-        and metrics count, the jobs that ended before a restart included. O(phases)."""
-        out = {"pending": 0, "running": 0, "finished": 0}
+        """Jobs per status word (WORDS: a cancelled or failed job is not finished): what
+        status replies and metrics count, the jobs that ended before a restart included.
+        O(phases)."""
+        out = dict.fromkeys(WORDS, 0)
         for phase, n in self.counts.items():
-            word = STATUS[phase]
-            out["finished" if word == "cancelled" else word] += n
+            out[STATUS[phase]] += n
         return out
 
     def total(self, job_id: int) -> float:
@@ -191,7 +204,7 @@ class Lifecycle:
         phase = self._phases.get(job_id)
         if phase is FINISHED:
             return self.total(job_id)
-        if phase in (QUEUED, CANCELLED) and job_id in self.settled:
+        if phase in (QUEUED, CANCELLED, FAILED) and job_id in self.settled:
             return self.settled[job_id]
         job = view.jobs.get(job_id)
         return job.iterations - job.remaining if job is not None else 0.0
@@ -209,11 +222,14 @@ class Lifecycle:
         known = entry.iterations_done if entry is not None else 0.0
         return max(known, self.checkpoint_of(job_id) or 0.0)
 
-    def restore(self, job_id: int, phase: Phase, entry: Any, done: float = 0.0) -> None:
+    def restore(self, job_id: int, phase: Phase, entry: Any, done: float = 0.0,
+                failure: Failure | None = None) -> None:
         """A job as the journal left it (recovery.py): its replayed phase, no transition, and
         the iterations it resumes from (`done`); an ended job keeps its journal entry for
-        status replies."""
+        status replies. `failure`: its last failure of its own, the count going on from it."""
         self._set(job_id, phase)
+        if failure is not None:
+            self.state.failures.restore(job_id, failure)
         if phase in ENDED:
             self.past[job_id] = entry
         else:
@@ -274,7 +290,8 @@ class Lifecycle:
                       lost: list[str]) -> bool:
         """launching -> queued: a slice's launch failed, or an agent was lost meanwhile. The
         core hears of it through the loop (a LaunchFailed outcome); no round at once, or an
-        agent that refuses would be asked again at once, forever: the next tick retries."""
+        agent that refuses would be asked again at once, forever: the next tick retries.
+        (A launch the job's own program made fail is `run_failed`.)"""
         s = self.state
         if self._enter("launch_failed", job_id, iterations=start, node=node,
                        detail={"reason": "launch failed"}, preempted=True) is None:
@@ -282,6 +299,73 @@ class Lifecycle:
         s.ledger.end_launch(job_id)
         s.log.warning("launch_failed", job_id=job_id, node=node, lost=lost)
         return True
+
+    def run_failed(self, job_id: int, now: float, node: str, exit: str,
+                   output: Iterable[str] = (), iterations: float | None = None) -> bool:
+        """launching, running or stopping -> queued, or -> failed: the job's own program
+        failed on `node` (it exited with an error, or would not start: `exit` says how;
+        `output`: its last lines). It backs off before it may run again (a RunFailed event:
+        no round plans it before then, and it is no preemption); at its failure in a row
+        without progress that reaches its bound (failures.py) it has failed for good. Other
+        nodes' trainers of it become strays. One whose checkpoint holds every iteration
+        finished, whatever its exit."""
+        s = self.state
+        launching = self._phases.get(job_id) is LAUNCHING
+        if not self._may("launch_failed" if launching else "requeue", job_id):
+            return False
+        done = self.resume_point(job_id)
+        if iterations is not None:
+            done = max(done, iterations)
+        total = self.total(job_id)
+        if done >= total:
+            s.log.info("job_finished_unheard", job_id=job_id, reason=exit, iterations=done,
+                       node=node)
+            return self.finish(job_id, now, done, node)
+        failure = s.failures.note(job_id, self.records[job_id], done, exit, tuple(output), now)
+        if failure.not_before is None:
+            return self.fail(job_id, now, node, failure)
+        reason = f"failed on {node}: {exit}"
+        if self._enter("launch_failed" if launching else "requeue", job_id, ts=now,
+                       iterations=done, node=node, preempted=False,
+                       detail={"reason": reason, "failure": failure.detail()}) is None:
+            return False
+        s.inbox.put(RunFailed(job_id, now, total - done, failure.not_before))
+        self.settled[job_id] = done
+        where = s.ledger.release(job_id, keep=node)
+        s.measured.stopped(job_id)
+        s.log.warning("job_run_failed", job_id=job_id, node=node, exit=exit,
+                      failures=failure.count, iterations=done, now=now,
+                      not_before=failure.not_before, output=list(failure.output[-3:]))
+        s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=done, now=now,
+                   nodes=[node_name(n) for n in (where.nodes if where else ())],
+                   failure=failure.count)  # no preemption
+        self._emit(job_id, "stopped", {"reason": reason, "iterations": done,
+                                       "not_before": failure.not_before})
+        s.rounds.wake("failure")
+        return True
+
+    def fail(self, job_id: int, now: float, node: str | None, failure: Failure) -> bool:
+        """Any live phase -> failed: its program failed too often in a row; it is never
+        launched again. Its trainers elsewhere than `node` become strays."""
+        s = self.state
+        if self._enter("fail", job_id, ts=now, iterations=failure.iterations, node=node,
+                       detail={"failure": failure.detail()}) is None:
+            return False
+        s.inbox.put(Finished(job_id, now, failed=True))
+        self.settled[job_id] = failure.iterations
+        s.ledger.release(job_id, keep=node)
+        s.measured.ended(job_id)
+        s.log.error("job_failed", job_id=job_id, node=node, exit=failure.exit,
+                    failures=failure.count, iterations=failure.iterations, now=now,
+                    output=list(failure.output))
+        self._emit(job_id, "failed", {"exit": failure.exit, "failures": failure.count,
+                                      "iterations": failure.iterations})
+        s.rounds.wake("failure")
+        return True
+
+    def failure(self, job_id: int) -> Failure | None:
+        """The job's last failure of its own, if any (this run's, or replayed)."""
+        return self.state.failures.last.get(job_id)
 
     def stopping(self, job_ids: Iterable[int]) -> None:
         """running -> stopping: a round stops these jobs (one journal transaction for all);

@@ -37,6 +37,11 @@ class Options:
     metrics_key: str | None = None  # the secret non-loopback scrapers must send (--metrics-key)
     metrics_insecure: bool = False  # allow a non-loopback metrics host keyless
     tenancy: Tenancy | None = None  # who shares the cluster (--tenants); None: one queue
+    # a job's own failures (failures.py): the first backoff and its cap (wall seconds), and
+    # the failures in a row without progress after which it is failed
+    failure_backoff: float = 10.0
+    failure_backoff_cap: float = 600.0
+    max_failures: int = 3
 
     @property
     def journal_path(self) -> Path:

@@ -4,15 +4,17 @@ queue, the trace clock and the jobs' progress.
 A restarted scheduler knows only what the journal and the checkpoints say. Replaying the
 journal's transitions (lifecycle.replay) gives each job the phase it had when the last
 scheduler stopped: an ended job stays ended (status replies and metrics count it), a queued
-one is queued again from its resume point, and one whose trainers may still run (launching,
-running, stopping) is requeued ("scheduler restart"). The nodes stay offline until their
-agents speak, and no round runs until every node of such a job's last launch has
-re-registered (or an agent timeout has passed), so a trainer still running from before the
-restart is found as a stray and stopped before its job could start a second time.
+one is queued again from its resume point (still backing off, where its last failure of its
+own said so), and one whose trainers may still run (launching, running, stopping) is
+requeued ("scheduler restart"); each job's failures in a row go on counting from its last.
+The nodes stay offline until their agents speak, and no round runs until every node of such
+a job's last launch has re-registered (or an agent timeout has passed), so a trainer still
+running from before the restart is found as a stray and stopped before its job could start a
+second time.
 """
 from __future__ import annotations
 
-from scheduler.events import Checkpointed, NodeOnline, RunsAlone, Submitted
+from scheduler.events import Checkpointed, NodeOnline, RunFailed, RunsAlone, Submitted
 from scheduler.live.lifecycle import ENDED, FINISHED, OUT, Phase, replay
 from scheduler.live.state import LiveState
 
@@ -35,8 +37,9 @@ def recover(state: LiveState) -> None:
         if phase.value != entry.phase:  # the jobs table is what the transitions add up to
             state.log.warning("journal_disagrees", job_id=job_id, replayed=phase.value,
                               table=entry.phase)
+        failure = history.failures.get(job_id)
         if phase in ENDED:
-            state.jobs.restore(job_id, phase, entry)
+            state.jobs.restore(job_id, phase, entry, failure=failure)
             if phase is FINISHED and entry.finish_trace is not None:
                 start = entry.first_start_trace
                 state.metrics.job_finished(entry.finish_trace - entry.submit_trace,
@@ -51,10 +54,14 @@ def recover(state: LiveState) -> None:
             continue
         state.inbox.put(Submitted(record, min(entry.submit_trace, now)))
         done = max(entry.iterations_done, state.jobs.checkpoint_of(job_id) or 0.0)
-        state.jobs.restore(job_id, phase, entry, done)
+        state.jobs.restore(job_id, phase, entry, done, failure)
         if job_id in history.alone:  # it ran out of GPU memory beside others once
             state.inbox.put(RunsAlone(job_id))
         state.inbox.put(Checkpointed(job_id, record.iterations - done))
+        if failure is not None and failure.not_before is not None \
+                and failure.not_before > now:  # it still backs off
+            state.inbox.put(RunFailed(job_id, failure.at, record.iterations - done,
+                                      failure.not_before))
         live += 1
         if phase in OUT:
             out.append(job_id)

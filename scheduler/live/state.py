@@ -21,6 +21,7 @@ holds parts, not rules:
 | `stop_waits` | rounds waiting for stops to end (stopwaits.py) |
 | `outbox`, `metrics` | what goes out: events for subscribers, Prometheus |
 | `refusals`, `gate_feed` | refusal counts; the gate turns agents measured (web view) |
+| `failures` | each job's last failure of its own, and the backoff rule (failures.py) |
 | `measured` | what trainers measured: progress, profile estimates, paces, GPU stage times by type (measured.py) |
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from scheduler.core.placement import cpu_misfit
 from scheduler.events import Inbox
 from scheduler.live import coreview
 from scheduler.presets import get_preset
+from scheduler.live.failures import Failures
 from scheduler.live.gatefeed import GateFeed
 from scheduler.live.journal import Journal
 from scheduler.live.ledger import Ledger
@@ -89,6 +91,9 @@ class LiveState:
         self.ledger = Ledger()
         self.jobs = Lifecycle(self)
         self.measured = Measured(options.profile_threshold)
+        scale = options.time_scale
+        self.failures = Failures(options.failure_backoff * scale,
+                                 options.failure_backoff_cap * scale, options.max_failures)
         self.agents: dict[str, Any] = {}  # name -> gateway.AgentSeen
         self.rounds = Rounds()
         self.stop_waits = StopWaits()

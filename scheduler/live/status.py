@@ -9,14 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.core.state import Status
+from scheduler.live.failures import Failure
 from scheduler.live.ledger import node_name
+from scheduler.live.lifecycle import WORDS
 from scheduler.live.state import LiveState
 
 # a status reply lists at most this many jobs (up to ~470 bytes each, a waiting job's reason
 # with long tenant names included; frames are capped at 256 KiB)
 STATUS_JOBS_LIMIT = 500
 # what a cut status list keeps first
-_STATE_ORDER = {"running": 0, "pending": 1, "finished": 2, "cancelled": 3}
+_STATE_ORDER = {"running": 0, "pending": 1, "failed": 2, "finished": 3, "cancelled": 4}
+# a job's last failure of its own: the newest FAILURES_SHOWN a list shows carry the last
+# FAILURE_LINES lines of output, every line cut to LINE_CHARS, the others how they ended cut
+# to EXIT_CHARS (a reply must fit one frame)
+FAILURES_SHOWN = 20
+FAILURE_LINES = 10
+LINE_CHARS = 200
+EXIT_CHARS = 100
 
 
 def job_state(state: LiveState, job_id: int) -> str:
@@ -52,6 +61,7 @@ def status(state: LiveState, jobs: bool = True, limit: int | None = None,
         if total > limit:
             listed.sort(key=lambda j: (_STATE_ORDER[j["state"]], j["job_id"]))
             del listed[limit:]
+        _failures(state, listed)
         return {
             "now": state.now(), "policy": state.opt.policy, "rounds": state.rounds.count,
             "counts": state.jobs.status_counts() if tenant is None else
@@ -72,13 +82,36 @@ def status(state: LiveState, jobs: bool = True, limit: int | None = None,
 
 
 def _counts(state: LiveState, tenant: str) -> dict[str, int]:
-    """Jobs of `tenant` per status word, a cancelled one counting as finished."""
-    out = {"pending": 0, "running": 0, "finished": 0}
+    """Jobs of `tenant` per status word (a cancelled or failed job is not finished)."""
+    out = dict.fromkeys(WORDS, 0)
     for job_id in (*state.jobs.records, *state.jobs.past):
         if tenant_of(state, job_id) == tenant:
-            word = state.jobs.status_of(job_id)
-            out["finished" if word == "cancelled" else word] += 1
+            out[state.jobs.status_of(job_id)] += 1
     return out
+
+
+def failure_doc(failure: Failure, lines: int = FAILURE_LINES,
+                whole: bool = False) -> dict[str, Any]:
+    """A job's last failure of its own as replies show it: how it ended, the failures in a
+    row it made, when, the iterations it had done, until when it backed off (None: it
+    failed for good), and the last `lines` lines of its output, each cut to its last
+    LINE_CHARS unless `whole` (an HTTP body has no frame to fit)."""
+    exit = failure.exit if whole else failure.exit[:LINE_CHARS if lines else EXIT_CHARS]
+    kept = failure.output[-lines:] if lines else ()
+    return {"exit": exit, "failures": failure.count, "at": failure.at,
+            "iterations": failure.iterations, "not_before": failure.not_before,
+            "output": list(kept) if whole else [line[-LINE_CHARS:] for line in kept]}
+
+
+def _failures(state: LiveState, listed: list[dict[str, Any]]) -> None:
+    """Each listed job's last failure of its own (`last_failure`); the newest
+    FAILURES_SHOWN with the last lines of its output."""
+    failed = [(f, line) for line in listed
+              if (f := state.jobs.failure(line["job_id"])) is not None]
+    failed.sort(key=lambda pair: pair[0].at, reverse=True)
+    for shown, (failure, line) in enumerate(failed):
+        line["last_failure"] = failure_doc(failure, FAILURE_LINES if shown < FAILURES_SHOWN
+                                           else 0)
 
 
 def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:

@@ -161,9 +161,10 @@ class JournalReader:
                  "detail": json.loads(d) if d else None} for ts, kind, j, node, d in rows]
 
     def jcts(self) -> list[float]:
-        """Every finished job's completion time (trace seconds), sorted: the CDF's x values."""
+        """Every finished job's completion time (trace seconds), sorted: the CDF's x values
+        (a cancelled or failed job did not complete: none of its)."""
         rows = self._conn().execute(
-            "SELECT finish_trace - submit_trace FROM jobs WHERE state='finished' "
+            "SELECT finish_trace - submit_trace FROM jobs WHERE phase='finished' "
             "AND finish_trace IS NOT NULL ORDER BY 1").fetchall()
         return [r[0] for r in rows]
 
@@ -253,6 +254,10 @@ def job_detail(state: LiveState, reader: JournalReader, job_id: int) -> dict[str
                    "nodes": [], "group": []}
         else:
             return None
+        failure = state.jobs.failure(job_id)
+        if failure is not None:  # its last failure of its own, with all the output kept
+            doc["last_failure"] = status_reply.failure_doc(failure, len(failure.output),
+                                                           whole=True)
     if doc["state"] in ("pending", "running"):  # its line of the status: why it waits, or
         body = status_reply.status(state, jobs=True)  # since when and how fast it runs
         pending = [j for j in body.get("jobs", []) if j["state"] == "pending"]

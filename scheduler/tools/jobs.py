@@ -24,8 +24,8 @@ import threading
 from typing import Any, Callable, Sequence
 
 from specs.gpu_types import parse_types
-from specs.limits import (MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_RETRIES,
-                          MAX_SECONDS, MAX_WAIT_S)
+from specs.limits import (MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS, MAX_RESTARTS,
+                          MAX_RETRIES, MAX_SECONDS, MAX_WAIT_S)
 from specs.options import OneLineParser, number
 from traces.feeder import SERVICE, Feeder, FeedError, load_endpoints
 from traces.models import MODELS
@@ -36,7 +36,7 @@ from traces.validate import validate
 OPTION_OF = {"num_gpu": "--gpus", "iterations": "--iterations",
              "iteration_time": "--iteration-time", "duration": "--iterations x --iteration-time",
              "gpu_mem_gb": "--gpu-mem", "gpu_types": "--gpu-type", "tenant": "--tenant",
-             "priority_class": "--class"}
+             "priority_class": "--class", "max_restarts": "--max-restarts"}
 
 
 JOB_ID = number(0, MAX_ID, integer=True)  # the message schema's bound on a job id
@@ -82,7 +82,8 @@ def make_record(args: argparse.Namespace, job_id: int, command: Sequence[str],
                      iteration_time=tt, stage_times=tuple(stages), priority=args.priority,
                      command=tuple(command), workdir=workdir if command else "",
                      gpu_mem_gb=float(args.gpu_mem), gpu_types=tuple(args.gpu_type),
-                     tenant=args.tenant, priority_class=args.priority_class)
+                     tenant=args.tenant, priority_class=args.priority_class,
+                     max_restarts=None if args.max_restarts is None else int(args.max_restarts))
 
 
 def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -164,6 +165,10 @@ def _submit_parser() -> argparse.ArgumentParser:
                         "the file's default, or the tenant your key maps to)")
     p.add_argument("--class", dest="priority_class", default="", metavar="NAME",
                    help="its priority class (default: the tenants file's default_class)")
+    p.add_argument("--max-restarts", type=number(0, MAX_RESTARTS, integer=True), default=None,
+                   metavar="N", help="relaunch it at most N times after failures of its "
+                                     "program in a row without progress, then it is failed "
+                                     "(default: the scheduler's --max-failures, 3 failures)")
     p.add_argument("--job-id", type=JOB_ID, default=None,
                    help="the job's id (default: the scheduler gives it one)")
     _common(p)
@@ -212,8 +217,10 @@ def _when(seconds: Any) -> str:
     return "now" if seconds < 0.5 else f"in {seconds:.0f} s"
 
 
-def format_job(job: dict[str, Any]) -> str:
-    """One line per job: id, state, GPUs, progress, and position / expected start if queued."""
+def format_job(job: dict[str, Any], output: bool = False) -> str:
+    """One line per job: id, state, GPUs, progress, and position / expected start if queued;
+    a job whose program failed says how, and a failed one (or any, with `output`) is
+    followed by the last lines of its output."""
     line = (f"{job['job_id']:>6}  {job['state']:<9} {job['num_gpu']:>2} GPU  "
             f"{job['iterations_done']:.0f}/{job['iterations']:.0f} it")
     if job["state"] == "running":
@@ -222,6 +229,15 @@ def format_job(job: dict[str, Any]) -> str:
         line += f"  position {job['position']}, expected start {_when(job['expected_start'])}"
     if "reason" in job:  # docs/waiting.md
         line += f"  [{job['reason']}: {job['why']}]"
+    failure = job.get("last_failure")
+    if not failure:
+        return line
+    count = failure.get("failures", 1)
+    if job["state"] in ("failed", "pending"):
+        line += (f"  [{'failed' if job['state'] == 'failed' else 'last run failed'}: "
+                 f"{failure.get('exit')}; {count} failure{'' if count == 1 else 's'} in a row]")
+    if output or job["state"] == "failed":
+        line += "".join(f"\n    | {text}" for text in failure.get("output") or ())
     return line
 
 
@@ -253,7 +269,7 @@ def status_main(argv: Sequence[str] | None = None) -> int:
             counts = reply.get("counts") or {}
             print(", ".join(f"{k} {v}" for k, v in counts.items()))
         for job in jobs:
-            print(format_job(job))
+            print(format_job(job, output=args.job is not None))
         return 0
 
     return _run("interlace-status", argv, _status_parser(), body)

@@ -5,6 +5,9 @@ The scheduler service logs every job's life in trace seconds (`job_submitted`,
 so a live run can be scored exactly like a simulated one and the two compared side by side:
 same `JobOutcome`s, same `summarize`, same table and the same JSON keys as `interlace-sim`.
 `wall_s` is the live run's wall duration: from the scheduler's start to the last finish.
+Cancelled and failed jobs did not complete: they are shown apart, with the iterations they
+did, and none of their times is in the JCT figures; a relaunch after a job's own failure is
+counted as a failure, not a preemption.
 
 Unreadable lines are skipped (and counted on stderr); a journal that cannot be read is a
 warning naming it (the log stands); a missing run dir, a missing log or a run with no
@@ -51,6 +54,22 @@ class _Job:
     preemptions: int | None = None
     starts: int = 0
     stops: int = 0  # preemptions, counted from the stops when no finish says how many
+    iterations: float | None = None  # submitted with
+    ended: str = ""  # "cancelled" or "failed": it ended without completing
+    done: float | None = None  # iterations it did, where it ended so
+    failures: int = 0  # runs that failed of its own program
+    exit: str = ""  # how its program last ended, where it failed for good
+
+
+@dataclass(frozen=True)
+class EndedEarly:
+    """A job that ended without completing: cancelled by a user, or failed for good."""
+
+    job_id: int
+    state: str  # "cancelled" or "failed"
+    iterations_done: float | None
+    iterations: float | None
+    exit: str = ""  # a failed job's: how its program last ended
 
 
 @dataclass
@@ -72,6 +91,11 @@ class LiveRun:
     groups: int = 0
     jobs_grouped: int = 0
     warnings: list[str] = field(default_factory=list)  # what was read around, for stderr
+    ended_early: list[EndedEarly] = field(default_factory=list)  # not in the JCT figures
+    failures: int = 0  # runs that failed of the jobs' own programs (relaunched or not)
+
+    def ended(self, state: str) -> list[EndedEarly]:
+        return [e for e in self.ended_early if e.state == state]
 
     def result(self) -> SimResult:
         """The run in the simulator's result type, so its table and plot apply unchanged."""
@@ -184,7 +208,8 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 continue
             job_id = _job_id(record)
             if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",
-                                               "job_finished"):
+                                               "job_finished", "job_cancelled", "job_failed",
+                                               "job_run_failed"):
                 continue
             job = jobs.setdefault(job_id, _Job(job_id))
             if isinstance(record.get("num_gpu"), int):
@@ -193,6 +218,17 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 job.model = record["model"]
             if event == "job_submitted":
                 job.submit = _num(record, "submit")
+                job.iterations = _num(record, "iterations")
+            elif event in ("job_cancelled", "job_failed"):
+                job.ended = "cancelled" if event == "job_cancelled" else "failed"
+                job.done = _num(record, "iterations")
+                job.failures += event == "job_failed"
+                if isinstance(record.get("exit"), str):
+                    job.exit = record["exit"]
+                busy.pop(job_id, None)
+                mark(_num(record, "now"))
+            elif event == "job_run_failed":
+                job.failures += 1
             elif event == "job_started":
                 job.starts += 1
                 job.submit = _num(record, "submit") if job.submit is None else job.submit
@@ -205,7 +241,7 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                     job.num_gpu = len(busy[job_id])
                 mark(now)
             elif event == "job_stopped":
-                if record.get("reason") not in KEPT_RUNNING:
+                if record.get("reason") not in KEPT_RUNNING and not record.get("failure"):
                     job.stops += 1
                 busy.pop(job_id, None)
                 mark(_num(record, "now"))
@@ -227,9 +263,12 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
             f"{'' if record.get('job_id') is None else ' of job ' + str(record.get('job_id'))}: "
             f"{err.key} {err.value!r} (must be finite, in [0, {show(MAX_TRACE_SECONDS)}] s): the "
             "log is corrupt, so no figure is computed from it") from None
+    ordered = sorted(jobs.values(), key=lambda j: j.job_id)
     outcomes = [JobOutcome(j.job_id, j.num_gpu, j.model, j.submit, j.start, j.end,
                            j.preemptions if j.preemptions is not None else j.stops, j.starts)
-                for j in sorted(jobs.values(), key=lambda j: j.job_id) if j.submit is not None]
+                for j in ordered if j.submit is not None and not j.ended]
+    ended_early = [EndedEarly(j.job_id, j.ended, j.done, j.iterations, j.exit)
+                   for j in ordered if j.ended]
     for o in outcomes:  # out of order, a JCT or a queueing time would come out negative
         times = [t for t in (o.submit, o.start, o.end) if t is not None]
         if times != sorted(times):
@@ -246,7 +285,8 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
     return LiveRun(policy=policy, preset=preset, outcomes=outcomes, utilisation=timeline,
                    total_gpus=total_gpus, wall_s=max(wall_s, 0.0), time_scale=scale,
                    unfinished=[o.job_id for o in outcomes if o.end is None],
-                   groups=len(groups), jobs_grouped=len(set().union(*groups)))
+                   groups=len(groups), jobs_grouped=len(set().union(*groups)),
+                   ended_early=ended_early, failures=sum(j.failures for j in ordered))
 
 
 def _groups(record: dict[str, Any]) -> set[frozenset[int]]:
@@ -275,14 +315,18 @@ def load_run(run_dir: Path | str) -> LiveRun:
     _fill_from_journal(run, live)
     live.restart_overhead_s = restart_overhead(run, records, live.time_scale)
     if not any(o.end is not None for o in live.outcomes):
+        early = ", ".join(f"{len(live.ended(s))} {s}" for s in ("cancelled", "failed")
+                          if live.ended(s))
         raise ReportError(f"{log}: no finished jobs to report"
+                          + (f" ({early})" if early else "")
                           + (f" ({skipped} unreadable lines)" if skipped else ""))
     return live
 
 
 def _fill_from_journal(run: Path, live: LiveRun) -> None:
-    """Finishes the log missed: the journal commits a finish before the log line is written,
-    so a scheduler killed between the two leaves the journal (the truth) one ahead."""
+    """Ends the log missed: the journal commits an end before the log line is written, so a
+    scheduler killed between the two leaves the journal (the truth) one ahead. A job the
+    journal has cancelled or failed did not complete: it goes apart, out of the figures."""
     path = run / "journal.db"
     missing = {o.job_id: i for i, o in enumerate(live.outcomes) if o.end is None}
     if not missing or not path.is_file():
@@ -298,12 +342,20 @@ def _fill_from_journal(run: Path, live: LiveRun) -> None:
         live.warnings.append(f"{path}: cannot read the journal ({err}); "
                              f"finishes are taken from {LOG_NAME} only")
         return
+    early = set()
     for entry in done:
         i = missing[entry.record.job_id]
+        if entry.phase != "finished":
+            early.add(i)
+            live.ended_early.append(EndedEarly(entry.record.job_id, entry.phase,
+                                               entry.iterations_done, entry.record.iterations))
+            continue
         o = live.outcomes[i]
         live.outcomes[i] = dataclasses.replace(
             o, start=o.start if o.start is not None else entry.first_start_trace,
             end=entry.finish_trace)
+    live.outcomes = [o for i, o in enumerate(live.outcomes) if i not in early]
+    live.ended_early.sort(key=lambda e: e.job_id)
     live.unfinished = [o.job_id for o in live.outcomes if o.end is None]
 
 
@@ -339,6 +391,28 @@ def restart_overhead(run: Path, records: list[dict[str, Any]],
     return sum(costs) / len(costs) * time_scale
 
 
+def ended_lines(live: LiveRun) -> list[str]:
+    """The jobs that ended without completing, apart from the figures, and the failed runs."""
+    lines = []
+    for state in ("cancelled", "failed"):
+        ended = live.ended(state)
+        if not ended:
+            continue
+        listed = ", ".join(f"{e.job_id} ({_its(e.iterations_done)}/{_its(e.iterations)} it)"
+                           for e in ended[:10])
+        lines.append(f"{state}: {len(ended)} job{'' if len(ended) == 1 else 's'}, not in the "
+                     f"JCT figures: {listed}{' ...' if len(ended) > 10 else ''}")
+        lines += [f"  job {e.job_id}: {e.exit[:200]}" for e in ended[:10] if e.exit]
+    if live.failures:
+        lines.append(f"failed runs: {live.failures} (a job's own program failed; counted "
+                     "apart from preemptions)")
+    return lines
+
+
+def _its(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=(
         "Metrics of a live run (JCT average/median/p99, makespan, queueing, GPU utilisation, "
@@ -370,7 +444,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  preset=live.preset, source="live", time_scale=live.time_scale,
                                  unfinished=len(live.unfinished),
                                  restart_overhead_s=live.restart_overhead_s,
-                                 groups=live.groups, jobs_grouped=live.jobs_grouped)),
+                                 groups=live.groups, jobs_grouped=live.jobs_grouped,
+                                 cancelled=len(live.ended("cancelled")),
+                                 failed=len(live.ended("failed")), failures=live.failures,
+                                 ended_early=[dataclasses.asdict(e) for e in live.ended_early])),
               flush=True)
     else:
         print(format_table([result]))
@@ -379,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"(re)start (mean, from decision to progress)")
         print(f"interleaved: {live.groups} group{'' if live.groups == 1 else 's'} of two or "
               f"more jobs formed, {live.jobs_grouped} of {len(result.outcomes)} jobs ran in one")
+        for line in ended_lines(live):
+            print(line)
         if live.unfinished:
             print(f"({len(live.unfinished)} jobs had not finished and are not counted: "
                   f"{', '.join(map(str, live.unfinished[:10]))}"

@@ -359,6 +359,21 @@ def test_a_trainer_out_of_gpu_memory_is_reported_as_such(cluster):
     assert done["ok"] is True and "oom" not in done.fields
 
 
+def test_a_failed_program_is_reported_with_the_last_lines_of_its_output(cluster):
+    """The scheduler shows a failed job with how it ended and its output's end: the report's
+    first line says the exit and the last line, the lines after it are the last 20."""
+    w = {"kind": "command", "iterations": 10,
+         "argv": [sys.executable, "-c", "for i in range(30): print('line', i)\n"
+                                        "raise SystemExit('boom: no such flag')"]}
+    cluster.to_agent("job.launch", job_id=16, gpus=[0], group=[16], slot=0, workload=w,
+                     start_iteration=0)
+    done = cluster.sched.wait(lambda: cluster.sched.of("job.finished", 16), "job.finished")[0]
+    first, *lines = done["detail"].splitlines()
+    assert done["ok"] is False and "oom" in done.fields and not done["oom"]
+    assert first == "exit status 1: boom: no such flag"
+    assert lines == [f"line {i}" for i in range(11, 30)] + ["boom: no such flag"]
+
+
 def test_killed_trainer_reports_failure(cluster):
     pid = cluster.launch(13, total=10**6)["body"]["pid"]
     cluster.wait_running(13)

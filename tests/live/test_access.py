@@ -64,7 +64,8 @@ def test_a_tenant_sees_and_cancels_only_its_own_jobs(svc):
     submit(svc, "bob", 2)
     mine = ask(svc, "alice", "status.query")
     assert [j["job_id"] for j in mine["jobs"]] == [1]
-    assert mine["counts"] == {"pending": 1, "running": 0, "finished": 0}
+    assert mine["counts"] == {"pending": 1, "running": 0, "finished": 0, "cancelled": 0,
+                              "failed": 0}
     assert ask(svc, "alice", "status.query", what="summary")["counts"]["pending"] == 1
     assert refused(svc, "alice", "job.cancel", job_id=2) == "forbidden"
     assert refused(svc, "alice", "job.cancel", job_id=77) == "forbidden"  # unknown: alike

@@ -23,8 +23,9 @@ from scheduler.core.state import NodeSlice, Status
 from scheduler.live import recovery, status
 from scheduler.live.journal import Journal, JournalError
 from scheduler.live.ledger import Placed
-from scheduler.live.lifecycle import (ALLOWED, CANCELLED, ENDED, FINISHED, LAUNCHING, MOVES,
-                                      QUEUED, RUNNING, STOPPING, Phase, replay)
+from scheduler.live.failures import Failure
+from scheduler.live.lifecycle import (ALLOWED, CANCELLED, ENDED, FAILED, FINISHED, LAUNCHING,
+                                      MOVES, QUEUED, RUNNING, STOPPING, Phase, replay)
 from scheduler.live.metrics import SchedulerMetrics
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
@@ -57,15 +58,15 @@ def scrape(state: LiveState) -> dict[str, dict[tuple, float]]:
 
 
 # -- the table ---------------------------------------------------------------------------------
-def test_the_table_ends_in_finished_or_cancelled_and_every_phase_is_reachable():
-    assert ALLOWED[FINISHED] == ALLOWED[CANCELLED] == frozenset()
+def test_the_table_ends_in_finished_cancelled_or_failed_and_every_phase_is_reachable():
+    assert ALLOWED[FINISHED] == ALLOWED[CANCELLED] == ALLOWED[FAILED] == frozenset()
     reached, frontier = set(), {None}
     while frontier:
         frontier = {after for before in frontier for after in ALLOWED[before]} - reached
         reached |= frontier
     assert reached == set(Phase)
-    for phase in set(Phase) - ENDED:  # a live job can always be finished or cancelled
-        assert {FINISHED, CANCELLED} <= ALLOWED[phase]
+    for phase in set(Phase) - ENDED:  # a live job can always be finished, cancelled or failed
+        assert {FINISHED, CANCELLED, FAILED} <= ALLOWED[phase]
     # each transition's own sources are a part of the table, and only the table's
     assert all(m.target in ALLOWED[b] for m in MOVES.values() for b in m.sources)
 
@@ -87,6 +88,8 @@ def act(state: LiveState, name: str, job_id: int) -> bool | None:
         "checkpointed": lambda: jobs.checkpointed(job_id, 20.0, "n0", "a test"),
         "finish": lambda: jobs.finish(job_id, now, float(TOTAL), "n0"),
         "cancel": lambda: jobs.cancel(job_id, now) is not None,
+        "fail": lambda: jobs.fail(job_id, now, "n0", Failure(3, 0.0, "exit status 1",
+                                                              ("boom",), now, None)),
     }
     return calls[name]()
 
@@ -292,10 +295,11 @@ def test_a_restart_rebuilds_every_job_by_replaying_the_journal(tmp_path):
         states = {j["job_id"]: j["state"] for j in body["jobs"]}
         assert states == {1: "pending", 2: "pending", 3: "pending", 4: "pending",
                           5: "finished", 6: "cancelled", 7: "finished"}
-        totals = state.journal.counts()
-        assert body["counts"] == {"pending": totals["submitted"], "running": totals["running"],
-                                  "finished": totals["finished"]} == \
-            {"pending": 4, "running": 0, "finished": 3}
+        totals = state.journal.phase_counts()  # a cancelled job is not finished
+        assert body["counts"] == {"pending": totals[QUEUED], "running": totals[RUNNING],
+                                  "finished": totals[FINISHED],
+                                  "cancelled": totals[CANCELLED], "failed": totals[FAILED]} \
+            == {"pending": 4, "running": 0, "finished": 2, "cancelled": 1, "failed": 0}
         got = scrape(state)
         assert {k[0][1]: v for k, v in got["interlace_jobs"].items()} == body["counts"]
         # the JCTs of the jobs finished before the restart, and of the one finished at it
@@ -370,7 +374,8 @@ def test_a_version_1_journal_is_migrated_and_replays_to_its_jobs(tmp_path):
     try:
         assert state.journal.migrated_from == 1
         assert state.journal.phase_counts() == {QUEUED: 1, LAUNCHING: 1, RUNNING: 0,
-                                                STOPPING: 0, FINISHED: 1, CANCELLED: 1}
+                                                STOPPING: 0, FINISHED: 1, CANCELLED: 1,
+                                                FAILED: 0}
         recovery.recover(state)
         settle(state)
         assert {j: state.jobs.phase(j) for j in (1, 2, 3, 4)} == \
@@ -382,9 +387,9 @@ def test_a_version_1_journal_is_migrated_and_replays_to_its_jobs(tmp_path):
         assert kinds.count("journal_migrated") == 1 and kinds[-1] == "stopped"
     finally:
         state.journal.close()
-    with Journal(tmp_path / "journal.db") as again:  # migrated once: now a version-2 journal
+    with Journal(tmp_path / "journal.db") as again:  # migrated once: now a version-3 journal
         assert again.migrated_from is None
-        assert again._query("SELECT value FROM meta WHERE key='schema_version'") == [("2",)]
+        assert again._query("SELECT value FROM meta WHERE key='schema_version'") == [("3",)]
 
 
 def test_a_journal_of_an_unknown_version_is_refused_in_one_line(tmp_path):

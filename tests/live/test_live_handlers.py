@@ -180,7 +180,7 @@ def test_status_query_checks_what_it_is_asked(live):
     _, h = live
     say(h, "job.submit", job=record_to_map(job(1)))
     assert say(h, "status.query", what="summary")["counts"] == \
-        {"pending": 1, "running": 0, "finished": 0}
+        {"pending": 1, "running": 0, "finished": 0, "cancelled": 0, "failed": 0}
     assert refused(h, "status.query", what="everything") == "bad_request"
 
 

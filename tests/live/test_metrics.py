@@ -83,13 +83,17 @@ def test_scheduler_gauges_match_the_status_reply_and_the_plan(live):
         say(h, "job.submit", job=record_to_map(job(i, stages=stages)))
     groups = place_plan(state)
     state.jobs.finish(groups[0].jobs[0], state.now() + 50.0, 100.0, "n0")
+    say(h, "job.submit", job=record_to_map(job(7)))  # cancelled: not finished
+    say(h, "job.cancel", job_id=7)
     state.refusals.refuse("job.submit:bad_job", "tester", "for the test")
     state.refusals.refuse("job.submit:bad_job", "tester", "again")
     got = scrape(metrics.registry)
     counts = status.status(state, jobs=False)["counts"]
-    assert sum(counts.values()) == 7 and counts["finished"] == 1 and counts["running"] > 0
+    assert sum(counts.values()) == 8 and counts["finished"] == 1 and counts["running"] > 0
+    assert (counts["cancelled"], counts["failed"]) == (1, 0)
     for name, value in counts.items():
         assert got["interlace_jobs"][(("state", name),)] == value
+    assert got["interlace_job_completion_seconds_count"][()] == 1  # the finished job's JCT
     assert got["interlace_queue_length"][()] == counts["pending"]
     # a group counts as launched while any member runs (a finished job's partner keeps the
     # group's pace until the next round)

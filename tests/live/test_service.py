@@ -382,7 +382,7 @@ def test_malformed_requests_are_refused_and_the_service_keeps_serving(harness):
 
 
 def test_dead_agent_job_is_relaunched_on_another_agent(harness):
-    h = harness(agent_timeout=1.0)
+    h = harness(agent_timeout=1.0, failure_backoff=0.2)
     h.start_scheduler()
     n0, n1 = h.agent("n0"), h.agent("n1")
     h.wait_online("n0", "n1")
@@ -413,7 +413,7 @@ def test_dead_agent_job_is_relaunched_on_another_agent(harness):
     h.wait_online("n0", "n1")
     assert h.job(1)["nodes"] == ["n1"]
 
-    # the trainer on n1 crashes: the job is requeued and runs again from its checkpoint
+    # the trainer on n1 crashes: the job runs again from its checkpoint after its backoff
     checkpoint.write(h.run_dir / "checkpoints", checkpoint.Checkpoint(1, 60.0, 100.0, "n1"))
     h.client.request("scheduler", "job.finished", job_id=1, node="n1", iterations=60,
                      ok=False, detail="exit status 1")
@@ -448,7 +448,8 @@ def test_restart_recovers_the_queue_from_the_journal(harness):
     h.start_scheduler()
     status = h.status()
     assert status["now"] >= clock
-    assert status["counts"] == {"pending": 2, "running": 0, "finished": 1}
+    assert status["counts"] == {"pending": 2, "running": 0, "finished": 1, "cancelled": 0,
+                                "failed": 0}
     assert {j["job_id"]: j["state"] for j in status["jobs"]} == {
         1: "finished", 2: "pending", 3: "pending"}
     assert status["offline"] == ["n0", "n1"]  # until agents speak
@@ -484,7 +485,8 @@ def test_status_lists_running_jobs_first_when_cut(tmp_path, monkeypatch):
             svc.state.jobs.launch(3, where, 0.0)
             svc.state.jobs.launched(3, where, {}, {}, 0.0)
         body = svc.status()
-        assert body["counts"] == {"pending": 2, "running": 1, "finished": 0}
+        assert body["counts"] == {"pending": 2, "running": 1, "finished": 0, "cancelled": 0,
+                                  "failed": 0}
         assert [j["job_id"] for j in body["jobs"]] == [3, 1] and body["jobs_truncated"] is True
         assert "jobs" not in svc.status(jobs=False)
     finally:

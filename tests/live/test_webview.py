@@ -128,8 +128,8 @@ def test_a_non_loopback_client_gets_nothing_through_the_real_server(tmp_path):
             code, body = _get(view.url + path.lstrip("/"))
             assert (code, body) == (403, b""), path
         code, body = _get(view.url + "api/status", {"Authorization": "Bearer s3cret"})
-        assert code == 200 and json.loads(body)["counts"] == {"pending": 0, "running": 0,
-                                                              "finished": 0}
+        assert code == 200 and json.loads(body)["counts"] == {
+            "pending": 0, "running": 0, "finished": 0, "cancelled": 0, "failed": 0}
         assert view.refused == 4
     finally:
         view.close()

@@ -23,10 +23,11 @@ WRITERS = ("scheduler/core/", "scheduler/loop.py")
 MUTATORS = frozenset({
     "submit", "finish", "stop", "advance", "round", "update_profile", "set_restart_overhead",
     "note_gpu_memory", "run_alone", "calibrate_slowdown", "calibrate_speed", "note_stop_time",
-    "set_node_online", "set_remaining",
+    "set_node_online", "set_remaining", "hold",
 })
 QUERIES = frozenset({
     "submit_problem", "cpu_problem", "outgrows_group", "judged", "running_jobs",
+    "held_until",
 })
 
 

@@ -267,3 +267,53 @@ def test_the_groups_the_rounds_ran_are_counted(tmp_path, capsys):
     assert report.main([str(run)]) == 0
     assert "interleaved: 1 group of two or more jobs formed, 2 of 4 jobs ran in one" \
         in capsys.readouterr().out
+
+
+def test_a_cancel_or_failure_the_log_missed_is_apart_from_the_figures(tmp_path):
+    """Job 3 ended per the journal only: cancelled after 4 of its 10 iterations. It did not
+    complete, so its time is in no JCT figure (before, the journal's end made it count as
+    finished); it is listed apart with what it did."""
+    from scheduler.live.journal import Journal
+    from tests.helpers import job
+
+    run = write_run(tmp_path / "run")
+    with Journal(run / "journal.db") as journal:
+        journal.submit(job(3, submit=380.0, iterations=10), 380.0)
+        journal.mark_started(3, 0.0, 390.0, node="n0")
+        journal.mark_cancelled(3, 500.0, 4.0)
+    live = report.load_run(run)
+    assert 3 not in [o.job_id for o in live.outcomes] and live.unfinished == []
+    assert live.ended_early == [report.EndedEarly(3, "cancelled", 4.0, 10)]
+    assert live.result().summary.jobs == 3  # jobs 0, 1 and 2, as before
+
+
+def test_cancelled_and_failed_jobs_are_shown_apart_and_failures_are_no_preemptions(
+        tmp_path, capsys):
+    started = _started(0, 0.0, "n0", [0], 0.0, 0.0)
+    lines = [_line("scheduler_start", T0, policy="fifo", gpus=8),
+             _line("job_submitted", T0, job_id=0, num_gpu=1, iterations=100, submit=0.0),
+             _line("job_submitted", T0, job_id=1, num_gpu=1, iterations=50, submit=0.0),
+             _line("job_submitted", T0, job_id=2, num_gpu=1, iterations=80, submit=0.0),
+             _line(started[0], T0 + 1, **started[1])]
+    for i in range(2):  # job 0 fails twice (each stop a failure), then runs to its end
+        lines.append(_line("job_run_failed", T0 + 2 + i, job_id=0, now=10.0 * i))
+        lines.append(_line("job_stopped", T0 + 2 + i, job_id=0, reason="failed on n0: x",
+                           now=10.0 * i, failure=i + 1))
+        lines.append(_line(started[0], T0 + 2 + i, **{**started[1], "now": 10.0 * i + 5}))
+    lines += [_line("job_failed", T0 + 5, job_id=1, now=30.0, iterations=0.0, failures=3,
+                    exit="exit status 2: main.py: error: unrecognized arguments"),
+              _line("job_cancelled", T0 + 6, job_id=2, now=40.0, iterations=30.0),
+              _line("job_finished", T0 + 9, job_id=0, submit=0.0, start=0.0, end=50.0)]
+    (tmp_path / "scheduler.log").write_text("\n".join(lines) + "\n")
+    live = report.load_run(tmp_path)
+    assert [(o.job_id, o.preemptions) for o in live.outcomes] == [(0, 0)]
+    assert live.ended_early == [report.EndedEarly(1, "failed", 0.0, 50, "exit status 2: main.py: "
+                                                  "error: unrecognized arguments"),
+                                report.EndedEarly(2, "cancelled", 30.0, 80)]
+    assert live.failures == 3 and live.result().summary.jobs == 1
+    assert report.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cancelled: 1 job, not in the JCT figures: 2 (30/80 it)" in out
+    assert "failed: 1 job, not in the JCT figures: 1 (0/50 it)\n  job 1: exit status 2: " \
+        "main.py: error: unrecognized arguments\n" in out
+    assert "failed runs: 3" in out

@@ -25,6 +25,8 @@ function drawSummary(s) {
   box.classList.remove("muted");
   const parts = [["policy", s.policy], ["trace time", fmt(s.now) + " s"], ["rounds", s.rounds],
     ["running", s.counts.running], ["pending", s.counts.pending], ["finished", s.counts.finished],
+    // ended without completing: not in the JCT CDF
+    ["cancelled", s.counts.cancelled ?? 0], ["failed", s.counts.failed ?? 0],
     ["agents", Object.keys(s.agents).length], ["groups", s.groups.length]];
   for (const [k, v] of parts) box.appendChild(el("span", {}, `${k}: ${v}`));
 }
