@@ -293,9 +293,8 @@ class Handlers:
         if phase is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
         if jobs.ended(job_id):
-            reason = "already cancelled" if jobs.status_of(job_id) == "cancelled" \
-                else "already finished"
-            return {"cancelled": False, "job_id": job_id, "reason": reason}
+            return {"cancelled": False, "job_id": job_id,
+                    "reason": f"already {jobs.status_of(job_id)}"}
         was = jobs.cancel(job_id, state.now())
         if was is None:  # refused (logged and counted)
             return {"cancelled": False, "job_id": job_id, "reason": "refused"}

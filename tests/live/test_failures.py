@@ -117,7 +117,8 @@ def test_a_crash_backs_off_doubling_then_the_job_fails_for_good(live):
     assert [r["job_id"] for r in said] == [1] and said[0]["exit"].startswith("exit status 1")
     # a late report of the ended job changes nothing, and it cannot be cancelled
     assert crash(h) == {"finished": True, "already": True}
-    assert say(h, "job.cancel", job_id=1)["cancelled"] is False
+    assert say(h, "job.cancel", job_id=1) == {"cancelled": False, "job_id": 1,
+                                              "reason": "already failed"}
 
 
 def test_progress_starts_the_count_again_and_out_of_memory_is_no_failure(live):
