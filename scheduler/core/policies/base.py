@@ -1,12 +1,12 @@
 """What every policy shares: the round's inputs and the small hooks the core calls."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState
+from scheduler.core.policies.admission import AdmissionWalk
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.policies.sticky import place_sticky
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status, alone
@@ -273,88 +273,46 @@ def greedy(cluster: ClusterState, order: Iterable[JobView], sizes: Mapping[int, 
     placed, where, and their positions in `order` (which may be a lazy iterable when `sizes`
     is given). With `replay`, the last walk's answers are reused (see Replay).
 
-    Skips what cannot fit without asking the cluster: a request bigger than the free GPUs,
-    or (when requests are monotone, see order.fits_monotone) no smaller than one that failed;
-    and stops when that holds for every job left. On a cluster of pools each job asks only
+    The walk is admission.AdmissionWalk's: it skips what cannot fit without asking the
+    cluster, and stops when nothing left can fit. On a cluster of pools each job asks only
     for the pools it may use (see ClusterState.need), and no request says more of another.
     """
-    if cluster.pooled:
-        return _greedy_in_pools(cluster, order)
     if sizes is None:
         order = list(order)
         sizes = {}
         for job in order:
             sizes[job.num_gpu] = sizes.get(job.num_gpu, 0) + 1
+    chosen: list[JobView] = []
+    where: list = []
+    if cluster.pooled:
+        cluster.reset()
+        need, place_in = cluster.need, cluster.place
+
+        def take_in_pools(job: JobView, position: int) -> int | None:
+            slices = place_in(job.num_gpu, need((job,)))
+            if slices is None:
+                return None
+            chosen.append(job)
+            where.append(slices)
+            return cluster.free_total
+
+        positions = AdmissionWalk(sizes, cluster.free_total, False).over(order, take_in_pools)
+        return chosen, where, positions
     if replay is None:
         replay = Replay()
     replay.start(cluster)
     place = replay.place
-    # Replay.place's repeat of the last walk, inlined (this loop runs for every job placed)
-    trail, new, same = replay._trail, replay._new, True
-    repeats = len(trail)
-    free_total = replay.free_total
-    left = dict(sizes)  # what Remaining does, inlined
-    smallest = min(left, default=math.inf)
-    failed = math.inf  # the smallest request that did not fit; room only shrinks
-    chosen: list[JobView] = []
-    where: list = []
-    positions: list[int] = []
-    for position, job in enumerate(order):
-        if free_total < smallest or failed <= smallest:
-            break
-        gpus = job.num_gpu
-        count = left[gpus] - 1
-        if count:
-            left[gpus] = count
-        else:
-            del left[gpus]
-            if gpus == smallest:
-                smallest = min(left, default=math.inf)
-        if gpus >= failed:
-            continue
-        if same:
-            k = len(new)
-            if k < repeats and trail[k][0] == gpus:
-                entry = trail[k]
-                new.append(entry)
-                free_total = entry[2]
-                slices = entry[1]
-            else:
-                same = False
-                slices = place(cluster, gpus)
-                free_total = replay.free_total
-        else:
-            slices = place(cluster, gpus)
-            free_total = replay.free_total
+
+    def take(job: JobView, position: int) -> int | None:
+        slices = place(cluster, job.num_gpu)
         if slices is None:
-            if monotone:
-                failed = gpus
-            continue
+            return None
         chosen.append(job)
         where.append(slices)
-        positions.append(position)
-    replay.free_total = free_total
+        return replay.free_total
+
+    positions = AdmissionWalk(sizes, replay.free_total, monotone).over(order, take)
     replay.finish()
-    return chosen, where, positions
-
-
-def _greedy_in_pools(cluster: ClusterState, order: Iterable[JobView]
-                     ) -> tuple[list[JobView], list, list[int]]:
-    """`greedy` on a cluster of pools: each job where its pools have room, if they do; the
-    walk ends when no GPU is free."""
-    cluster.reset()
-    need, place = cluster.need, cluster.place
-    chosen: list[JobView] = []
-    where: list = []
-    positions: list[int] = []
-    for position, job in enumerate(order):
-        if cluster.free_total == 0:
-            break
-        slices = place(job.num_gpu, need((job,)))
-        if slices is not None:
-            chosen.append(job)
-            where.append(slices)
-            positions.append(position)
     return chosen, where, positions
 
 
