@@ -81,7 +81,6 @@ class Core:
         self._disturbed = False  # a job stopped or finished since the last round
         self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
-        self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
         # Who shares the cluster (None: one queue for all): what each round admits, which
         # the policy plans alone, and which running jobs it may not stop now.
         if tenancy is not None and not policy.plans_partial:
@@ -139,21 +138,10 @@ class Core:
         """Time has moved to `now`; `done` gives iterations each running job finished since.
 
         Only running jobs change with time; a waiting job's clock is settled when it resumes.
-        The policy hears of it per running job (`on_advance`), then once for all of them
-        (`on_changes`, by default `on_change` for each).
+        The policy hears of it once for all of them (`on_changes`).
         """
         done = done or {}
         running_sum = self._running_sum
-        policy = self.policy
-        # a hook a policy leaves as the base's no-op is not called for every running job
-        # (looked up on its class; a wrapper that is no Policy gets every hook called)
-        kind = type(policy)
-        if kind is not self._hooks[0]:
-            self._hooks = (kind, getattr(kind, "on_advance", None) is Policy.on_advance,
-                           getattr(kind, "on_change", None) is not Policy.on_change
-                           or getattr(kind, "on_changes", None) is not Policy.on_changes)
-        _, quiet, changed = self._hooks
-        on_advance = None if quiet else policy.on_advance
         jobs = self.running_jobs()
         for job in jobs:
             last = job.last_update
@@ -166,10 +154,8 @@ class Core:
                 job.attained = (job.attained + now) - last
             else:
                 job.attained += now - last
-            if on_advance is not None:
-                on_advance(job, now)
-        if changed and jobs:  # every running job's numbers changed (no policy needs both hooks)
-            policy.on_changes(jobs)
+        if jobs:  # every running job's numbers changed
+            self.policy.on_changes(jobs)
         self.now = now
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,

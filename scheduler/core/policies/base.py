@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState
@@ -30,9 +30,26 @@ class RoundContext:
         return self.previous.get(job.id)
 
 
+class ArtifactLoop(NamedTuple):
+    """How the published artifact's simulator loop for a policy took events, which its
+    figures depend on. Only the simulator's artifact mode reads it (it replays that loop;
+    scheduler/sim/artifact.py). Its loops differ by policy: Muri's folds an event within a
+    tolerance of an arrival into it, the others compare times exactly (`exact_events`); most
+    take a job's end together with the first end close to it, FIFO's and Tiresias's only
+    exactly equal ends (`groups_ends`); AntMan's also takes every end within 1e-4 s of the
+    first one with it (`merges_ends`). A policy the artifact has no loop for keeps all off
+    (the simulator's own tolerance, equal ends)."""
+
+    exact_events: bool = False
+    groups_ends: bool = False
+    merges_ends: bool = False
+
+
 class Policy:
-    """Base policy: hooks are no-ops; subclasses implement `plan`. A policy is made with
-    the cost model it plans with (and a built-in with its own settings, see settings.py).
+    """Base policy: subclasses implement `plan`, planning only the jobs of `ctx.queue`
+    (docs/policies.md, "The contract"). A policy is made with the cost model it plans with
+    (and a built-in with its own settings, see settings.py). What it declares below has a
+    default that is safe for a policy that declares nothing; its hooks are no-ops.
 
     Jobs are the core's: a policy reads them (`JobView`) and never writes one. What it
     derives per job (a queue, a ledger, a mark) it keeps itself, by job id, and drops in
@@ -42,20 +59,11 @@ class Policy:
     interleaves = False  # its groups may hold several jobs (AntMan's share GPUs instead)
     max_group = 4  # the most jobs an interleaving policy's group may hold (the core checks)
     runs_unplaced = False  # its plans may run a job on no GPUs (the core refuses it otherwise)
-    # It plans a partial queue (RoundContext.partial) as asked: a tenant layer may use it.
-    plans_partial = True
-    # How the published artifact's simulator loop for this policy took events, which its
-    # figures depend on. Only the simulator's artifact mode reads these (it replays that
-    # loop; scheduler/sim/artifact.py). Its loops differ by policy: Muri's folds an event
-    # within a tolerance of an arrival into it, the others compare times exactly
-    # (`artifact_exact_events`); most take a job's end together with the first end close to
-    # it, FIFO's and Tiresias's only exactly equal ends (`artifact_groups_ends`); AntMan's
-    # also takes every end within 1e-4 s of the first one with it (`artifact_merges_ends`). A
-    # policy the artifact has no loop for keeps all off (the simulator's own tolerance,
-    # equal ends).
-    artifact_exact_events = False
-    artifact_groups_ends = False
-    artifact_merges_ends = False
+    # It plans only ctx.queue's jobs also when a tenant layer leaves some runnable ones out
+    # (RoundContext.partial). Off, the core refuses it with tenants: a policy that plans
+    # from a list of its own would run jobs the tenant layer holds back.
+    plans_partial = False
+    artifact_loop = ArtifactLoop()  # the simulator's artifact mode only (see ArtifactLoop)
     # Where the core takes a job's first remaining-time estimate (`Job.remaining_estimate`,
     # until the job runs or its progress is reported) from: its iterations x solo time, or
     # with this on the trace's `duration` (Muri-S under the paper preset, as the artifact
@@ -96,9 +104,6 @@ class Policy:
     def on_submit(self, job: JobView, now: float) -> None:
         """A job arrived: set up the policy's own bookkeeping for it (a queue, a ledger)."""
 
-    def on_advance(self, job: JobView, now: float) -> None:
-        """Time moved on and `job` ran or waited: update bookkeeping (e.g. demotion)."""
-
     def set_model(self, model: CostModel) -> None:
         """The core's cost model changed (a group slowdown calibrated from measured paces):
         plan with it from now on, dropping what was derived from the old one."""
@@ -112,8 +117,8 @@ class Policy:
         an order kept between rounds must look at it again (see order.CarriedOrder)."""
 
     def on_changes(self, jobs: Sequence[JobView]) -> None:
-        """`on_change` for each of `jobs`: the core's one call a round for the running jobs
-        after time moved on (a policy may take them in bulk)."""
+        """Time moved on for the running `jobs`, each brought up to date: the core's one
+        call per advance. `on_change` for each, unless a policy takes them in bulk."""
         for job in jobs:
             self.on_change(job)
 

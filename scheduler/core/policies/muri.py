@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from scheduler.core.policies.admission import AdmissionWalk
-from scheduler.core.policies.base import Policy, RoundContext, place_units
+from scheduler.core.policies.base import ArtifactLoop, Policy, RoundContext, place_units
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.policies.muri_outlook import Outlook, outlook
 from scheduler.core.policies.muri_pairs import Packing, Pairing, _together
@@ -23,7 +23,8 @@ from scheduler.core.state import Group, JobView, Plan
 
 class Muri(Policy):
     interleaves = True
-    artifact_groups_ends = True  # the artifact's loop: events folded, close ends together
+    plans_partial = True  # a partial queue is planned from the order as kept (among)
+    artifact_loop = ArtifactLoop(groups_ends=True)  # events folded, close ends together
 
     def __init__(self, model, name: str, *, know_duration: bool, ordering: str = "best",
                  matching: bool = True, settings: MuriSettings = MuriSettings()):

@@ -6,7 +6,8 @@ from itertools import chain
 from typing import Sequence
 
 from scheduler.core.policies.admission import AdmissionWalk
-from scheduler.core.policies.base import Policy, Replay, RoundContext, greedy, place_units
+from scheduler.core.policies.base import (ArtifactLoop, Policy, Replay, RoundContext, greedy,
+                                          place_units)
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.policies.settings import TiresiasSettings
 from scheduler.core.state import JobView, Plan, Status
@@ -26,7 +27,8 @@ class Tiresias(Policy):
     """
 
     name = "tiresias"
-    artifact_exact_events = True  # the artifact's loop: exact event times, exact ends
+    plans_partial = True  # a partial queue: only its queues' jobs that ctx.queue has (_visible)
+    artifact_loop = ArtifactLoop(exact_events=True)  # exact event times, exact ends
 
     def __init__(self, model, settings: TiresiasSettings = TiresiasSettings()):
         super().__init__(model)
