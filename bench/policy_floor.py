@@ -39,8 +39,8 @@ REFERENCE = bench_sim.REFERENCE
 
 
 class Recorded(Policy):
-    """Hands back a recorded run's plans, one per round, in order; overrides no hook, so the
-    core calls none of them (see Core.advance)."""
+    """Hands back a recorded run's plans, one per round, in order; its hooks do nothing (the
+    base's are no-ops, and the one the core calls per advance does nothing here either)."""
 
     name = "recorded"
 
@@ -48,6 +48,9 @@ class Recorded(Policy):
         super().__init__(recorded.model)
         self.runs_unplaced = recorded.runs_unplaced  # its plans are checked as the recorded's
         self._plans = iter(plans)
+
+    def on_changes(self, jobs) -> None:
+        """Time moved on: the recorded plans need nothing of it."""
 
     def plan(self, ctx: RoundContext) -> Plan:
         plan = next(self._plans, None)

@@ -84,7 +84,6 @@ class Core:
         self._held: dict[int, float] = {}
         self._lonely = False  # some job must run alone (memory.py): every plan is checked
         self.now = 0.0
-        self._hooks: tuple = (None, True, False)  # the policy's class, and which hooks it has
         # Who shares the cluster (None: one queue for all): what each round admits, which
         # the policy plans alone, and which running jobs it may not stop now.
         if tenancy is not None and not policy.plans_partial:
@@ -147,21 +146,10 @@ class Core:
         """Time has moved to `now`; `done` gives iterations each running job finished since.
 
         Only running jobs change with time; a waiting job's clock is settled when it resumes.
-        The policy hears of it per running job (`on_advance`), then once for all of them
-        (`on_changes`, by default `on_change` for each).
+        The policy hears of it once for all of them (`on_changes`).
         """
         done = done or {}
         running_sum = self._running_sum
-        policy = self.policy
-        # a hook a policy leaves as the base's no-op is not called for every running job
-        # (looked up on its class; a wrapper that is no Policy gets every hook called)
-        kind = type(policy)
-        if kind is not self._hooks[0]:
-            self._hooks = (kind, getattr(kind, "on_advance", None) is Policy.on_advance,
-                           getattr(kind, "on_change", None) is not Policy.on_change
-                           or getattr(kind, "on_changes", None) is not Policy.on_changes)
-        _, quiet, changed = self._hooks
-        on_advance = None if quiet else policy.on_advance
         jobs = self.running_jobs()
         for job in jobs:
             last = job.last_update
@@ -174,10 +162,8 @@ class Core:
                 job.attained = (job.attained + now) - last
             else:
                 job.attained += now - last
-            if on_advance is not None:
-                on_advance(job, now)
-        if changed and jobs:  # every running job's numbers changed (no policy needs both hooks)
-            policy.on_changes(jobs)
+        if jobs:  # every running job's numbers changed
+            self.policy.on_changes(jobs)
         self.now = now
 
     def update_profile(self, job_id: int, profile: Iterable[float] | None = None,
@@ -329,15 +315,7 @@ class Core:
         if job.status is Status.RUNNING:
             job.attained += now - job.last_update
             job.last_update = now
-            job.status = Status.PENDING
-            if preempted:
-                job.preemptions += 1
-            job.pending_mark = now
-            job.group_key = ()
-            job.running_since = None
-            self._set_running(job, False)
-            self._waiting[job_id] = job.num_gpu
-            self._unplace(job_id)
+            self._stopped(job, now, preempted)
             self._disturbed = True
             if self.tenants is not None:
                 self.tenants.lost(job_id)
@@ -385,60 +363,92 @@ class Core:
 
     def round(self, now: float) -> Plan:
         """Decide what runs now: the policy's plan, checked, with its changes against what
-        runs (`Plan.changes`). Updates the status, group and counters of each job it changes."""
-        where = self._where_view if self._sticky else {}
+        runs (`Plan.changes`). Updates the status, group and counters of each job it changes.
+
+        A round is these stages, in order, each a method below."""
         self._judged = len(self._arrival)
-        # a tuple: a policy that sorts keeps its own order (Policy.carried_order)
-        policy = self.policy
-        tenants = self.tenants
-        runnable = self._unheld(now) if self._held else self.queue
-        if tenants is None:
-            queue = tuple(runnable)
-        else:
-            queue = tenants.admitted(runnable, policy, self.placed, self.jobs,
-                                     self.cluster, now)
-        partial = len(queue) < len(self.queue)
-        plan = policy.plan(RoundContext(now, queue, self.cluster, self.model, where, partial))
-        if self._held:  # wake when the first hold ends
-            first = min(self._held.values())
-            if plan.wakeup is None or first < plan.wakeup:
-                plan = plan._replace(wakeup=first)
-        groups = plan.groups
-        if tenants is not None:
-            tenants.check(groups, policy.name)
-            groups, until = tenants.guard(groups, self.placed, self.jobs, self._in_place)
-            if until is not None and (plan.wakeup is None or until < plan.wakeup):
-                plan = plan._replace(wakeup=until)
-            plan = plan._replace(groups=groups)
-        if self.speeds.active:  # each group at the pace of the GPU type it landed on
-            groups = self.speeds.retime(groups, self.jobs)
-        if not self._disturbed and groups == self.plan_now.groups:
-            # the groups of the last round, equal one by one, and no job stopped or finished
-            # since: every status, group and counter is as it was
-            changes = NO_CHANGES
-        else:
-            try:
-                changes = diff(self.placed, groups, self._in_place, self._waiting,
-                               policy.max_group if policy.interleaves else 1)
-            except ValueError as err:
-                raise PlanError(f"policy {policy.name!r} made a plan the core refuses: "
-                                f"{err}") from None
-            if changes.kinds or changes.added:
-                self.check.check(policy.name, plan, self.cluster.offline,
-                                 policy.runs_unplaced)
-                self.check.check_memory(policy.name, plan, changes.added, self.jobs,
-                                        self._lonely)
-                self._apply(changes, now)
-                if tenants is not None:
-                    tenants.stopped(changes.stopping, now)
+        queue = self._admit(now)  # the runnable jobs this round may plan
+        plan = self._plan(queue, now)  # the policy's plan of them
+        plan = self._guard(plan)  # the tenant layer: what it held back, what it may not stop
+        groups = self._retime(plan.groups)  # each group at its GPU type's pace
+        changes = self._diff(groups)  # against what runs
+        if changes.kinds or changes.added:
+            self._check(plan, changes)  # refused before anything changes
+            self._apply(changes, now)  # each changed job, and what runs, up to the plan
         self._disturbed = False
         plan = _new_plan(Plan, (groups, plan.wakeup, plan.shared_gpus, changes))
         self.plan_now = plan
         return plan
 
+    # -- the stages of a round ---------------------------------------------------------------
+    def _admit(self, now: float) -> tuple[Job, ...]:
+        """The runnable jobs in the core's order, less those held back until later (a failed
+        job's backoff) and those the tenant layer holds back. A tuple: a policy that sorts
+        keeps its own order (Policy.carried_order)."""
+        runnable = self._unheld(now) if self._held else self.queue
+        if self.tenants is None:
+            return tuple(runnable)
+        return self.tenants.admitted(runnable, self.policy, self.placed, self.jobs,
+                                     self.cluster, now)
+
+    def _plan(self, queue: tuple[Job, ...], now: float) -> Plan:
+        """The policy's plan of `queue` (partial: it leaves some runnable job out)."""
+        where = self._where_view if self._sticky else {}
+        partial = len(queue) < len(self.queue)
+        plan = self.policy.plan(RoundContext(now, queue, self.cluster, self.model, where,
+                                             partial))
+        if self._held:  # a round is due when the first hold ends
+            first = min(self._held.values())
+            if plan.wakeup is None or first < plan.wakeup:
+                plan = plan._replace(wakeup=first)
+        return plan
+
+    def _guard(self, plan: Plan) -> Plan:
+        """Under tenants: the plan runs no job held back (else PlanError), and each running
+        job the planner may not stop now runs on as it does (a round is due when the first
+        such guard ends). Without tenants, the plan as it is."""
+        tenants = self.tenants
+        if tenants is None:
+            return plan
+        tenants.check(plan.groups, self.policy.name)
+        groups, until = tenants.guard(plan.groups, self.placed, self.jobs, self._in_place)
+        if until is not None and (plan.wakeup is None or until < plan.wakeup):
+            plan = plan._replace(wakeup=until)
+        return plan._replace(groups=groups)
+
+    def _retime(self, groups: tuple[Group, ...]) -> tuple[Group, ...]:
+        """Each group at the pace of the GPU type it landed on (a cluster of one speed: as
+        they are)."""
+        if self.speeds.active:
+            return self.speeds.retime(groups, self.jobs)
+        return groups
+
+    def _diff(self, groups: tuple[Group, ...]) -> PlanChanges:
+        """What `groups` change against what runs (plan_changes.diff); a plan diff refuses
+        is the policy's error (PlanError)."""
+        if not self._disturbed and groups == self.plan_now.groups:
+            # the groups of the last round, equal one by one, and no job stopped or finished
+            # since: every status, group and counter is as it was
+            return NO_CHANGES
+        policy = self.policy
+        try:
+            return diff(self.placed, groups, self._in_place, self._waiting,
+                        policy.max_group if policy.interleaves else 1)
+        except ValueError as err:
+            raise PlanError(f"policy {policy.name!r} made a plan the core refuses: "
+                            f"{err}") from None
+
+    def _check(self, plan: Plan, changes: PlanChanges) -> None:
+        """A plan that changes what runs is checked (plan_check.py): its GPUs, then the
+        GPU memory of each group it adds."""
+        policy = self.policy
+        self.check.check(policy.name, plan, self.cluster.offline, policy.runs_unplaced)
+        self.check.check_memory(policy.name, plan, changes.added, self.jobs, self._lonely)
+
     def _apply(self, changes: PlanChanges, now: float) -> None:
-        """Bring each changed job's status, group and counters, and `placed`, up to the plan.
-        (Each job's update is its own, so the order they are made in does not matter.)"""
+        """Bring each changed job's status, group and counters, and `placed`, up to the plan;
+        the tenant layer counts the stops. (Each job's update is its own, so the order they
+        are made in does not matter.)"""
         jobs, placed, waiting = self.jobs, self.placed, self._waiting
         added = changes.added
         # every member of a changed group runs in it now (kept members only at its pace)
@@ -449,15 +459,7 @@ class Core:
         for job_id, kind in changes.kinds.items():
             job = jobs[job_id]
             if kind is stop:
-                job.status = Status.PENDING
-                job.preemptions += 1
-                job.pending_mark = now
-                job.group_key = ()
-                job.running_since = None
-                self._set_running(job, False)
-                waiting[job_id] = job.num_gpu
-                del placed[job_id]
-                self._where.pop(job_id, None)
+                self._stopped(job, now)
                 continue
             if kind is start:
                 job.status = Status.RUNNING
@@ -475,6 +477,23 @@ class Core:
                 job.relaunches += 1
                 job.running_since = now
             job.group_key = placed[job_id].jobs
+        if self.tenants is not None:
+            self.tenants.stopped(changes.stopping, now)
+
+    # -- what a round and an event share -------------------------------------------------------
+    def _stopped(self, job: Job, now: float, preempted: bool = True) -> None:
+        """A running job stops, by a plan or outside one, and waits again: counted as a
+        preemption (unless its own failure stopped it), its wait begun at `now`, its group
+        and GPUs given up."""
+        job.status = Status.PENDING
+        if preempted:
+            job.preemptions += 1
+        job.pending_mark = now
+        job.group_key = ()
+        job.running_since = None
+        self._set_running(job, False)
+        self._waiting[job.id] = job.num_gpu
+        self._unplace(job.id)
 
     def _unheld(self, now: float) -> list[Job]:
         """The queue less the jobs held back at `now`; holds that ended are dropped."""
@@ -484,7 +503,7 @@ class Core:
         return [job for job in self.queue if job.id not in held] if held else self.queue
 
     def _unplace(self, job_id: int) -> None:
-        """The job stopped outside a plan: it runs nowhere now."""
+        """The job runs nowhere now (it stopped or finished)."""
         self.placed.pop(job_id, None)
         self._where.pop(job_id, None)
 

@@ -13,9 +13,9 @@ What it changes, and where:
 
 The artifact has one simulator loop per policy, and they differ in how they take events.
 Rather than list policies by name here, each policy class says how its loop went
-(`Policy.artifact_exact_events`, `Policy.artifact_groups_ends`), and this mode reads it; a
-policy the artifact has no loop for declares neither, and keeps the simulator's own event
-tolerance and takes only exactly equal ends.
+(`Policy.artifact_loop`, base.ArtifactLoop), and this mode reads it; a
+policy the artifact has no loop for keeps the default, the simulator's own event tolerance,
+taking only exactly equal ends together.
 """
 from __future__ import annotations
 
@@ -65,12 +65,13 @@ def accounting(policy: Policy) -> Accounting:
     """How the simulated cluster accounts a run of `policy` in the artifact mode: as the
     artifact's loop for it did."""
     default = Accounting()
+    loop = policy.artifact_loop
     return Accounting(
-        event_tolerance=0.0 if policy.artifact_exact_events else default.event_tolerance,
-        event_rel=0.0 if policy.artifact_exact_events else EVENT_REL,
+        event_tolerance=0.0 if loop.exact_events else default.event_tolerance,
+        event_rel=0.0 if loop.exact_events else EVENT_REL,
         arrival_rel=EVENT_REL,
-        end_rel=EVENT_REL if policy.artifact_groups_ends else 0.0,
-        end_merge=default.event_tolerance if policy.artifact_merges_ends else 0.0,
-        end_merge_rel=EVENT_REL if policy.artifact_merges_ends else 0.0,
+        end_rel=EVENT_REL if loop.groups_ends else 0.0,
+        end_merge=default.event_tolerance if loop.merges_ends else 0.0,
+        end_merge_rel=EVENT_REL if loop.merges_ends else 0.0,
         overhead_every_event=True,
         overhead_group_sum=True)

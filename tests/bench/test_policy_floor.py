@@ -44,8 +44,7 @@ def test_the_replay_is_the_same_run_and_calls_no_policy_code(case, policy, monke
     assert outcomes == plain.outcomes and len(plans) == plain.rounds
     calls = []
     for cls in (priority.PriorityPolicy, tiresias.Tiresias):
-        for hook in ("plan", "on_submit", "on_finish", "on_changes", "on_change",
-                     "on_advance"):
+        for hook in ("plan", "on_submit", "on_finish", "on_changes", "on_change"):
             if hook in vars(cls):
                 original = vars(cls)[hook]
                 monkeypatch.setattr(cls, hook, lambda *a, _f=original, _h=hook, **k: (
@@ -55,10 +54,15 @@ def test_the_replay_is_the_same_run_and_calls_no_policy_code(case, policy, monke
     assert calls == []
 
 
-def test_the_stand_in_overrides_no_hook():
-    # Core.advance skips a hook only where the policy's class leaves the base's
-    for hook in ("on_advance", "on_change", "on_changes", "on_submit", "on_finish"):
+def test_the_stand_in_does_nothing_in_its_hooks(monkeypatch):
+    # the floor is the run without the policy's work: no hook of the stand-in does any
+    calls = []
+    monkeypatch.setattr(Policy, "on_change", lambda self, job: calls.append(job))
+    for hook in ("on_change", "on_submit", "on_finish"):
         assert getattr(policy_floor.Recorded, hook) is getattr(Policy, hook)
+    stand_in = policy_floor.Recorded(priority.fifo(get_preset("paper").model), [])
+    stand_in.on_changes([object(), object()])
+    assert calls == []
 
 
 def test_plans_of_another_run_are_refused(case, monkeypatch):

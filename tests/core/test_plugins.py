@@ -22,7 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.core.policies import POLICIES
+from scheduler.core.engine import Core
+from scheduler.core.policies import POLICIES, Policy
+from scheduler.core.policies.base import place_in_order
+from scheduler.core.state import Plan
 from scheduler.plugins import GROUP, PolicyError, describe_plugins, make_policy, policy_names
 from scheduler.presets import get_preset
 from scheduler.live.cli import parse_args
@@ -30,6 +33,7 @@ from scheduler.sim.cli import main
 from scheduler.sim.simulator import simulate
 from specs import load_spec, spec_path
 from tests.core.test_plan_invariants import CheckedSimulator
+from tests.helpers import job as a_job, spec as a_spec
 from traces import default_trace_path, read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,6 +311,87 @@ def test_the_sharing_sketch_in_the_docs_runs_and_keeps_the_plan_contract(install
     result = sim.run()
     assert sim.rounds_checked > 0 and all(o.end is not None for o in result.outcomes)
     assert sim.largest == 2  # it does share GPUs, two jobs at most
+
+
+# -- plug-ins under a tenants file ------------------------------------------------------------
+
+TENANTS = ROOT / "examples" / "tenants.toml"
+EXAMPLE_NAME = "interlace_policy_example.policy:LargestFirst"
+
+
+def test_the_example_runs_under_a_tenants_file_planning_only_what_is_admitted(monkeypatch,
+                                                                             capsys):
+    """The command docs/policies.md shows: the example plans from a list of its own, so under
+    tenants it must leave out the jobs the tenant layer holds back, and the run ends."""
+    monkeypatch.syspath_prepend(str(EXAMPLE / "src"))
+    try:
+        from interlace_policy_example.policy import LargestFirst
+        partial = []  # whether each round's queue left runnable jobs out
+        plan = LargestFirst.plan
+        monkeypatch.setattr(LargestFirst, "plan",
+                            lambda self, ctx: (partial.append(ctx.partial), plan(self, ctx))[1])
+        code = main(["--trace", "philly_1k", "--spec", "n8g8", "--policy", EXAMPLE_NAME,
+                     "--tenants", str(TENANTS), "--json"])
+    finally:
+        for name in [m for m in sys.modules if m.startswith("interlace_policy_example")]:
+            del sys.modules[name]
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (run,) = [json.loads(line) for line in out.splitlines()]
+    assert run["policy"] == EXAMPLE_NAME and run["jobs"] == 1000
+    assert any(partial) and not all(partial)  # the tenant layer did hold jobs back
+
+
+def test_a_plugin_that_does_not_declare_a_partial_queue_is_refused_in_one_line(installed,
+                                                                               capsys):
+    """The docs' sharing sketch declares nothing: the safe default refuses it with tenants,
+    before any run, rather than trusting it with a queue it may not plan."""
+    shown = next(b for b in _python_blocks() if "class Pairs" in b)
+    installed("nothing-registered", {}, {"pairs": shown})
+    assert main(["--trace", "philly_1k", "--spec", "n8g8", "--policy", "srsf,pairs:Pairs",
+                 "--tenants", str(TENANTS)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        "interlace-sim: --tenants: policy 'pairs:Pairs' cannot plan for tenants (it keeps its "
+        "own jobs running whatever the round's queue)"]
+
+
+class _Hears(Policy):
+    """Runs every job it is shown, first come first served; keeps what the core tells it."""
+
+    name = "hears"
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.heard: list = []
+
+    def plan(self, ctx):
+        return Plan(tuple(place_in_order(ctx, ctx.queue)))
+
+
+class _HearsEach(_Hears):
+    def on_change(self, job):
+        self.heard.append(job.id)
+
+
+class _HearsAll(_HearsEach):
+    def on_changes(self, jobs):
+        self.heard.append(tuple(job.id for job in jobs))
+
+
+@pytest.mark.parametrize("kind, heard", [(_Hears, []), (_HearsEach, [0, 1]),
+                                         (_HearsAll, [(0, 1)])])
+def test_time_moving_on_reaches_the_hook_a_plugin_overrides(kind, heard):
+    """Once per advance, for the running jobs: `on_changes`, or `on_change` for each where a
+    policy overrides only that; whatever its class, nothing more."""
+    policy = kind(PRESET.model)
+    core = Core(a_spec(), policy, PRESET.model)
+    for i in range(2):
+        core.submit(a_job(i), 0.0)
+    core.round(0.0)
+    core.advance(10.0, {0: 1.0, 1: 2.0})
+    assert policy.heard == heard
+    assert [j.attained for j in core.running_jobs()] == [10.0, 10.0]
 
 
 # -- the example, installed with pip into a fresh environment ----------------------------------

@@ -8,6 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.engine import Core, SchedulingError
+from scheduler.core.plan_check import PlanError
+from scheduler.core.policies import Policy
+from scheduler.core.policies.base import place_in_order
+from scheduler.core.state import Plan
 from scheduler.core.tenants import Ask, admit
 from scheduler.plugins import make_policy
 from scheduler.presets import get_preset
@@ -308,6 +312,38 @@ def test_a_policy_that_keeps_its_own_jobs_running_is_refused_with_tenants():
     preset = get_preset("default")
     with pytest.raises(SchedulingError, match="policy 'keeps-its-jobs' cannot plan for "):
         Core(spec(), make_policy("tests.helpers:KeepsItsJobs", preset), preset.model, tenancy)
+
+
+class _PlansEveryJob(Policy):
+    """Declares it plans only the round's queue, and does not: runs every job it was told of."""
+
+    name = "plans-every-job"
+    plans_partial = True
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.told: list = []
+
+    def on_submit(self, job, now):
+        self.told.append(job)
+
+    def plan(self, ctx):
+        return Plan(tuple(place_in_order(ctx, self.told)))
+
+
+def test_a_plan_that_runs_a_job_held_back_is_refused_and_changes_nothing():
+    """The guard stage holds a policy to its declaration: its plan names a job the tenant
+    layer held back (b's third job, past its quota and bound), so the round is refused,
+    naming the policy and the job, and nothing starts."""
+    tenancy = tenancy_of({"tenants": {"b": {"quota": 2}}})
+    preset = get_preset("default")
+    core = Core(spec(), _PlansEveryJob(preset.model), preset.model, tenancy)
+    for i in range(3):
+        core.submit(replace(job(i), tenant="b"), 0.0)
+    with pytest.raises(PlanError, match="policy 'plans-every-job' planned job 2, which the "
+                                        "tenant layer held back"):
+        core.round(0.0)
+    assert core.running_jobs() == [] and core.placed == {}
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from scheduler.core.memory import Room
 from scheduler.core.placement import ClusterState
-from scheduler.core.policies.base import Policy, RoundContext
+from scheduler.core.policies.base import ArtifactLoop, Policy, RoundContext
 from scheduler.core.policies.order import CarriedOrder, Remaining
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status
 from specs.fit import accepts
@@ -78,11 +78,10 @@ def overlap_iteration_time(guest: JobView, host: JobView) -> float:
 class AntMan(Policy):
     name = "antman"
     interleaves = True
+    plans_partial = True  # a job held back lets go of its GPUs (see _let_go)
     # the artifact's loop: an end before an arrival is its own event, however close; close
     # ends are one event, and so are ends within 1e-4 s of the first
-    artifact_exact_events = True
-    artifact_groups_ends = True
-    artifact_merges_ends = True
+    artifact_loop = ArtifactLoop(exact_events=True, groups_ends=True, merges_ends=True)
 
     def __init__(self, model):
         super().__init__(model)

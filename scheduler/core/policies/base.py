@@ -1,12 +1,12 @@
 """What every policy shares: the round's inputs and the small hooks the core calls."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from scheduler.core.model import CostModel
 from scheduler.core.placement import ClusterState
+from scheduler.core.policies.admission import AdmissionWalk
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.policies.sticky import place_sticky
 from scheduler.core.state import Group, JobView, NodeSlice, Plan, Status, alone
@@ -30,9 +30,26 @@ class RoundContext:
         return self.previous.get(job.id)
 
 
+class ArtifactLoop(NamedTuple):
+    """How the published artifact's simulator loop for a policy took events, which its
+    figures depend on. Only the simulator's artifact mode reads it (it replays that loop;
+    scheduler/sim/artifact.py). Its loops differ by policy: Muri's folds an event within a
+    tolerance of an arrival into it, the others compare times exactly (`exact_events`); most
+    take a job's end together with the first end close to it, FIFO's and Tiresias's only
+    exactly equal ends (`groups_ends`); AntMan's also takes every end within 1e-4 s of the
+    first one with it (`merges_ends`). A policy the artifact has no loop for keeps all off
+    (the simulator's own tolerance, equal ends)."""
+
+    exact_events: bool = False
+    groups_ends: bool = False
+    merges_ends: bool = False
+
+
 class Policy:
-    """Base policy: hooks are no-ops; subclasses implement `plan`. A policy is made with
-    the cost model it plans with (and a built-in with its own settings, see settings.py).
+    """Base policy: subclasses implement `plan`, planning only the jobs of `ctx.queue`
+    (docs/policies.md, "The contract"). A policy is made with the cost model it plans with
+    (and a built-in with its own settings, see settings.py). What it declares below has a
+    default that is safe for a policy that declares nothing; its hooks are no-ops.
 
     Jobs are the core's: a policy reads them (`JobView`) and never writes one. What it
     derives per job (a queue, a ledger, a mark) it keeps itself, by job id, and drops in
@@ -42,20 +59,11 @@ class Policy:
     interleaves = False  # its groups may hold several jobs (AntMan's share GPUs instead)
     max_group = 4  # the most jobs an interleaving policy's group may hold (the core checks)
     runs_unplaced = False  # its plans may run a job on no GPUs (the core refuses it otherwise)
-    # It plans a partial queue (RoundContext.partial) as asked: a tenant layer may use it.
-    plans_partial = True
-    # How the published artifact's simulator loop for this policy took events, which its
-    # figures depend on. Only the simulator's artifact mode reads these (it replays that
-    # loop; scheduler/sim/artifact.py). Its loops differ by policy: Muri's folds an event
-    # within a tolerance of an arrival into it, the others compare times exactly
-    # (`artifact_exact_events`); most take a job's end together with the first end close to
-    # it, FIFO's and Tiresias's only exactly equal ends (`artifact_groups_ends`); AntMan's
-    # also takes every end within 1e-4 s of the first one with it (`artifact_merges_ends`). A
-    # policy the artifact has no loop for keeps all off (the simulator's own tolerance,
-    # equal ends).
-    artifact_exact_events = False
-    artifact_groups_ends = False
-    artifact_merges_ends = False
+    # It plans only ctx.queue's jobs also when a tenant layer leaves some runnable ones out
+    # (RoundContext.partial). Off, the core refuses it with tenants: a policy that plans
+    # from a list of its own would run jobs the tenant layer holds back.
+    plans_partial = False
+    artifact_loop = ArtifactLoop()  # the simulator's artifact mode only (see ArtifactLoop)
     # Where the core takes a job's first remaining-time estimate (`Job.remaining_estimate`,
     # until the job runs or its progress is reported) from: its iterations x solo time, or
     # with this on the trace's `duration` (Muri-S under the paper preset, as the artifact
@@ -96,9 +104,6 @@ class Policy:
     def on_submit(self, job: JobView, now: float) -> None:
         """A job arrived: set up the policy's own bookkeeping for it (a queue, a ledger)."""
 
-    def on_advance(self, job: JobView, now: float) -> None:
-        """Time moved on and `job` ran or waited: update bookkeeping (e.g. demotion)."""
-
     def set_model(self, model: CostModel) -> None:
         """The core's cost model changed (a group slowdown calibrated from measured paces):
         plan with it from now on, dropping what was derived from the old one."""
@@ -112,8 +117,8 @@ class Policy:
         an order kept between rounds must look at it again (see order.CarriedOrder)."""
 
     def on_changes(self, jobs: Sequence[JobView]) -> None:
-        """`on_change` for each of `jobs`: the core's one call a round for the running jobs
-        after time moved on (a policy may take them in bulk)."""
+        """Time moved on for the running `jobs`, each brought up to date: the core's one
+        call per advance. `on_change` for each, unless a policy takes them in bulk."""
         for job in jobs:
             self.on_change(job)
 
@@ -273,88 +278,46 @@ def greedy(cluster: ClusterState, order: Iterable[JobView], sizes: Mapping[int, 
     placed, where, and their positions in `order` (which may be a lazy iterable when `sizes`
     is given). With `replay`, the last walk's answers are reused (see Replay).
 
-    Skips what cannot fit without asking the cluster: a request bigger than the free GPUs,
-    or (when requests are monotone, see order.fits_monotone) no smaller than one that failed;
-    and stops when that holds for every job left. On a cluster of pools each job asks only
+    The walk is admission.AdmissionWalk's: it skips what cannot fit without asking the
+    cluster, and stops when nothing left can fit. On a cluster of pools each job asks only
     for the pools it may use (see ClusterState.need), and no request says more of another.
     """
-    if cluster.pooled:
-        return _greedy_in_pools(cluster, order)
     if sizes is None:
         order = list(order)
         sizes = {}
         for job in order:
             sizes[job.num_gpu] = sizes.get(job.num_gpu, 0) + 1
+    chosen: list[JobView] = []
+    where: list = []
+    if cluster.pooled:
+        cluster.reset()
+        need, place_in = cluster.need, cluster.place
+
+        def take_in_pools(job: JobView, position: int) -> int | None:
+            slices = place_in(job.num_gpu, need((job,)))
+            if slices is None:
+                return None
+            chosen.append(job)
+            where.append(slices)
+            return cluster.free_total
+
+        positions = AdmissionWalk(sizes, cluster.free_total, False).over(order, take_in_pools)
+        return chosen, where, positions
     if replay is None:
         replay = Replay()
     replay.start(cluster)
     place = replay.place
-    # Replay.place's repeat of the last walk, inlined (this loop runs for every job placed)
-    trail, new, same = replay._trail, replay._new, True
-    repeats = len(trail)
-    free_total = replay.free_total
-    left = dict(sizes)  # what Remaining does, inlined
-    smallest = min(left, default=math.inf)
-    failed = math.inf  # the smallest request that did not fit; room only shrinks
-    chosen: list[JobView] = []
-    where: list = []
-    positions: list[int] = []
-    for position, job in enumerate(order):
-        if free_total < smallest or failed <= smallest:
-            break
-        gpus = job.num_gpu
-        count = left[gpus] - 1
-        if count:
-            left[gpus] = count
-        else:
-            del left[gpus]
-            if gpus == smallest:
-                smallest = min(left, default=math.inf)
-        if gpus >= failed:
-            continue
-        if same:
-            k = len(new)
-            if k < repeats and trail[k][0] == gpus:
-                entry = trail[k]
-                new.append(entry)
-                free_total = entry[2]
-                slices = entry[1]
-            else:
-                same = False
-                slices = place(cluster, gpus)
-                free_total = replay.free_total
-        else:
-            slices = place(cluster, gpus)
-            free_total = replay.free_total
+
+    def take(job: JobView, position: int) -> int | None:
+        slices = place(cluster, job.num_gpu)
         if slices is None:
-            if monotone:
-                failed = gpus
-            continue
+            return None
         chosen.append(job)
         where.append(slices)
-        positions.append(position)
-    replay.free_total = free_total
+        return replay.free_total
+
+    positions = AdmissionWalk(sizes, replay.free_total, monotone).over(order, take)
     replay.finish()
-    return chosen, where, positions
-
-
-def _greedy_in_pools(cluster: ClusterState, order: Iterable[JobView]
-                     ) -> tuple[list[JobView], list, list[int]]:
-    """`greedy` on a cluster of pools: each job where its pools have room, if they do; the
-    walk ends when no GPU is free."""
-    cluster.reset()
-    need, place = cluster.need, cluster.place
-    chosen: list[JobView] = []
-    where: list = []
-    positions: list[int] = []
-    for position, job in enumerate(order):
-        if cluster.free_total == 0:
-            break
-        slices = place(job.num_gpu, need((job,)))
-        if slices is not None:
-            chosen.append(job)
-            where.append(slices)
-            positions.append(position)
     return chosen, where, positions
 
 

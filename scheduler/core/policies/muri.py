@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from scheduler.core.policies.base import Policy, RoundContext, place_units
+from scheduler.core.policies.admission import AdmissionWalk
+from scheduler.core.policies.base import ArtifactLoop, Policy, RoundContext, place_units
 from scheduler.core.policies.muri_order import Classes, MuriOrder
 from scheduler.core.policies.muri_outlook import Outlook, outlook
 from scheduler.core.policies.muri_pairs import Packing, Pairing, _together
@@ -22,7 +23,8 @@ from scheduler.core.state import Group, JobView, Plan
 
 class Muri(Policy):
     interleaves = True
-    artifact_groups_ends = True  # the artifact's loop: events folded, close ends together
+    plans_partial = True  # a partial queue is planned from the order as kept (among)
+    artifact_loop = ArtifactLoop(groups_ends=True)  # events folded, close ends together
 
     def __init__(self, model, name: str, *, know_duration: bool, ordering: str = "best",
                  matching: bool = True, settings: MuriSettings = MuriSettings()):
@@ -169,47 +171,34 @@ class Muri(Policy):
     def _admit(self, ctx: RoundContext, queue: list[JobView],
                sizes: dict[int, int]) -> tuple[dict[int, list[JobView]], int]:
         """Each job that fits an empty cluster reserves room for itself and the next k-1 jobs
-        of its #GPU class, since those may share its GPUs. `queue`: the carried order, read
-        only as far as needed; `sizes`: its jobs per #GPUs. Returns the admitted jobs by
-        class, the classes in the order their first job comes in `queue`, and how many
-        jobs of `queue` were read."""
-        classes = Classes(queue)
+        of its #GPU class, since those may share its GPUs (the admission walk,
+        admission.AdmissionWalk). `queue`: the carried order, read only as far as needed;
+        `sizes`: its jobs per #GPUs. Returns the admitted jobs by class, the classes in the
+        order their first job comes in `queue`, and how many jobs of `queue` were read."""
         chosen: dict[int, int] = {}  # classes reached, in queue order -> jobs reserved
-        seen = dict.fromkeys(sizes, 0)  # jobs of each class walked so far
-        left = dict(sizes)  # not walked yet
-        smallest = min(left, default=0)
+        seen: dict[int, int] = {}  # jobs of each class offered so far
         cluster = ctx.cluster
         cluster.reset()
-        # Room only shrinks here, and a request that did not fit means no bigger one fits
-        # (more GPUs, no fewer CPUs each): skip those without searching the nodes again,
-        # and stop once no job left could fit (the walk then costs what is admitted).
-        # on a cluster of pools a job asks for its pools only: a failed request says nothing
-        # of another job's
-        monotone = fits_monotone(self.model) and not cluster.pooled
-        need = cluster.need
-        smallest_failed = float("inf")
-        k = self.k
-        read = 0
-        for job in queue:
-            if cluster.free_total < smallest or smallest_failed <= smallest:
-                break
-            read += 1
+        need, can_place, k = cluster.need, cluster.can_place, self.k
+
+        def take(job: JobView, position: int) -> int | None:
             gpus = job.record.num_gpu
-            count = left[gpus] - 1
-            left[gpus] = count
-            if not count and gpus == smallest:
-                smallest = min((g for g, c in left.items() if c), default=float("inf"))
-            index = seen[gpus]
+            index = seen.get(gpus, 0)
             seen[gpus] = index + 1
             lo = chosen.setdefault(gpus, 0)
-            if gpus >= smallest_failed or index < lo:
-                continue  # too big, or reserved by a job before it (a class's first jobs)
-            if not cluster.can_place(gpus, need((job,))):
-                if monotone:
-                    smallest_failed = gpus
-                continue
-            chosen[gpus] = min(lo + k, sizes[gpus])
-        return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}, read
+            if index >= lo:  # else reserved by a job before it (a class's first jobs)
+                if not can_place(gpus, need((job,))):
+                    return None
+                chosen[gpus] = min(lo + k, sizes[gpus])
+            return cluster.free_total
+
+        # on a cluster of pools a job asks for its pools only: a failed request says nothing
+        # of another job's
+        walk = AdmissionWalk(sizes, cluster.free_total,
+                             fits_monotone(self.model) and not cluster.pooled)
+        walk.over(queue, take)
+        classes = Classes(queue)
+        return {gpus: classes.first(gpus, n) for gpus, n in chosen.items()}, walk.read
 
     def _remaining_guess(self, job: JobView) -> float:
         """Remaining seconds alone, as this policy may know them: Muri-S its estimate;

@@ -4,7 +4,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Callable, Sequence
 
-from scheduler.core.policies.base import Policy, Replay, RoundContext, place_in_order
+from scheduler.core.policies.base import ArtifactLoop, Policy, Replay, RoundContext, place_in_order
 from scheduler.core.policies.order import CarriedOrder
 from scheduler.core.state import JobView, Plan
 
@@ -12,16 +12,17 @@ from scheduler.core.state import JobView, Plan
 class PriorityPolicy(Policy):
     """Sort the runnable jobs by a key each round, then place greedily (smaller jobs backfill).
 
-    `artifact_exact_events` and `artifact_groups_ends` say how the artifact's loop for the
-    built-in that this instance is took events (see Policy); off for any other."""
+    `artifact_loop` says how the artifact's loop for the built-in that this instance is took
+    events (see ArtifactLoop); the simulator's own for any other."""
+
+    plans_partial = True  # a partial queue is planned from the order as kept (among)
 
     def __init__(self, model, name: str, key: Callable[[JobView], float], *,
-                 artifact_exact_events: bool = False, artifact_groups_ends: bool = False):
+                 artifact_loop: ArtifactLoop = ArtifactLoop()):
         super().__init__(model)
         self.name = name
         self.key = key
-        self.artifact_exact_events = artifact_exact_events
-        self.artifact_groups_ends = artifact_groups_ends
+        self.artifact_loop = artifact_loop
         self._kept = CarriedOrder(key)  # the carried order, kept between rounds
         self._replay = Replay()  # last round's placements, reused where this round repeats them
 
@@ -55,14 +56,14 @@ class PriorityPolicy(Policy):
 def fifo(model) -> PriorityPolicy:
     # keys read by attrgetter (no Python frame per job re-keyed); the same values
     return PriorityPolicy(model, "fifo", attrgetter("record.submit_time"),
-                          artifact_exact_events=True)
+                          artifact_loop=ArtifactLoop(exact_events=True))
 
 
 def srtf(model) -> PriorityPolicy:
     return PriorityPolicy(model, "srtf", attrgetter("remaining_estimate"),
-                          artifact_exact_events=True, artifact_groups_ends=True)
+                          artifact_loop=ArtifactLoop(exact_events=True, groups_ends=True))
 
 
 def srsf(model) -> PriorityPolicy:
     return PriorityPolicy(model, "srsf", lambda j: j.remaining_estimate * j.num_gpu,
-                          artifact_exact_events=True, artifact_groups_ends=True)
+                          artifact_loop=ArtifactLoop(exact_events=True, groups_ends=True))

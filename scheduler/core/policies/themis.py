@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from scheduler.core.policies.base import (Policy, RoundContext, greedy, place_units,
+from scheduler.core.policies.base import (ArtifactLoop, Policy, RoundContext, greedy, place_units,
                                           solo_group)
 from scheduler.core.policies.settings import ThemisSettings
 from scheduler.core.policies.themis_ecos import ftf_allocation_artifact
@@ -105,8 +105,8 @@ class _Ledger:
 class Themis(Policy):
     name = "themis"
     # the artifact's loop: exact event times, ends close to each other taken together
-    artifact_exact_events = True
-    artifact_groups_ends = True
+    plans_partial = True  # it plans ctx.queue's jobs
+    artifact_loop = ArtifactLoop(exact_events=True, groups_ends=True)
 
     def __init__(self, model, settings: ThemisSettings = ThemisSettings(), solver=None):
         super().__init__(model)

@@ -5,7 +5,9 @@ import math
 from itertools import chain
 from typing import Sequence
 
-from scheduler.core.policies.base import Policy, Replay, RoundContext, greedy, place_units
+from scheduler.core.policies.admission import AdmissionWalk
+from scheduler.core.policies.base import (ArtifactLoop, Policy, Replay, RoundContext, greedy,
+                                          place_units)
 from scheduler.core.policies.order import fits_monotone
 from scheduler.core.policies.settings import TiresiasSettings
 from scheduler.core.state import JobView, Plan, Status
@@ -25,7 +27,8 @@ class Tiresias(Policy):
     """
 
     name = "tiresias"
-    artifact_exact_events = True  # the artifact's loop: exact event times, exact ends
+    plans_partial = True  # a partial queue: only its queues' jobs that ctx.queue has (_visible)
+    artifact_loop = ArtifactLoop(exact_events=True)  # exact event times, exact ends
 
     def __init__(self, model, settings: TiresiasSettings = TiresiasSettings()):
         super().__init__(model)
@@ -183,42 +186,23 @@ class Tiresias(Policy):
         """The artifact's admission (its mode in the simulator): by free-GPU count, whatever
         the nodes. Returns the jobs, no placements, and where each queue's admitted jobs
         stand in it."""
-        free = ctx.cluster.spec.total_gpus
-        left = dict(sizes)  # Remaining, inlined: this visits every admitted job
-        smallest = min(left, default=math.inf)
+        # a count that did not cover a job covers no bigger one: requests are monotone
+        walk = AdmissionWalk(sizes, ctx.cluster.spec.total_gpus, monotone=True)
         chosen: list[JobView] = []
         spots: list[list[int]] = []
-        for queue in queues:
-            here: list[int] = []
+        for queue in queues:  # one walk, queue after queue
+            here = walk.over(queue)
             spots.append(here)
-            for i, job in enumerate(queue):
-                if free < smallest:
-                    break  # no job left is small enough
-                gpus = job.num_gpu
-                count = left[gpus] - 1
-                if count:
-                    left[gpus] = count
-                else:
-                    del left[gpus]
-                    if gpus == smallest:
-                        smallest = min(left, default=math.inf)
-                if free >= gpus:
-                    chosen.append(job)
-                    here.append(i)
-                    free -= gpus
-            else:
-                continue
-            break
+            chosen.extend(map(queue.__getitem__, here))
+            if walk.ended:
+                break
         return chosen, None, spots
 
     def _admit_placed(self, ctx: RoundContext, queues: list[list[JobView]],
                       sizes: dict[int, int]) -> tuple[list[JobView], list[tuple], list[list[int]]]:
         """Admission by placement, in queue order: a job no node can take now waits, and the
-        smaller jobs behind it may still fit. Returns the jobs, where each was placed, and
-        where each queue's admitted jobs stand in it.
-
-        Requests that cannot fit are skipped without searching the nodes (see
-        base.greedy), and the walk ends when no job left could fit."""
+        smaller jobs behind it may still fit (base.greedy). Returns the jobs, where each was
+        placed, and where each queue's admitted jobs stand in it."""
         cluster = ctx.cluster
         cluster.reset()
         chosen, where, positions = greedy(cluster, chain.from_iterable(queues), sizes,

@@ -8,6 +8,7 @@ jobs' JCT. A plain rule, written the way any policy is (see docs/policies.md of 
 from __future__ import annotations
 
 import bisect
+from typing import Sequence
 
 from scheduler.core.policies import Policy, RoundContext
 from scheduler.core.policies.base import place_in_order
@@ -23,9 +24,10 @@ class LargestFirst(Policy):
     """Keeps its runnable jobs sorted by `priority` through the core's hooks (a job's GPU
     count and submit time never change, so nothing needs re-sorting), and places them in
     that order on an emptied cluster each round: preemptive, as a newcomer may outrank a
-    running job."""
+    running job. Under tenants it plans only the jobs the round admits."""
 
     name = "largest-first"
+    plans_partial = True  # plan() names only ctx.queue's jobs, also when some are held back
 
     def __init__(self, model):
         super().__init__(model)
@@ -37,5 +39,12 @@ class LargestFirst(Policy):
     def on_finish(self, job: JobView, now: float) -> None:
         self._jobs.remove(job)
 
+    def queue_order(self, pending: Sequence[JobView]) -> list[JobView]:
+        return sorted(pending, key=priority)  # as a tenant's jobs are offered to admission
+
     def plan(self, ctx: RoundContext) -> Plan:
-        return Plan(tuple(place_in_order(ctx, self._jobs)))
+        jobs = self._jobs
+        if ctx.partial:  # a tenant layer holds some back this round: only the queue's
+            admitted = {job.id for job in ctx.queue}
+            jobs = [job for job in jobs if job.id in admitted]
+        return Plan(tuple(place_in_order(ctx, jobs)))
