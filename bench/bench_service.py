@@ -448,7 +448,11 @@ def start_hosts(ep_file: Path, run_dir: Path, count: int, per_host: int, heartbe
     def registered() -> bool:
         return len({r.get("node") for r in tail.poll()
                     if r["event"] == "agent_registered"}) >= count
-    wait_until(registered, 120, 0.2)
+    try:
+        wait_until(registered, 120, 0.2)
+    except BaseException:  # the caller never gets them to stop: stopped here
+        stop_hosts(hosts)
+        raise
     return hosts
 
 
