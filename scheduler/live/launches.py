@@ -72,7 +72,10 @@ class Launcher:
                     outcomes.append(LaunchFailed(job_id, "its node is offline"))
                     state.rounds.wake("launch_skipped")
                 return
-            start = float(job.record.iterations - job.remaining)
+            # where it resumes: its last stop's checkpoint, which the core hears of at the
+            # loop's next turn (a job stopped and started again in one round, a move, has it
+            # only here), else the core's count
+            start = state.jobs.resume_from(job_id, float(job.record.iterations - job.remaining))
             workload = self.workload(job, want)
             gpus_of = {p.node: self.gateway.gpu_ids(p) for p in want.slices}
             if not state.jobs.launch(job_id, want, start):  # refused: logged and counted

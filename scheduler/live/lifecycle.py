@@ -209,6 +209,12 @@ class Lifecycle:
         job = view.jobs.get(job_id)
         return job.iterations - job.remaining if job is not None else 0.0
 
+    def resume_from(self, job_id: int, core_says: float) -> float:
+        """Iterations a waiting job's next launch starts from: as its last stop, requeue or
+        checkpoint settled them (the core has them only from the loop's next turn), else
+        `core_says`."""
+        return self.settled.get(job_id, core_says)
+
     def ended(self, job_id: int) -> bool:
         return self._phases.get(job_id) in ENDED
 
