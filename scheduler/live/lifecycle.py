@@ -319,14 +319,10 @@ class Lifecycle:
         launching = self._phases.get(job_id) is LAUNCHING
         if not self._may("launch_failed" if launching else "requeue", job_id):
             return False
-        done = self.resume_point(job_id)
-        if iterations is not None:
-            done = max(done, iterations)
+        done, finished = self._resume_or_finish(job_id, now, iterations, node, exit)
+        if finished is not None:
+            return finished
         total = self.total(job_id)
-        if done >= total:
-            s.log.info("job_finished_unheard", job_id=job_id, reason=exit, iterations=done,
-                       node=node)
-            return self.finish(job_id, now, done, node)
         failure = s.failures.note(job_id, self.records[job_id], done, exit, tuple(output), now)
         if failure.not_before is None:
             return self.fail(job_id, now, node, failure)
@@ -430,14 +426,10 @@ class Lifecycle:
         s = self.state
         if not self._may("requeue", job_id):
             return False
-        done = self.resume_point(job_id)
-        if iterations is not None:
-            done = max(done, iterations)
+        done, finished = self._resume_or_finish(job_id, now, iterations, skip, reason)
+        if finished is not None:
+            return finished
         total = self.total(job_id)
-        if done >= total:
-            s.log.info("job_finished_unheard", job_id=job_id, reason=reason, iterations=done,
-                       node=skip)
-            return self.finish(job_id, now, done, skip)
         detail: dict[str, Any] = {"reason": reason, **({"alone": True} if alone else {})}
         if self._enter("requeue", job_id, ts=now, iterations=done, node=skip,
                        detail=detail, preempted=True) is None:
@@ -510,6 +502,21 @@ class Lifecycle:
         self._emit(job_id, "cancelled", {"was": was, "iterations": done})
         s.rounds.wake("cancel")
         return was
+
+    def _resume_or_finish(self, job_id: int, now: float, iterations: float | None,
+                          node: str | None, reason: str) -> tuple[float, bool | None]:
+        """The iterations a job stopped outside a plan resumes from (its checkpoint, or the
+        reported `iterations` where ahead), and None; or, where they are all of them (it
+        finished unheard: its agent died before passing the trainer's end on), the job
+        finished here, never launched once more, and that transition's result."""
+        done = self.resume_point(job_id)
+        if iterations is not None:
+            done = max(done, iterations)
+        if done < self.total(job_id):
+            return done, None
+        self.state.log.info("job_finished_unheard", job_id=job_id, reason=reason,
+                            iterations=done, node=node)
+        return done, self.finish(job_id, now, done, node)
 
     # -- the one place phases change -----------------------------------------------------------
     def _enter(self, name: str, job_id: int, ts: float | None = None, **fields: Any) -> Any:
