@@ -31,6 +31,7 @@ from typing import Any
 from broker.refusal import Refusal, as_handler
 from node_agent import checks, launcher
 from node_agent.config import AgentConfig
+from node_agent.gates import takes_turns
 from node_agent.jobs import Job, JobTable
 from node_agent.link import Link
 from specs.keyroles import orders_refusal
@@ -100,7 +101,7 @@ class Agent:
             table.jobs[job_id] = Job(job_id=job_id, procs=procs, gpus=gpus, total=total,
                                      group=list(group), slot=int(msg["slot"]), start=start,
                                      gate=group if gate is not None else (),
-                                     pace_file=pace_file)
+                                     takes_turns=takes_turns(workload), pace_file=pace_file)
             table.launches += 1
             seq = table.launches
         self.log.info("job_launched", job=job_id, pids=[p.pid for p in procs], gpus=list(gpus),
@@ -112,9 +113,12 @@ class Agent:
                 **rendezvous}
 
     def _regroup(self, msg: Any) -> dict[str, Any]:
-        """The job goes on, on the same GPUs, with other group members: its trainer takes the
-        group's new pace from its pace file, with no restart. Gated (torch) trainers cannot
-        change groups in place yet: `unsupported`, and the scheduler restarts them instead."""
+        """The job goes on, on the same GPUs, with other group members, without a restart:
+        an emulated trainer takes the group's new pace from its pace file; a trainer that
+        takes turns keeps its stage gate, which takes the new members and slot order; a
+        program that takes no turns goes on at its own pace. One that takes turns but ran
+        alone here holds no gate: `unsupported`, and the scheduler restarts it instead (the
+        core knows: CostModel.regroup_in_gate)."""
         job_id, tt, group = checks.regroup(msg)
         table = self.table
         with table.lock:
@@ -122,15 +126,16 @@ class Agent:
             job = table.jobs.get(job_id)
             if job is None or job.stopping:
                 raise Refusal("not_running", f"job {job_id} does not run on {self.cfg.node}")
-            if job.pace_file is None:
-                raise Refusal("unsupported", f"job {job_id}'s trainer cannot be regrouped "
-                                             "in place")
-            pace.write(job.pace_file, tt)
+            if job.pace_file is not None:
+                pace.write(job.pace_file, tt)
+            elif job.takes_turns and not table.gates.regroup(job, tuple(int(j) for j in group)):
+                raise Refusal("unsupported", f"job {job_id}'s trainer runs alone here, with "
+                                             "no stage gate to regroup in place")
             job.group, job.slot = group, int(msg["slot"])
             start = job.start
         its = self.table.iterations(job_id, start)
         self.log.info("job_regrouped", job=job_id, group=group, iteration_time=tt,
-                      iterations=its)
+                      iterations=its, gate=bool(job.gate))
         return {"regrouped": True, "iterations": its}
 
     def _stop(self, job_id: int) -> dict[str, Any]:

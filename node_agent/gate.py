@@ -14,6 +14,7 @@ for acquire/release:
     {"op": "acquire", "job": 7, "stage": "gpu", "seq": 3} -> {"ok": true, "grant": "gpu", ...}
     {"op": "release", ...} -> {"ok": true, "released": "gpu"}
     {"op": "join" | "leave" | "ping", "job": 7}
+    {"op": "regroup", "members": [9, 7]}  (the agent's: new members and slot order, in place)
     anything malformed -> {"ok": false, "error": "<code>", "reason": "..."}
 
 An acquire is answered when the turn comes (a deferred reply). Nothing a client sends can stop
@@ -37,7 +38,7 @@ from node_agent.gate_turns import TurnTable, error
 #: Longest poll wait, so close() is noticed promptly and stall deadlines are checked.
 POLL_CAP_S = 0.05
 DEFAULT_STALL_TIMEOUT_S = 30.0
-_OPS = ("acquire", "release", "join", "leave", "ping")
+_OPS = ("acquire", "release", "join", "leave", "ping", "regroup")
 
 
 class StageGate:
@@ -117,11 +118,21 @@ class StageGate:
 
         Sends `leave` on the member's behalf over a short-lived socket; True when acknowledged.
         """
+        return self._tell({"op": "leave", "job": job, "seq": 0}, timeout)
+
+    def regroup(self, members: Sequence[Hashable], timeout: float = 2.0) -> bool:
+        """The group is now `members`, in this slot order, on the same GPUs: turns go on in
+        place (gate_turns.TurnTable.regroup), no member restarts. True when acknowledged."""
+        return self._tell({"op": "regroup", "members": list(members), "seq": 0}, timeout)
+
+    def _tell(self, request: dict, timeout: float) -> bool:
+        """One request from another thread, over a short-lived socket: the table is the
+        serving thread's alone."""
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:
             sock.connect(self.endpoint)
-            sock.send(msgpack.packb({"op": "leave", "job": job, "seq": 0}))
+            sock.send(msgpack.packb(request))
             if sock.poll(timeout * 1000):
                 return bool(msgpack.unpackb(sock.recv(), raw=False).get("ok"))
             return False
@@ -179,6 +190,14 @@ class StageGate:
             raise _Refused("unknown_op", f"op {op!r} is not one of {list(_OPS)}")
         if op == "ping":
             return [(token, {"ok": True, "pong": True})]
+        if op == "regroup":
+            members = msg.get("members")
+            ids = isinstance(members, list) and all(
+                isinstance(m, (int, str)) and not isinstance(m, bool) for m in members)
+            if not ids or not members or len(set(members)) != len(members):
+                raise _Refused("malformed", f"members must be distinct ids, got {members!r}")
+            replies = self._table.regroup(members, self._clock())
+            return replies + [(token, {"ok": True, "regrouped": list(members)})]
         if isinstance(job, bool) or not isinstance(job, (int, str)):
             raise _Refused("malformed", f"job must be an int or str, got {job!r}")
         now, table = self._clock(), self._table
@@ -207,7 +226,9 @@ class StageGate:
                 self.log.warning("gate_reply_lost", error=str(exc))
 
     def _event(self, event: dict) -> None:
-        if event["event"] in ("dropped", "left", "join"):
+        if event["event"] == "regroup":
+            self.log.info("gate_regrouped", members=event["members"])
+        elif event["event"] in ("dropped", "left", "join"):
             level = self.log.warning if event["event"] == "dropped" else self.log.info
             level(f"gate_member_{event['event']}", job=event["job"],
                   reason=event.get("reason", ""))

@@ -36,10 +36,12 @@ class GateSpans:
         self._lock = threading.Lock()
         self._spans: dict[str, deque] = {}
         self._open: dict[str, dict[str, tuple[Any, float]]] = {}  # gate -> stage -> job, since
+        self._groups: dict[str, list] = {}  # gate -> its members since a regroup (else its name's)
 
     def gate_event(self, gate: str, event: dict) -> None:
         """One stage-gate event (node_agent.gate_turns): a grant opens a span, a release
-        closes it; a member that leaves or is dropped closes what it held. O(stages)."""
+        closes it; a member that leaves or is dropped closes what it held; a regroup names
+        the gate's members from then on. O(stages)."""
         kind, t = event.get("event"), event.get("t")
         if not isinstance(t, (int, float)):
             return
@@ -52,6 +54,14 @@ class GateSpans:
             elif kind in ("left", "dropped"):
                 for stage in [s for s, (job, _) in held.items() if job == event.get("job")]:
                     self._close(gate, stage, t)
+            elif kind == "regroup":
+                self._groups[gate] = list(event["members"])
+
+    def forget(self, gate: str) -> None:
+        """The gate is closed: nothing of it is drawn any more."""
+        with self._lock:
+            for table in (self._spans, self._open, self._groups):
+                table.pop(gate, None)
 
     def _close(self, gate: str, stage: str, t: float) -> None:
         opened = self._open.get(gate, {}).pop(stage, None)
@@ -79,6 +89,10 @@ class GateSpans:
                     self._spans.pop(gate, None)
                     self._open.pop(gate, None)
                     continue
+                group = self._groups.get(gate, group)
+                if group is not None:  # a member that left at a regroup is not drawn
+                    closed = [s for s in closed if s[0] in group]
+                    still = [s for s in still if s[0] in group]
                 if group is None or len(out) >= MAX_GATES or budget <= 0:
                     continue
                 spans = (closed + still)[-min(self.max_spans, budget):]

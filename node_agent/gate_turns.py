@@ -13,6 +13,8 @@ Rules (DESIGN.md 1 and 4.4):
 * A member that leaves is taken out of every rotation. So is one that blocks another member for
   longer than `stall_timeout`: it holds a stage someone waits for, or it is its turn on a stage
   someone waits for and it does not ask. Its own waiting request, if any, is answered `dropped`.
+* A member takes turns from its first request (or `join`) on: one that never asks (a program
+  that does not use the trainer API) is never waited for.
 * A dropped or departed member may `join` again. To come back without deadlocking anyone it
   is given the earliest iteration from which it can take every stage in its usual place:
 
@@ -23,6 +25,10 @@ turn. Each member's requests then come in increasing order of `n * K + stage + s
 order can always be served next, hence no deadlock. A returning member that next asks for
 stage r is placed at the smallest iteration n whose positions (n for stages >= r, n + 1 for
 the ones before) no stage has passed yet, which keeps that order intact.
+
+A regroup (new members, or a new slot order, on the same GPUs) is done in place: members no
+longer in the group leave, turns are counted afresh, and each member that stays is placed
+again as a returning one, in its new slot. The processes never restart for it.
 
 Replies are `(token, reply)` pairs: the token is whatever the caller passed with the request
 (the server's return address), so a deferred grant goes back to the request that asked for it.
@@ -65,10 +71,11 @@ class TurnTable:
         self._emit = emit or (lambda event: None)
         self._slot = {job: i for i, job in enumerate(self.slots)}
         self._rank = {s: r for r, s in enumerate(self.stages)}
-        self.active = set(self.slots)
+        self.active: set[Hashable] = set()
+        # members that have not asked for a turn yet: they join by asking
+        self._expected = set(self.slots)
         # first iteration from which a member takes turns on each stage; None: not placed yet
-        self._from: dict[Hashable, Optional[dict[str, int]]] = {
-            job: {s: 0 for s in self.stages} for job in self.slots}
+        self._from: dict[Hashable, Optional[dict[str, int]]] = {job: None for job in self.slots}
         self._next = {s: (0, 0) for s in self.stages}  # no turn before this position is left
         self.holder: dict[str, Optional[Hashable]] = {s: None for s in self.stages}
         self._since = {s: float("-inf") for s in self.stages}  # last grant/release/turn change
@@ -90,6 +97,8 @@ class TurnTable:
     # -- requests --------------------------------------------------------------------------
 
     def acquire(self, job: Hashable, stage: str, token: Any, now: float) -> list[Reply]:
+        if job in self._expected:  # its first turn: it takes part from now on
+            self._activate(job, now)
         refusal = self._check(job, stage, token)
         if refusal:
             return refusal
@@ -119,16 +128,43 @@ class TurnTable:
         if job not in self._slot:
             return [(token, error("unknown_job", f"job {job} is not a member of this group"))]
         if job not in self.active:
-            self.active.add(job)
-            self._from[job] = None  # placed when it next asks for a stage
-            self._emit({"event": "join", "job": job, "t": now})
+            self._activate(job, now)
         return [(token, {"ok": True, "joined": True})]
 
     def leave(self, job: Hashable, token: Any, now: float) -> list[Reply]:
         if job not in self._slot:
             return [(token, error("unknown_job", f"job {job} is not a member of this group"))]
+        self._expected.discard(job)
         replies = self.remove(job, "left", now) if job in self.active else []
         return replies + [(token, {"ok": True, "left": True})]
+
+    def regroup(self, members: Sequence[Hashable], now: float) -> list[Reply]:
+        """The group's members and slot order are now `members`: the ones left out leave,
+        new ones take turns from their first request, and the ones that stay are placed again
+        in their new slots, turns counted afresh as in a new table (a stage's holder keeps it
+        until it releases: holding, it waits for nobody). Replies to send: the left members' waiting requests, new grants."""
+        if not members or len(set(members)) != len(members):
+            raise ValueError(f"members must be non-empty and distinct, got {members!r}")
+        replies: list[Reply] = []
+        for job in self.slots:
+            if job not in members:
+                if job in self.active:
+                    replies += self.remove(job, "left", now, "it left the group")
+                self._expected.discard(job)
+                self._from.pop(job, None)
+        self._next = {s: (0, 0) for s in self.stages}  # turns as in a new table
+        self.slots = tuple(members)
+        self._slot = {job: i for i, job in enumerate(self.slots)}
+        for job in self.slots:
+            if job not in self._from:  # new to the group
+                self._expected.add(job)
+            self._from[job] = None
+        for job, waiting in self._pending.items():
+            self._place(job, waiting.stage)
+        self._emit({"event": "regroup", "members": list(self.slots), "t": now})
+        for stage in self.stages:
+            replies += self._try_grant(stage, now)
+        return replies
 
     def check_stalls(self, now: float) -> list[Reply]:
         """Drop every member that has blocked another one for longer than the timeout."""
@@ -172,6 +208,13 @@ class TurnTable:
             return [(token, error("not_member",
                                   f"job {job} left or was dropped; send join to come back"))]
         return []
+
+    def _activate(self, job: Hashable, now: float) -> None:
+        """`job` takes turns from its next request on (placed then)."""
+        self._expected.discard(job)
+        self.active.add(job)
+        self._from[job] = None
+        self._emit({"event": "join", "job": job, "t": now})
 
     def _grant_reply(self, stage: str) -> dict:
         return {"ok": True, "grant": stage, "n": self.grants[stage]}

@@ -11,6 +11,11 @@ from node_agent.config import AgentConfig
 from node_agent.gate_spans import GateSpans
 
 
+def takes_turns(workload: dict) -> bool:
+    """Whether the workload's trainer asks a gate for its stages (where it has one)."""
+    return workload["kind"] in ("torch", "command") and bool(workload.get("turns", True))
+
+
 class Gates:
     """group (job ids in slot order) -> StageGate. Guarded by the job table's lock."""
 
@@ -23,7 +28,7 @@ class Gates:
     def for_group(self, group: tuple, workload: dict) -> Any:
         """The group's stage gate on this node (started now if it is the first member's
         launch), or None for a workload that takes no turns."""
-        if workload["kind"] not in ("torch", "command") or not workload.get("turns", True):
+        if not takes_turns(workload):
             return None
         gate = self._gates.get(group)
         if gate is None:
@@ -43,6 +48,24 @@ class Gates:
             self._gates[group] = gate
         return gate
 
+    def regroup(self, job: Any, group: tuple) -> bool:
+        """`job`, which shares its GPUs here, is now in `group` (slot order) on the same GPUs:
+        its gate takes the new members and order in place and is keyed by the new group (the
+        group's other members here find it done). False where no gate of the job's can be
+        (it runs alone here, so its trainer holds no gate: the scheduler restarts it)."""
+        if not job.gate:
+            return False
+        gate, own = self._gates.get(group), self._gates.get(job.gate)
+        if gate is None:  # the first member of the group here to hear of it
+            if own is None or not own.regroup(group):
+                return False
+            del self._gates[job.gate]
+            self._gates[group] = own
+        elif own not in (None, gate):
+            return False  # its own gate serves another group: not the same GPUs
+        job.gate = group
+        return True
+
     def release(self, job: Any, others: Iterable[Any]) -> None:
         """`job` left: drop it from its gate; close the gate when none of `others` (the jobs
         still here) is in its group."""
@@ -53,3 +76,4 @@ class Gates:
         if not any(j.gate == job.gate for j in others if j is not job):
             self._gates.pop(job.gate, None)
             gate.close()
+            self.spans.forget(gate.name)

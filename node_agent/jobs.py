@@ -37,6 +37,7 @@ class Job:
     stopping: bool = False
     started: float = field(default_factory=time.monotonic)
     gate: tuple = ()  # key of the group's stage gate here, if the job shares its GPUs
+    takes_turns: bool = False  # its trainer asks a gate for its stages when it has one
     pace_file: Path | None = None  # emulated: where a regroup in place tells the new pace
 
     @property

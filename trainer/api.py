@@ -19,7 +19,7 @@ emulated and torch, through trainer/loop.py) are clients of this API as a user's
 `job.loader(dataloader)` wraps an iterable so that each `next()` is the "io" stage. Outside
 Interlace (no INTERLACE_JOB_ID) the same script runs as a plain script: no gate, no telemetry,
 checkpoints under ./checkpoints. A script that never uses this API still runs (its job is
-unprofiled and takes no turns; the gate drops it from the rotation after its stall timeout)
+unprofiled and takes no turns; a gate counts a member from its first turn, so none waits for it)
 and is stopped by SIGTERM, resuming from scratch or its own checkpoints.
 
 The contract, in order: `resume()` picks the resume point (the newest saved state; for a job

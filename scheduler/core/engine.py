@@ -56,7 +56,7 @@ class Core:
                                     self.speeds)
         # the model's settings a round or an event reads, once
         self._sticky = model.sticky_placement
-        self._in_place = model.regroup_in_place
+        self._in_place, self._in_gate = model.regroup_in_place, model.regroup_in_gate
         self._running_sum = model.running_sum
         self.jobs: dict[int, Job] = {}
         self.queue: list[Job] = []  # runnable jobs in submission order (policies never sort it)
@@ -411,7 +411,8 @@ class Core:
         if tenants is None:
             return plan
         tenants.check(plan.groups, self.policy.name)
-        groups, until = tenants.guard(plan.groups, self.placed, self.jobs, self._in_place)
+        groups, until = tenants.guard(plan.groups, self.placed, self.jobs, self._in_place,
+                                      self._in_gate)
         if until is not None and (plan.wakeup is None or until < plan.wakeup):
             plan = plan._replace(wakeup=until)
         return plan._replace(groups=groups)
@@ -433,7 +434,7 @@ class Core:
         policy = self.policy
         try:
             return diff(self.placed, groups, self._in_place, self._waiting,
-                        policy.max_group if policy.interleaves else 1)
+                        policy.max_group if policy.interleaves else 1, self._in_gate)
         except ValueError as err:
             raise PlanError(f"policy {policy.name!r} made a plan the core refuses: "
                             f"{err}") from None

@@ -65,6 +65,10 @@ class CostModel:
     # A job regrouped on the GPUs it runs on goes on at the new group's pace, no restart (the
     # live system does this for emulated trainers; torch trainers restart).
     regroup_in_place: bool = True
+    # Where regroups restart (above), a job that already shares its GPUs still regroups on
+    # them in place: its trainers take turns at a stage gate, which takes the new members and
+    # slot order (the live system's agents do this; the artifact restarts every regroup).
+    regroup_in_gate: bool = False
 
     # How the core sums a running job's attained service at each event: False adds
     # `now - last`; True computes `(attained + now) - last` (the artifact's float order,

@@ -74,10 +74,18 @@ class PlanChanges(NamedTuple):
 NO_CHANGES = PlanChanges(MappingProxyType({}))
 
 
+def goes_on(group_was: Sequence[int], in_place: bool, in_gate: bool) -> bool:
+    """Whether a job regrouped on the GPUs it runs on goes on without a restart: always
+    (`in_place`), or (`in_gate`) where it already shared them, its trainers taking turns
+    at a stage gate that takes the new members and slot order in place."""
+    return in_place or (in_gate and len(group_was) > 1)
+
+
 def classify(before: tuple[tuple[int, ...], Any] | None,
-             after: tuple[tuple[int, ...], Any] | None, in_place: bool) -> Change:
+             after: tuple[tuple[int, ...], Any] | None, in_place: bool,
+             in_gate: bool = False) -> Change:
     """One job's change, from its (group, placement) before and after (None: not running);
-    `in_place`: a job whose group changes on the GPUs it runs on goes on without a restart."""
+    `in_place`, `in_gate`: which regroups go on without a restart (`goes_on`)."""
     if before is None and after is None:
         raise ValueError("a job that runs in neither plan has no change")
     if before is None:
@@ -88,20 +96,21 @@ def classify(before: tuple[tuple[int, ...], Any] | None,
     if where != where_was:
         return Change.MOVE
     if group != group_was:
-        return Change.REGROUP if in_place else Change.RESTART
+        return Change.REGROUP if goes_on(group_was, in_place, in_gate) else Change.RESTART
     return Change.KEEP
 
 
-def compare(before: Where, after: Where, in_place: bool) -> dict[int, Change]:
+def compare(before: Where, after: Where, in_place: bool,
+            in_gate: bool = False) -> dict[int, Change]:
     """Every job that runs before or after, classified (KEEP included): the definition that
     `diff` computes from groups, job by job."""
-    kinds = {j: classify(was, after.get(j), in_place) for j, was in before.items()}
+    kinds = {j: classify(was, after.get(j), in_place, in_gate) for j, was in before.items()}
     kinds.update((j, Change.START) for j in after if j not in before)
     return kinds
 
 
 def diff(running: Mapping[int, Group], groups: Sequence[Group], in_place: bool,
-         waiting: Mapping[int, int], max_group: int) -> PlanChanges:
+         waiting: Mapping[int, int], max_group: int, in_gate: bool = False) -> PlanChanges:
     """The plan's `groups` against `running` (each running job's group: a member whose
     partners stopped is still in the group it was started in, which its trainer still runs).
 
@@ -119,6 +128,7 @@ def diff(running: Mapping[int, Group], groups: Sequence[Group], in_place: bool,
     starts = 0
     start, move = START, MOVE
     regroup = REGROUP if in_place else RESTART
+    gated = in_gate and not in_place  # then a job that shared its GPUs regroups in place
     for group in groups:
         members, num_gpu, _, where, _ = group  # a Group, unpacked: read once each
         was = get(members[0])
@@ -143,7 +153,7 @@ def diff(running: Mapping[int, Group], groups: Sequence[Group], in_place: bool,
             if was.placement != where:
                 kinds[job_id] = move
             elif was.jobs != members:
-                kinds[job_id] = regroup
+                kinds[job_id] = REGROUP if gated and len(was.jobs) > 1 else regroup
     if len(planned) - starts < len(running):  # some running jobs are in no group of the plan
         for job_id in running.keys() - planned:
             kinds[job_id] = STOP

@@ -12,6 +12,7 @@ from collections import Counter, deque
 from typing import Mapping, Sequence
 
 from scheduler.core.placement import ClusterState
+from scheduler.core.plan_changes import goes_on
 from scheduler.core.plan_check import PlanError
 from scheduler.core.policies.base import Policy
 from scheduler.core.state import Group, Job
@@ -107,7 +108,7 @@ class TenantLayer:
                                     f"tenant layer held back this round")
 
     def guard(self, groups: tuple[Group, ...], placed: Mapping[int, Group], jobs,
-              in_place: bool) -> tuple[tuple[Group, ...], float | None]:
+              in_place: bool, in_gate: bool = False) -> tuple[tuple[Group, ...], float | None]:
         """`groups` with no job guarded this round (`admitted`) stopped: each one the plan
         would stop (leave out, move, or regroup where that restarts) runs on as it does,
         and the plan's groups sharing a job or a GPU with those are left out. Also when the
@@ -121,7 +122,7 @@ class TenantLayer:
         new = {j: g for g in groups for j in g.jobs}
         kept: dict[int, Group] = {}  # by guarded job: its group as it runs
         for job_id in guarded:
-            if _stops(placed[job_id], new.get(job_id), in_place):
+            if _stops(placed[job_id], new.get(job_id), in_place, in_gate):
                 kept[job_id] = _as_it_runs(placed[job_id], placed, jobs)
         out, displaced = list(groups), set()
         while kept:
@@ -192,11 +193,11 @@ class TenantLayer:
         return out
 
 
-def _stops(was: Group, group: Group | None, in_place: bool) -> bool:
+def _stops(was: Group, group: Group | None, in_place: bool, in_gate: bool) -> bool:
     """Whether running in `group` instead of `was` stops the job (plan_changes' rule)."""
     if group is None or group.placement != was.placement:
         return True
-    return group.jobs != was.jobs and not in_place
+    return group.jobs != was.jobs and not goes_on(was.jobs, in_place, in_gate)
 
 
 def _as_it_runs(was: Group, placed: Mapping[int, Group], jobs) -> Group:

@@ -170,6 +170,10 @@ class Lifecycle:
         # waiting or ended job's status says, ahead of the core's next view)
         self.settled: dict[int, float] = {}
         self.preemptions: Counter[int] = Counter()  # each job's, as the journal counts them
+        # this run's regroups of each job: in place, and by a stop and relaunch (a stop to
+        # move or regroup a job the plan keeps running, which is no preemption)
+        self.regroups: Counter[int] = Counter()
+        self.regroup_stops: Counter[int] = Counter()
 
     # -- what the phases say -----------------------------------------------------------------
     def phase(self, job_id: int) -> Phase | None:
@@ -394,6 +398,8 @@ class Lifecycle:
             return False
         s.inbox.put(Checkpointed(job_id, total - iterations))
         self.settled[job_id] = iterations
+        if not preempted:
+            self.regroup_stops[job_id] += 1
         s.ledger.unplace(job_id)
         s.measured.stopped(job_id)
         s.log.info("job_stopped", job_id=job_id, reason=reason, iterations=iterations,
@@ -409,6 +415,7 @@ class Lifecycle:
                        detail={"group": list(want.group), "tt": want.tt}) is None:
             return False
         s.ledger.regroup(job_id, want)
+        self.regroups[job_id] += 1
         s.log.info("job_regrouped", job_id=job_id, group=list(want.group), slot=slot,
                    tt=want.tt, now=s.now(), nodes=[node_name(n) for n in want.nodes])
         self._emit_running(job_id, want)

@@ -69,9 +69,11 @@ class LiveState:
         self.opt, self.log, self.clock = options, log, clock
         self.nodes = NodeLayout.of(options.spec)
         self.lock = threading.RLock()
-        # torch trainers cannot change group where they run: a regroup restarts them, and
-        # the preset (which the core and the plan comparison read) says so
-        preset = get_preset(options.preset, **(
+        # a torch trainer that ran alone holds no stage gate: joining a group restarts it;
+        # one that shares its GPUs regroups at its gate, and so does every trainer that takes
+        # turns (the agents do it): the preset, which the core and the plan comparison read,
+        # says so
+        preset = get_preset(options.preset, regroup_in_gate=True, **(
             {"regroup_in_place": False} if options.workload == "torch" else {}), **(
             {} if options.interference else {"group_slowdown": {}}), **(
             {"gpu_speed": dict(options.gpu_speed)} if options.gpu_speed else {}))

@@ -133,6 +133,8 @@ def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
             "nodes": [node_name(n) for n in where.nodes] if where else [],
             "group": list(where.group) if where else [],
             "preemptions": state.jobs.preemptions[job_id],
+            "regroups": state.jobs.regroups[job_id],
+            "regroup_stops": state.jobs.regroup_stops[job_id],
         }
         if state.opt.tenancy is not None:
             line["tenant"] = job.tenant if job is not None else tenant_of(state, job_id)

@@ -225,6 +225,12 @@ def format_job(job: dict[str, Any], output: bool = False) -> str:
             f"{job['iterations_done']:.0f}/{job['iterations']:.0f} it")
     if job["state"] == "running":
         line += f"  on {','.join(job['nodes'])}"
+    moves = [f"{n} {what}" for what, n in (("preempted", job.get("preemptions")),
+                                            ("regrouped in place", job.get("regroups")),
+                                            ("restarted to regroup", job.get("regroup_stops")))
+             if n]
+    if moves:
+        line += f"  ({', '.join(moves)})"
     if "position" in job:
         line += f"  position {job['position']}, expected start {_when(job['expected_start'])}"
     if "reason" in job:  # docs/waiting.md

@@ -58,6 +58,8 @@ class _Job:
     ended: str = ""  # "cancelled" or "failed": it ended without completing
     done: float | None = None  # iterations it did, where it ended so
     failures: int = 0  # runs that failed of its own program
+    regroup_stops: int = 0  # stops to restart it in another group or place (no preemption)
+    regroups: int = 0  # regroups in place: a new group on the same GPUs, no restart
     exit: str = ""  # how its program last ended, where it failed for good
 
 
@@ -93,6 +95,8 @@ class LiveRun:
     warnings: list[str] = field(default_factory=list)  # what was read around, for stderr
     ended_early: list[EndedEarly] = field(default_factory=list)  # not in the JCT figures
     failures: int = 0  # runs that failed of the jobs' own programs (relaunched or not)
+    regroup_stops: int = 0  # stops to restart a job the plan kept in another group or place
+    regroups: int = 0  # regroups in place (same GPUs, no restart)
 
     def ended(self, state: str) -> list[EndedEarly]:
         return [e for e in self.ended_early if e.state == state]
@@ -209,7 +213,7 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
             job_id = _job_id(record)
             if job_id is None or event not in ("job_submitted", "job_started", "job_stopped",
                                                "job_finished", "job_cancelled", "job_failed",
-                                               "job_run_failed"):
+                                               "job_run_failed", "job_regrouped"):
                 continue
             job = jobs.setdefault(job_id, _Job(job_id))
             if isinstance(record.get("num_gpu"), int):
@@ -229,6 +233,8 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                 mark(_num(record, "now"))
             elif event == "job_run_failed":
                 job.failures += 1
+            elif event == "job_regrouped":
+                job.regroups += 1
             elif event == "job_started":
                 job.starts += 1
                 job.submit = _num(record, "submit") if job.submit is None else job.submit
@@ -241,7 +247,9 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                     job.num_gpu = len(busy[job_id])
                 mark(now)
             elif event == "job_stopped":
-                if record.get("reason") not in KEPT_RUNNING and not record.get("failure"):
+                if record.get("reason") in KEPT_RUNNING:
+                    job.regroup_stops += 1
+                elif not record.get("failure"):
                     job.stops += 1
                 busy.pop(job_id, None)
                 mark(_num(record, "now"))
@@ -286,7 +294,9 @@ def fold(records: Iterable[dict[str, Any]]) -> LiveRun:
                    total_gpus=total_gpus, wall_s=max(wall_s, 0.0), time_scale=scale,
                    unfinished=[o.job_id for o in outcomes if o.end is None],
                    groups=len(groups), jobs_grouped=len(set().union(*groups)),
-                   ended_early=ended_early, failures=sum(j.failures for j in ordered))
+                   ended_early=ended_early, failures=sum(j.failures for j in ordered),
+                   regroup_stops=sum(j.regroup_stops for j in ordered),
+                   regroups=sum(j.regroups for j in ordered))
 
 
 def _groups(record: dict[str, Any]) -> set[frozenset[int]]:
@@ -406,6 +416,10 @@ def ended_lines(live: LiveRun) -> list[str]:
     if live.failures:
         lines.append(f"failed runs: {live.failures} (a job's own program failed; counted "
                      "apart from preemptions)")
+    if live.regroups or live.regroup_stops:
+        lines.append(f"regroups: {live.regroups} in place, {live.regroup_stops} by a stop and "
+                     "a relaunch (a job the plan kept running, moved or regrouped; not "
+                     "preemptions)")
     return lines
 
 
@@ -447,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  groups=live.groups, jobs_grouped=live.jobs_grouped,
                                  cancelled=len(live.ended("cancelled")),
                                  failed=len(live.ended("failed")), failures=live.failures,
+                                 regroups=live.regroups, regroup_stops=live.regroup_stops,
                                  ended_early=[dataclasses.asdict(e) for e in live.ended_early])),
               flush=True)
     else:

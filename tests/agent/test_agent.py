@@ -627,3 +627,73 @@ def test_a_stop_s_end_is_reported_at_once_not_at_the_agent_s_next_look(tmp_path,
         sched.close()
         broker_stop.set()
         broker.close()
+
+
+TAKES_TURNS = str(ROOT / "tests" / "agent" / "scripts" / "takes_turns.py")
+
+
+def _turn_taker(cluster, job_id: int, group: list, slot: int):
+    w = {"kind": "command", "iterations": 10**6, "argv": [sys.executable, TAKES_TURNS]}
+    return cluster.to_agent("job.launch", job_id=job_id, gpus=[0], group=group, slot=slot,
+                            workload=w, start_iteration=0)["body"]
+
+
+def test_a_new_slot_order_or_member_is_the_gate_s_business_never_a_restart(cluster):
+    """Two programs that take turns share GPU 0. The group's slot order flips, then a member
+    leaves and a new one joins: each regroup is answered in place, the same processes go on
+    taking turns (their progress grows after each), none is launched again."""
+    pids = {j: _turn_taker(cluster, j, [40, 41], slot)["pid"] for slot, j in enumerate((40, 41))}
+    log = cluster.run_dir / f"agent-{NODE}.log"
+
+    def progress_after(records: int) -> dict:
+        """Each job's progress in the heartbeats after `records`, once both have moved on."""
+        def moved():
+            beats = [m for m in cluster.sched.records[records:] if m.type == "agent.heartbeat"]
+            its = {r["job_id"]: r["iterations"] for b in beats[1:] for r in b["running"]}
+            return its if len(beats) > 2 and all(its.get(j, 0) > base.get(j, 0)
+                                                 for j in jobs) else None
+        return cluster.sched.wait(moved, "both jobs to move on")
+
+    jobs, base = (40, 41), {}
+    base = progress_after(0)
+    for slot, j in enumerate((41, 40)):  # the flip [40, 41] -> [41, 40]
+        reply = cluster.to_agent("job.regroup", job_id=j, group=[41, 40], slot=slot,
+                                 iteration_time=1.0)["body"]
+        assert reply["regrouped"] is True
+    base = progress_after(len(cluster.sched.records))
+    # 41 leaves (stopped), 42 joins: 40 regroups in place and 42 starts at the same gate
+    assert cluster.to_agent("job.stop", job_id=41)["body"]["stopping"] is True
+    assert cluster.to_agent("job.regroup", job_id=40, group=[40, 42], slot=0,
+                            iteration_time=1.0)["body"]["regrouped"] is True
+    _turn_taker(cluster, 42, [40, 42], 1)
+    jobs = (40, 42)
+    base = {40: base[40]}
+    progress_after(len(cluster.sched.records))
+    assert not gone(pids[40])
+    text = log.read_text()
+    assert text.count('"gate_regrouped"') == 2 and text.count('"gate_started"') == 1
+    assert text.count('"job_launched"') == 3  # 40, 41 and 42 once each: no relaunch
+
+
+def test_a_program_that_ran_alone_has_no_gate_to_regroup_at(cluster):
+    """A program that takes turns but ran alone was given no gate: joining a group is a
+    restart, which the agent says (`unsupported`) rather than let it run ungated."""
+    _turn_taker(cluster, 43, [43], 0)
+    with pytest.raises(RequestFailed) as err:
+        cluster.to_agent("job.regroup", job_id=43, group=[43, 44], slot=0, iteration_time=1.0)
+    assert err.value.code == "unsupported" and "no stage gate" in str(err.value)
+
+
+def test_a_program_that_never_takes_a_turn_holds_up_no_one_at_its_gate(cluster):
+    """A plain program (no trainer API) launched in one group with one that takes turns: the
+    gate counts it in its rotation only from its first turn, which never comes, so the other
+    takes every turn at once (the agent's gate waits 30 s for a stalled member: the wait for
+    its progress below is half that)."""
+    plain = {"kind": "command", "iterations": 10**6,
+             "argv": [sys.executable, "-c", "import time; time.sleep(600)"]}
+    cluster.to_agent("job.launch", job_id=45, gpus=[0], group=[45, 46], slot=0,
+                     workload=plain, start_iteration=0)
+    _turn_taker(cluster, 46, [45, 46], 1)
+    cluster.wait_running(46)
+    log = (cluster.run_dir / f"agent-{NODE}.log").read_text()
+    assert '"gate_member_dropped"' not in log and '"gate_started"' in log

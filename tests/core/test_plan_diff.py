@@ -45,14 +45,14 @@ def plans(draw):
 
 
 @settings(max_examples=500, deadline=None)
-@given(plans(), st.booleans())
-def test_the_changes_are_the_definition_job_by_job(case, in_place):
+@given(plans(), st.booleans(), st.booleans())
+def test_the_changes_are_the_definition_job_by_job(case, in_place, in_gate):
     running, groups = case
     waiting = {j: 1 for j in range(6) if j not in running}
-    changes = diff(running, groups, in_place, waiting, 2)
+    changes = diff(running, groups, in_place, waiting, 2, in_gate)
     kinds = plan_changes.compare({j: (g.jobs, g.placement) for j, g in running.items()},
                                  {j: (g.jobs, g.placement) for g in groups for j in g.jobs},
-                                 in_place)
+                                 in_place, in_gate)
     assert dict(changes.kinds) == {j: k for j, k in kinds.items() if k is not KEEP}
     # added: every group of the plan that does not run as it is, with every member
     assert set(changes.added) == {g for g in groups
@@ -66,10 +66,10 @@ def test_a_member_whose_partner_stopped_is_in_a_changed_group_when_the_pair_is_p
 
 
 # -- whole simulations against a core that classifies every job of every round -----------
-def definition_diff(running, groups, in_place, waiting, max_group):
+def definition_diff(running, groups, in_place, waiting, max_group, in_gate=False):
     kinds = plan_changes.compare({j: (g.jobs, g.placement) for j, g in running.items()},
                                  {j: (g.jobs, g.placement) for g in groups for j in g.jobs},
-                                 in_place)
+                                 in_place, in_gate)
     added = tuple(g for g in groups if any(running.get(j) != g for j in g.jobs))
     return plan_changes.PlanChanges({j: k for j, k in kinds.items() if k is not KEEP}, added)
 

@@ -54,6 +54,21 @@ def test_a_member_that_leaves_closes_what_it_held_and_a_stray_release_is_ignored
     assert sorted(spans.recent()[0]["spans"]) == [[1, "gpu", 1.0, 0.5], [2, "cpu", 1.0, 0.0]]
 
 
+def test_a_regrouped_gate_draws_its_new_members_only_until_it_is_closed():
+    """A gate regrouped in place keeps its name (`n0:1-2`) but serves other members: the
+    heartbeat names them, and a member that left is not drawn (the scheduler refuses a span
+    of a job outside the group it is sent with)."""
+    clock = Clock(10.0)
+    spans = GateSpans(clock)
+    spans.gate_event("n0:1-2", ev("grant", 2, "io", 8.0))
+    spans.gate_event("n0:1-2", ev("release", 2, "io", 8.5))
+    spans.gate_event("n0:1-2", {"event": "regroup", "members": [1, 5], "t": 9.0})
+    spans.gate_event("n0:1-2", ev("grant", 5, "gpu", 9.0))
+    assert spans.recent() == [{"group": [1, 5], "spans": [[5, "gpu", 1.0, 0.0]]}]
+    spans.forget("n0:1-2")
+    assert spans.recent() == []
+
+
 def test_the_buffer_keeps_the_newest_spans_only_and_forgets_quiet_gates():
     clock = Clock(0.0)
     spans = GateSpans(clock, max_spans=5, horizon=10.0)

@@ -65,6 +65,25 @@ def test_a_regroup_on_the_same_gpus_is_in_place_only_where_the_preset_says():
         plan_changes.classify(None, None, True)
 
 
+def test_where_regroups_restart_a_job_that_shares_its_gpus_regroups_at_its_gate():
+    """The live rule (`regroup_in_gate`): a new slot order or new members on the GPUs a job
+    already shares are its stage gate's business; a job that ran alone has no gate: it
+    restarts. The simulator's presets leave it off (the artifact restarts every regroup)."""
+    where = (NodeSlice(0, (0,)),)
+    pair, flipped = {1: ((1, 2), where), 2: ((1, 2), where)}, {1: ((2, 1), where),
+                                                              2: ((2, 1), where)}
+    assert plan_changes.compare(pair, flipped, False, True) == {1: Change.REGROUP,
+                                                                2: Change.REGROUP}
+    assert plan_changes.compare(pair, flipped, False) == {1: Change.RESTART, 2: Change.RESTART}
+    alone = {1: ((1,), where)}
+    assert plan_changes.compare(alone, flipped, False, True) == {1: Change.RESTART,
+                                                                 2: Change.START}
+    shrunk = {1: ((1,), where)}  # 2 leaves the pair: 1 goes on at the gate, alone
+    assert plan_changes.compare(pair, shrunk, False, True) == {1: Change.REGROUP,
+                                                               2: Change.STOP}
+    assert not any(p.model.regroup_in_gate for p in map(get_preset, ("paper", "default")))
+
+
 def test_simulator_charges_a_restart_only_for_what_the_comparison_restarts():
     """Job 0 runs alone, job 1 joins it on its GPU: in place job 0 pays its start only; with
     restarts it pays again at the regroup and job 1 pays its own start in both."""

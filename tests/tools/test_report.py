@@ -213,7 +213,7 @@ def test_restart_overhead_charges_each_start_from_the_last_decision_before_it(tm
     assert live.restart_overhead_s == pytest.approx((0.5 + 0.3 + 0.2) / 3 * 100.0)
 
 
-def test_a_regroup_is_no_preemption(tmp_path):
+def test_a_regroup_is_no_preemption_and_is_shown_apart(tmp_path, capsys):
     # without a finish line to give the scheduler's count, the stops are counted: a stop to
     # regroup or move a job the plan keeps running is not one (as in the simulator)
     started = _started(0, 0.0, "n0", [0], 0.0, 0.0)
@@ -225,9 +225,18 @@ def test_a_regroup_is_no_preemption(tmp_path):
         lines.append(_line("job_stopped", T0 + 2 + i, job_id=0, reason=reason, now=10.0 * i))
         lines.append(_line(started[0], T0 + 2 + i, **{**started[1], "now": 10.0 * i + 1}))
     lines.append(_line("job_finished", T0 + 9, job_id=1, submit=0.0, start=0.0, end=50.0))
+    lines.append(_line("job_regrouped", T0 + 8, job_id=1, group=[1, 0], slot=0))
     (tmp_path / "scheduler.log").write_text("\n".join(lines) + "\n")
-    outcomes = {o.job_id: o for o in report.load_run(tmp_path).outcomes}
+    live = report.load_run(tmp_path)
+    outcomes = {o.job_id: o for o in live.outcomes}
     assert outcomes[0].preemptions == 2 and outcomes[0].starts == 5
+    # and the user sees the regroups apart: one in place, two by a stop and a relaunch
+    assert (live.regroups, live.regroup_stops) == (1, 2)
+    assert report.main([str(tmp_path)]) == 0
+    assert "regroups: 1 in place, 2 by a stop and a relaunch" in capsys.readouterr().out
+    assert report.main([str(tmp_path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["regroups"], shown["regroup_stops"]) == (1, 2)
 
 
 def test_an_unreadable_journal_is_a_warning_naming_it(tmp_path, capsys):

@@ -509,9 +509,10 @@ class Pairing:
 
     def kept_order(self, members: Packing, tt: float, order: tuple) -> tuple:
         """A group that runs now with the same members keeps its slot order while that order
-        is within its keep bonus of the best one: another order is a restart of every member,
-        and among equally fast orders the search picks by the order the jobs were matched in,
-        which changes from round to round."""
+        is within its keep bonus of the best one: another order restarts every member where
+        regroups restart (and re-places them at their gate where they do not), and among
+        equally fast orders the search picks by the order the jobs were matched in, which
+        changes from round to round."""
         key = members[0].group_key
         if len(key) != len(members) or len(members) < 2:
             return members, tt, order

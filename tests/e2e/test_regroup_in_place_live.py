@@ -1,0 +1,71 @@
+"""Two users' programs that take turns share one GPU on a real live cluster (broker,
+scheduler, one agent as processes on loopback), under Muri-S with the paper preset (no
+hysteresis: the planner takes the best slot order every round).
+
+tests/e2e/scripts/alternating.py swaps which stage leads every few iterations, in opposite
+phase for the two jobs, so the best slot order of their group flips as their measured
+profiles do. Each flip is the stage gate's business: the agent regroups the gate in place
+and neither program is stopped or launched again for it (the agents' own records), and
+`interlace-status` and `interlace-report` show the regroups apart from preemptions.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from scheduler.tools.jobs import status_main, submit_main
+from scheduler.tools.report import main as report_main
+from tests.live_system import ROOT, LiveCluster, log_records, wait_for, write_spec
+
+SCRIPT = "tests/e2e/scripts/alternating.py"
+ITERATIONS, FLIP = 240, 40  # ~0.1 s an iteration alone: 6 turns of the lead in ~25-40 s
+
+
+def _records(cluster: LiveCluster, event: str, job_id: int, source: str | None = None) -> list:
+    key = "job" if source == "agent" else "job_id"
+    args = (source,) if source else ()
+    return [r for r in log_records(cluster.run_dir, event, *args) if r.get(key) == job_id]
+
+
+def test_slot_order_flips_are_regroups_in_place_never_restarts(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cluster = LiveCluster(tmp_path / "run", spec=str(write_spec(tmp_path / "spec.csv", 1, 1)),
+                          nodes=1, gpus_per_node=1, policy="muri-s", time_scale=10.0,
+                          scheduler_args=["--preset", "paper"])
+    try:
+        cluster.start()
+        ep = str(cluster.endpoints_file)
+        for job_id, lead in ((1, "io"), (2, "gpu")):
+            assert submit_main(["--endpoints", ep, "--gpus", "1", "--job-id", str(job_id),
+                                "--iterations", str(ITERATIONS), "--", sys.executable, SCRIPT,
+                                lead, str(FLIP)]) == 0
+        wait_for(lambda: all(_records(cluster, "job_finished", j) for j in (1, 2)), 150,
+                 "both jobs to finish")
+
+        regrouped = log_records(cluster.run_dir, "job_regrouped")
+        orders = {tuple(r["group"]) for r in regrouped}
+        assert {(1, 2), (2, 1)} <= orders | {tuple(r["group"]) for r in
+                                             log_records(cluster.run_dir, "job_started")}, \
+            f"the slot order never flipped: {orders}"
+        assert regrouped, "no regroup in place"
+        # from the agent's records: once the pair ran together, no member was launched again
+        # or stopped before its end
+        grouped = max(min(r["ts"] for r in _records(cluster, "job_launched", j, "agent")
+                          if r.get("gate")) for j in (1, 2))  # both launched into the pair
+        for job_id in (1, 2):
+            later = [r for r in _records(cluster, "job_launched", job_id, "agent")
+                     if r["ts"] > grouped]
+            stops = [r for r in _records(cluster, "job_stopping", job_id, "agent")
+                     if r["ts"] > grouped]
+            assert not later and not stops, (job_id, later, stops)
+        assert log_records(cluster.run_dir, "gate_regrouped", "agent")
+
+        capsys.readouterr()
+        assert status_main(["--endpoints", ep, "--json"]) == 0
+        jobs = {j["job_id"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
+        assert sum(jobs[j]["regroups"] for j in (1, 2)) == len(regrouped)
+        assert all(jobs[j]["preemptions"] == 0 for j in (1, 2))
+    finally:
+        cluster.stop_all()
+    assert report_main([str(cluster.run_dir)]) == 0
+    assert f"regroups: {len(regrouped)} in place" in capsys.readouterr().out
