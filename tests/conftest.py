@@ -13,6 +13,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 import logging  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import structlog  # noqa: E402
@@ -42,17 +43,48 @@ def _in_process_logs_to_pytest():
 
 
 SLOW_LAYERS = frozenset({"e2e"})  # whole systems of real processes: every test there is slow
+# The unit tiers: no live processes, no training, no real services. `--quick` runs these
+# folders' tests but the slow, real-component and property ones (the properties are most of
+# their time), so that a developer's inner loop takes a minute or two; the full run has all.
+QUICK_LAYERS = frozenset({"core", "sim", "tools", "traces"})
+QUICK_LEAVES_OUT = ("slow", "real", "property")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="only the unit tiers (tests/" + ",".join(sorted(QUICK_LAYERS))
+                     + ") without their " + ", ".join(QUICK_LEAVES_OUT) + " tests: a "
+                     "developer's inner loop, under two minutes on 2 cores")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With --quick, the folders of tests/ outside the unit tiers are not even collected
+    (collecting the live and trainer tests imports what they run)."""
+    if not config.getoption("quick"):
+        return None
+    tests = Path(__file__).parent
+    if collection_path.parent == tests and collection_path.is_dir() \
+            and collection_path.name not in QUICK_LAYERS:
+        return True
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
     """Tests in the folders of whole-system runs are `slow`, and hypothesis tests are
-    `property` (see setup.cfg's markers)."""
+    `property` (see setup.cfg's markers); with --quick, those and the `real` ones go."""
     for item in items:
         if item.path.parent.name in SLOW_LAYERS:
             item.add_marker(pytest.mark.slow)
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.property)
+    if config.getoption("quick"):
+        out = [item for item in items
+               if any(item.get_closest_marker(name) for name in QUICK_LEAVES_OUT)]
+        if out:
+            config.hook.pytest_deselected(items=out)
+            gone = set(map(id, out))
+            items[:] = [item for item in items if id(item) not in gone]
 
 
 # -- real components (Prometheus, Slurm, chromium, strace, a second address) --------------------

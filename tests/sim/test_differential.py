@@ -224,6 +224,7 @@ def test_the_record_has_a_long_loaded_case_late_in_time():
         assert len(just_before) >= 3, case.name
 
 
+@pytest.mark.slow  # the construction replays the artifact's event loop: about 17 CPU s
 @pytest.mark.parametrize("raw", LATE, ids=[differential.TraceCase(**c).name for c in LATE])
 def test_a_stored_late_trace_is_what_its_case_makes(raw):
     """The kept trace is the construction's output (so --artifact runs remake the same one)."""

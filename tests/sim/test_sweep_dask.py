@@ -18,6 +18,7 @@ import tests.sim.test_sweep as base
 from scheduler.tools import sweep
 
 distributed = pytest.importorskip("distributed")
+pytestmark = pytest.mark.slow  # a cluster of real processes for each test
 
 ROOT = base.ROOT
 DASK = [sys.executable, "-m", "dask"]  # the `dask` command of this interpreter
