@@ -123,8 +123,12 @@ def _request(requester: Any, type_: str, **fields: Any) -> dict[str, Any]:
 
 
 def _run(prog: str, argv: Sequence[str] | None, parser: argparse.ArgumentParser,
-         body: Callable[[argparse.Namespace, Any, Any], int]) -> int:
+         body: Callable[[argparse.Namespace, Any, Any], int],
+         check: Callable[[argparse.Namespace], int | None] | None = None) -> int:
+    """Parse, `check` the arguments before connecting (its exit status ends it), run."""
     args = parser.parse_args(argv)
+    if check is not None and (rc := check(args)) is not None:
+        return rc
     requester = None
     try:
         requester, feeder = _connect(prog, args)
@@ -199,6 +203,8 @@ def where_it_runs(record: JobRecord, job_id: int, endpoints: str) -> list[str]:
             else record.workdir
         lines.append(f"  runs in {workdir}" + (" (its own)" if record.own_workdir else ""))
     name = f"{job_id}.stderr" if record.num_gpu == 1 else f"{job_id}.r<rank>.stderr"
+    if record.num_gpu > 1 and not record.command:  # an emulated job is one process
+        name = f"{job_id}.stderr (torch: {name})"
     lines.append(f"  output in {os.path.join(run, 'trainers', name)} on its node; "
                  f"`interlace-logs {job_id}` shows it")
     return lines
@@ -216,8 +222,7 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
             return 2
     parser = _submit_parser()
 
-    def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
-        record = make_record(args, args.job_id or 0, command, os.getcwd())
+    def check(args: argparse.Namespace) -> int | None:
         if not command and args.own_workdir:
             print("interlace-submit: --own-workdir: only for a command (after `--`)",
                   file=sys.stderr)
@@ -227,6 +232,10 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
             print(f"interlace-submit: --own-workdir: {relative[0]} is relative to this "
                   f"directory, not the job's: give its absolute path", file=sys.stderr)
             return 2
+        return None
+
+    def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
+        record = make_record(args, args.job_id or 0, command, os.getcwd())
         problems = validate([record])
         if problems:  # the scheduler's own check, before anything is sent
             where = OPTION_OF.get(problems[0].field or "", problems[0].field)
@@ -246,7 +255,7 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
             print(f"interlace-submit: refused: {outcome}", file=sys.stderr)
         return 1
 
-    return _run("interlace-submit", argv, parser, body)
+    return _run("interlace-submit", argv, parser, body, check)
 
 
 # -- interlace-status ------------------------------------------------------------------------
@@ -258,9 +267,8 @@ def _when(seconds: Any) -> str:
 
 def format_job(job: dict[str, Any], output: bool = False) -> str:
     """One line per job: id, state, GPUs, progress (`?` where a command reported none), and
-    position / expected start if queued;
-    a job whose program failed says how, and a failed one (or any, with `output`) is
-    followed by the last lines of its output."""
+    position / expected start if queued; a job whose program failed says how, and a failed
+    one (or any, with `output`) is followed by the last lines of its output."""
     done = "?" if job.get("progress_known") is False else f"{job['iterations_done']:.0f}"
     line = (f"{job['job_id']:>6}  {job['state']:<9} {job['num_gpu']:>2} GPU  "
             f"{done}/{job['iterations']:.0f} it")

@@ -9,7 +9,7 @@ import pytest
 
 from node_agent import joblog
 from scheduler.tools import logs
-from scheduler.tools.jobs import format_job
+from scheduler.tools.jobs import format_job, submit_main
 
 
 def _write(path: Path, *parts: str) -> None:
@@ -145,6 +145,20 @@ def test_status_shows_a_commands_unreported_progress_as_unknown():
     assert "0/400 it" in format_job(job)  # a packaged job (or an older scheduler)
     assert "?/400 it" in format_job(dict(job, progress_known=False))
     assert "12/400 it" in format_job(dict(job, iterations_done=12.0, progress_known=True))
+
+
+def test_submit_own_workdir_refuses_a_file_named_relative_to_here(tmp_path, monkeypatch,
+                                                                  capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    ep = str(tmp_path / "endpoints.json")  # never read: refused before connecting
+    base = ["--endpoints", ep, "--gpus", "1", "--iterations", "9", "--own-workdir"]
+    assert submit_main([*base, "--", "python", "train.py"]) == 2
+    assert capsys.readouterr().err == ("interlace-submit: --own-workdir: train.py is relative "
+                                       "to this directory, not the job's: give its absolute "
+                                       "path\n")
+    assert submit_main(base) == 2
+    assert "only for a command" in capsys.readouterr().err
 
 
 class _nothing:
