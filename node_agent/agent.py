@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from broker.refusal import Refusal, as_handler
-from node_agent import checks, launcher
+from node_agent import checks, launcher, progress_file, user_command
 from node_agent.config import AgentConfig
 from node_agent.gates import takes_turns
 from node_agent.jobs import Job, JobTable
@@ -98,10 +98,14 @@ class Agent:
                 if workload["kind"] == "emulated" else None
             procs = launcher.spawn(self.cfg, job_id, gpus, workload, start, rank, world,
                                    rendezvous, gate, pace_file)
+            progress = progress_file.path_for(user_command.job_dir(self.cfg.checkpoint_dir,
+                                                                   job_id)) \
+                if workload["kind"] == "command" else None
             table.jobs[job_id] = Job(job_id=job_id, procs=procs, gpus=gpus, total=total,
                                      group=list(group), slot=int(msg["slot"]), start=start,
                                      gate=group if gate is not None else (),
-                                     takes_turns=takes_turns(workload), pace_file=pace_file)
+                                     takes_turns=takes_turns(workload), pace_file=pace_file,
+                                     progress_file=progress)
             table.launches += 1
             seq = table.launches
         self.log.info("job_launched", job=job_id, pids=[p.pid for p in procs], gpus=list(gpus),
@@ -132,8 +136,7 @@ class Agent:
                 raise Refusal("unsupported", f"job {job_id}'s trainer runs alone here, with "
                                              "no stage gate to regroup in place")
             job.group, job.slot = group, int(msg["slot"])
-            start = job.start
-        its = self.table.iterations(job_id, start)
+        its = self.table.iterations(job)
         self.log.info("job_regrouped", job=job_id, group=group, iteration_time=tt,
                       iterations=its, gate=bool(job.gate))
         return {"regrouped": True, "iterations": its}
@@ -159,7 +162,7 @@ class Agent:
             return {"iterations": ckpt.iterations if ckpt is not None else 0.0,
                     "was_running": False, "finished": bool(ckpt is not None and ckpt.done),
                     "exit_code": None}
-        its = self.table.iterations(job_id, job.start)
+        its = self.table.iterations(job)
         if not again:
             self.log.info("job_stopping", job=job_id, pids=[p.pid for p in job.procs],
                           iterations=its)
@@ -175,7 +178,7 @@ class Agent:
             rc = self._terminate(job)
         except Exception:  # never leave the job stuck in `stopping`
             self.log.exception("stop_failed", job=job.job_id)
-        its = self.table.iterations(job.job_id, job.start)
+        its = self.table.iterations(job)
         finished = self.ended_finished(job.job_id, rc)  # it completed as the stop arrived
         report = {"job_id": job.job_id, "node": self.cfg.node, "iterations": its,
                   "requested": True, "finished": finished}
@@ -202,7 +205,7 @@ class Agent:
     def shutdown_report(self, job: Job, rc: int | None) -> tuple[str, dict[str, Any]]:
         """The report of a job stopped because the agent is shutting down."""
         fields = {"job_id": job.job_id, "node": self.cfg.node,
-                  "iterations": self.table.iterations(job.job_id, job.start)}
+                  "iterations": self.table.iterations(job)}
         if self.ended_finished(job.job_id, rc):
             return "job.finished", dict(fields, ok=True)
         return "job.stopped", fields

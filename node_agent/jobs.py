@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from node_agent import launcher
+from node_agent import launcher, progress_file
 from node_agent.config import AgentConfig
 from node_agent.gates import Gates
 from trainer import checkpoint
@@ -39,6 +39,7 @@ class Job:
     gate: tuple = ()  # key of the group's stage gate here, if the job shares its GPUs
     takes_turns: bool = False  # its trainer asks a gate for its stages when it has one
     pace_file: Path | None = None  # emulated: where a regroup in place tells the new pace
+    progress_file: Path | None = None  # a command's: where it may write its iterations
 
     @property
     def proc(self) -> subprocess.Popen:
@@ -61,11 +62,21 @@ class JobTable:
         self.reported = threading.Event()
         self.incarnation = os.urandom(8).hex()
         self.launches = 0
+        self.bad_progress: dict[int, str] = {}  # job -> the problem last logged of its file
 
-    def iterations(self, job_id: int, floor: float = 0.0) -> float:
-        """Iterations done: the checkpoint's, never less than where the launch started it
-        (a trainer stopped before its first checkpoint must not report its progress lost)."""
-        return max(checkpoint.iterations(self.cfg.checkpoint_dir, job_id), floor)
+    def iterations(self, job: Job) -> float:
+        """Iterations done: the checkpoint's or a command's progress file's, whichever is
+        ahead, never less than where the launch started it (a trainer stopped before its
+        first checkpoint must not report its progress lost)."""
+        done = max(checkpoint.iterations(self.cfg.checkpoint_dir, job.job_id), job.start)
+        if job.progress_file is None:
+            return done
+        value, problem = progress_file.read(job.progress_file, job.total)
+        if problem is not None and self.bad_progress.get(job.job_id) != problem:
+            self.bad_progress[job.job_id] = problem  # logged once, not at every heartbeat
+            self.log.warning("progress_file_ignored", job=job.job_id,
+                             path=str(job.progress_file), problem=problem)
+        return done if value is None else max(done, value)
 
     def release_gate(self, job: Job) -> None:
         """Called with the lock held."""
@@ -88,7 +99,7 @@ class JobTable:
                     rank.terminate()
             del self.jobs[job_id]
             self.release_gate(job)
-            its = self.iterations(job_id, job.start)
+            its = self.iterations(job)
             base = {"job_id": job_id, "node": self.cfg.node, "iterations": its}
             if rc == EXIT_FINISHED:
                 self.outbox.append(("job.finished", dict(base, ok=True)))
@@ -123,8 +134,8 @@ class JobTable:
         with self.lock:
             if reported and self.outbox:
                 return None
-            jobs = sorted((j.job_id, j.start) for j in self.jobs.values())
+            jobs = sorted(self.jobs.values(), key=lambda j: j.job_id)
             launches = self.launches
-        return {"running": [{"job_id": j, "iterations": self.iterations(j, start)}
-                            for j, start in jobs],
+        return {"running": [{"job_id": j.job_id, "iterations": self.iterations(j)}
+                            for j in jobs],
                 "incarnation": self.incarnation, "launches": launches}

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from trainer.exits import EXIT_OOM
 
+from node_agent import joblog
 from node_agent.config import AgentConfig
 from trainer import ledger, pace
 
@@ -55,7 +56,7 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
         if pace_file is not None:  # fresh for each launch: no stale pace
             pace.write(pace_file, workload["iteration_time"])
             cmd += ["--pace-file", str(pace_file)]
-        return [popen(cfg, job_id, cmd, gpus, "")]
+        return [popen(cfg, job_id, cmd, gpus, None, start)]
     ranks = len(gpus) if world > 1 else 1  # world counts every GPU of the job
     procs = []
     for i in range(ranks):
@@ -70,17 +71,19 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
                     str(rendezvous["master_port"])]
         if gate is not None and i == 0:
             cmd += ["--gate", gate.endpoint]
-        suffix = f".r{rank + i}" if world > 1 else ""
-        procs.append(popen(cfg, job_id, cmd, gpus[i:i + 1] if ranks > 1 else gpus, suffix))
+        procs.append(popen(cfg, job_id, cmd, gpus[i:i + 1] if ranks > 1 else gpus,
+                           rank + i if world > 1 else None, start))
     return procs
 
 
 def popen(cfg: AgentConfig, job_id: int, cmd: list[str], gpus: tuple[int, ...],
-          suffix: str) -> subprocess.Popen:
+          rank: int | None, start: float) -> subprocess.Popen:
+    """One trainer process, its stderr appended to its rank's output file after a launch
+    marker (node_agent/joblog.py)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)),
                PYTHONPATH=os.pathsep.join(p for p in (str(PROJECT_ROOT),
                                                        os.environ.get("PYTHONPATH")) if p))
-    with open(cfg.trainer_dir / f"{job_id}{suffix}.stderr", "ab") as err:
+    with joblog.open_output(cfg.trainer_dir, job_id, rank, start, cfg.node) as err:
         # own session: a Ctrl-C meant for the agent must not reach trainers unannounced;
         # the agent stops them itself, with checkpoints
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -131,11 +134,13 @@ OUTPUT_BYTES = 4000  # read from the end of its output file for them
 
 def output_tail(trainer_dir: Path, job_id: int) -> str:
     """The end of the job's output here (stdout and stderr, appended across launches): its
-    one-rank file, or the rank file written last."""
+    one-rank file, or the rank file written last; the agent's launch markers left out."""
     paths = [trainer_dir / f"{job_id}.stderr"]
     if not paths[0].is_file():
         paths = sorted(trainer_dir.glob(f"{job_id}.r*.stderr"), key=_mtime)
-    return stderr_tail(paths[-1], OUTPUT_BYTES) if paths else ""
+    text = stderr_tail(paths[-1], OUTPUT_BYTES) if paths else ""
+    return "\n".join(line for line in text.splitlines()
+                     if joblog.parse_marker(line) is None).strip("\n")
 
 
 def _mtime(path: Path) -> float:

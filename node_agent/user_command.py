@@ -26,6 +26,13 @@ works unchanged):
   INTERLACE_CLIENT_KEY      the CURVE client key file for a keyed broker (when there is one)
   INTERLACE_GPU_MEM_GB      GPU memory the job declared, GB per GPU (0: none); its reports say
                             it until the program measures its own (trainer/api.py)
+  INTERLACE_PROGRESS_FILE   where the program may write its completed iterations, one number a
+                            line, the last one counting (node_agent/progress_file.py)
+  INTERLACE_WORKDIR         the directory it runs in: where it was submitted, or the job's own
+                            (`interlace-submit --own-workdir`, RUN/jobs/job-<id>)
+
+OMP_NUM_THREADS is 1 unless the agent's own environment sets it. Each rank's stdout and stderr
+are appended to its output file (node_agent/joblog.py), after a marker line per launch.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.refusal import Refusal
+from node_agent import joblog, progress_file
 from node_agent.config import AgentConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # trainer.api of this very checkout
@@ -43,6 +51,11 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent  # trainer.api of this ver
 def job_dir(checkpoints: str | os.PathLike, job_id: int) -> Path:
     """The job's own checkpoint directory, beside the progress records the agent reads."""
     return Path(checkpoints) / f"job-{int(job_id)}"
+
+
+def own_workdir(run_dir: str | os.PathLike, job_id: int) -> Path:
+    """The job's own working directory (`--own-workdir`), kept across its launches."""
+    return Path(run_dir) / "jobs" / f"job-{int(job_id)}"
 
 
 def check(w: dict) -> dict[str, Any]:
@@ -59,12 +72,12 @@ def check(w: dict) -> dict[str, Any]:
     if workdir and not Path(workdir).is_dir():
         raise Refusal("bad_workload", f"work dir {workdir!r} does not exist on this node")
     return {"kind": "command", "iterations": total, "argv": argv, "workdir": workdir,
-            "turns": bool(w.get("turns", True))}
+            "turns": bool(w.get("turns", True)), "own_workdir": bool(w.get("own_workdir"))}
 
 
 def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: float,
                 start: float, rank: int, world: int, local_rank: int, rendezvous: dict,
-                gate: Any, gpu_mem: float = 0.0) -> dict[str, str]:
+                gate: Any, gpu_mem: float = 0.0, workdir: str = "") -> dict[str, str]:
     """The documented variables for one process of the job (see the module docstring)."""
     visible = ",".join(map(str, gpus))
     own = {
@@ -80,6 +93,9 @@ def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: flo
         "INTERLACE_TIME_SCALE": repr(cfg.time_scale), "INTERLACE_NODE": cfg.node,
         "INTERLACE_CLIENT_KEY": cfg.client_key or "",
         "INTERLACE_GPU_MEM_GB": repr(float(gpu_mem)),
+        "INTERLACE_PROGRESS_FILE": str(progress_file.path_for(job_dir(cfg.checkpoint_dir,
+                                                                      job_id))),
+        "INTERLACE_WORKDIR": workdir,
     }
     torch_names = {"RANK": own["INTERLACE_RANK"], "WORLD_SIZE": own["INTERLACE_WORLD_SIZE"],
                    "LOCAL_RANK": own["INTERLACE_LOCAL_RANK"], "CUDA_VISIBLE_DEVICES": visible}
@@ -92,11 +108,16 @@ def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: flo
 def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, start: float,
           rank: int, world: int, rendezvous: dict, gate: Any) -> list[subprocess.Popen]:
     """One process per GPU of this slice (one in all for a one-rank job); the lowest rank
-    here gets the gate (the others take no turns, as with the torch trainer)."""
+    here gets the gate (the others take no turns, as with the torch trainer). It runs where it
+    was submitted, or in the job's own directory, made at its first launch."""
     job_dir(cfg.checkpoint_dir, job_id).mkdir(parents=True, exist_ok=True)
     cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
     ranks = len(gpus) if world > 1 else 1
-    workdir = workload["workdir"] or os.getcwd()
+    if workload.get("own_workdir"):
+        workdir = str(own_workdir(cfg.run_dir, job_id))
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    else:
+        workdir = workload["workdir"] or os.getcwd()
     procs: list[subprocess.Popen] = []
     path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
     for i in range(ranks):
@@ -105,9 +126,9 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
                    PYTHONPATH=path,  # trainer.api of this very checkout
                    **environment(cfg, job_id, mine, workload["iterations"], start, rank + i,
                                  world, i, rendezvous, gate if i == 0 else None,
-                                 workload.get("gpu_mem_gb", 0.0)))
-        suffix = f".r{rank + i}" if world > 1 else ""
-        with open(cfg.trainer_dir / f"{job_id}{suffix}.stderr", "ab") as err:
+                                 workload.get("gpu_mem_gb", 0.0), workdir))
+        with joblog.open_output(cfg.trainer_dir, job_id, rank + i if world > 1 else None,
+                                start, cfg.node) as err:
             try:  # own session, as for the packaged trainers: the agent alone signals it
                 procs.append(subprocess.Popen(workload["argv"], stdin=subprocess.DEVNULL,
                                               stdout=err, stderr=err, env=env, cwd=workdir,

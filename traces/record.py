@@ -49,6 +49,8 @@ class JobRecord:
     # relaunches after failures of its own program in a row, before it is failed (live
     # scheduler); None: the scheduler's bound (--max-failures). Never in a trace file.
     max_restarts: int | None = None
+    # a command run in a directory of its own on its node (RUN/jobs/job-<id>), not `workdir`
+    own_workdir: bool = False
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -77,6 +79,8 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
             del out[name]
     if record.max_restarts is None:
         del out["max_restarts"]
+    if not record.own_workdir:
+        del out["own_workdir"]
     return out
 
 

@@ -18,9 +18,10 @@ emulated and torch, through trainer/loop.py) are clients of this API as a user's
 
 `job.loader(dataloader)` wraps an iterable so that each `next()` is the "io" stage. Outside
 Interlace (no INTERLACE_JOB_ID) the same script runs as a plain script: no gate, no telemetry,
-checkpoints under ./checkpoints. A script that never uses this API still runs (its job is
-unprofiled and takes no turns; a gate counts a member from its first turn, so none waits for it)
-and is stopped by SIGTERM, resuming from scratch or its own checkpoints.
+checkpoints under ./checkpoints (a run that resumes from one says so, on stderr). A script
+that never uses this API still runs (its job is unprofiled and takes no turns; a gate counts
+a member from its first turn, so none waits for it) and is stopped by SIGTERM, resuming from
+scratch or its own checkpoints.
 
 The contract, in order: `resume()` picks the resume point (the newest saved state; for a job
 that keeps no state, its progress record or the scheduler's count, whichever is ahead) and
@@ -42,6 +43,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -311,6 +313,9 @@ class Job:
             if agree is not None:
                 start = agree(start)
             state = self.store.load(start) if start > 0 else None
+            if start > 0 and not self.managed and self.rank == 0:  # a plain run: say so
+                print(f"resumed from {self.checkpoint_dir} at iteration {start:g}",
+                      file=sys.stderr, flush=True)
         self._begin(start)
         return start, state
 

@@ -332,7 +332,11 @@ def command_problem(record: JobRecord) -> str | None:
     command, workdir = record.command, record.workdir
     if not isinstance(workdir, str) or not isinstance(command, tuple):
         return "command must be a list of strings and workdir a string"
+    if not isinstance(record.own_workdir, bool):
+        return "own_workdir must be true or false"
     if not command:
+        if record.own_workdir:
+            return "own_workdir needs a command"
         return "a workdir needs a command" if workdir else None
     if not all(isinstance(a, str) for a in command) or not command[0]:
         return "command must be a non-empty list of strings"

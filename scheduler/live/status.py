@@ -126,9 +126,10 @@ def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
             continue
         job = view.jobs.get(job_id)
         where = state.ledger.placed.get(job_id)
+        done = state.jobs.done(job_id, view)
         line = {
             "job_id": job_id, "state": state.jobs.status_of(job_id),
-            "iterations_done": state.jobs.done(job_id, view),
+            "iterations_done": done, "progress_known": progress_known(record, done),
             "iterations": record.iterations, "num_gpu": record.num_gpu,
             "nodes": [node_name(n) for n in where.nodes] if where else [],
             "group": list(where.group) if where else [],
@@ -160,10 +161,17 @@ def _jobs(state: LiveState, tenant: str | None = None) -> list[dict[str, Any]]:
         listed.append({
             "job_id": job_id, "state": state.jobs.status_of(job_id),
             "iterations_done": entry.iterations_done,
+            "progress_known": progress_known(entry.record, entry.iterations_done),
             "iterations": entry.record.iterations, "num_gpu": entry.record.num_gpu,
             "nodes": [], "group": [], "preemptions": entry.preemptions,
         })
     return listed
+
+
+def progress_known(record: Any, done: float) -> bool:
+    """Whether the job's iterations done are known: a user's command that has reported
+    none (no trainer/api.py checkpoint, no progress file) shows them unknown, not 0."""
+    return not record.command or done > 0
 
 
 def _number(lines) -> None:

@@ -7,9 +7,10 @@
 
 They talk to the `scheduler` service through the broker as the feeder does, and reuse its
 client (traces.feeder: endpoints, retries while the scheduler registers, refusal handling).
-A command job runs the user's program in the directory `interlace-submit` ran in, with the
-INTERLACE_* environment of node_agent/user_command.py; its stage profile starts as the
-`--model` it resembles until the program reports its own (trainer/api.py).
+A command job runs the user's program in the directory `interlace-submit` ran in (or, with
+`--own-workdir`, in RUN/jobs/job-<id> on its node), with the INTERLACE_* environment of
+node_agent/user_command.py; its stage profile starts as the `--model` it resembles until the
+program reports its own (trainer/api.py). Its output is in RUN/trainers (`interlace-logs`).
 
 Exit status: 0 done; 1 the scheduler refused or could not be reached (or, for status and
 cancel, the job is unknown or already over); 2 bad arguments.
@@ -83,7 +84,8 @@ def make_record(args: argparse.Namespace, job_id: int, command: Sequence[str],
                      command=tuple(command), workdir=workdir if command else "",
                      gpu_mem_gb=float(args.gpu_mem), gpu_types=tuple(args.gpu_type),
                      tenant=args.tenant, priority_class=args.priority_class,
-                     max_restarts=None if args.max_restarts is None else int(args.max_restarts))
+                     max_restarts=None if args.max_restarts is None else int(args.max_restarts),
+                     own_workdir=bool(command) and args.own_workdir)
 
 
 def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -121,8 +123,12 @@ def _request(requester: Any, type_: str, **fields: Any) -> dict[str, Any]:
 
 
 def _run(prog: str, argv: Sequence[str] | None, parser: argparse.ArgumentParser,
-         body: Callable[[argparse.Namespace, Any, Any], int]) -> int:
+         body: Callable[[argparse.Namespace, Any, Any], int],
+         check: Callable[[argparse.Namespace], int | None] | None = None) -> int:
+    """Parse, `check` the arguments before connecting (its exit status ends it), run."""
     args = parser.parse_args(argv)
+    if check is not None and (rc := check(args)) is not None:
+        return rc
     requester = None
     try:
         requester, feeder = _connect(prog, args)
@@ -171,8 +177,37 @@ def _submit_parser() -> argparse.ArgumentParser:
                                      "(default: the scheduler's --max-failures, 3 failures)")
     p.add_argument("--job-id", type=JOB_ID, default=None,
                    help="the job's id (default: the scheduler gives it one)")
+    p.add_argument("--own-workdir", action="store_true",
+                   help="run the command in a fresh directory of its own, RUN/jobs/job-<id> "
+                        "on its node, kept across its relaunches (default: this directory); "
+                        "name your files by absolute paths then")
     _common(p)
     return p
+
+
+def _relative_paths(command: Sequence[str]) -> list[str]:
+    """The command's arguments that name a file here by a relative path: with
+    --own-workdir the job runs elsewhere, where they name nothing."""
+    return [a for a in command if a and not a.startswith("-") and not os.path.isabs(a)
+            and os.path.exists(a)]
+
+
+def where_it_runs(record: JobRecord, job_id: int, endpoints: str) -> list[str]:
+    """What `interlace-submit` says after the id: the job's working directory (a command's)
+    and its output files. RUN is the endpoints file's directory, the run directory by
+    default; the files are on the job's node(s)."""
+    run = os.path.dirname(os.path.abspath(endpoints))
+    lines = []
+    if record.command:
+        workdir = os.path.join(run, "jobs", f"job-{job_id}") if record.own_workdir \
+            else record.workdir
+        lines.append(f"  runs in {workdir}" + (" (its own)" if record.own_workdir else ""))
+    name = f"{job_id}.stderr" if record.num_gpu == 1 else f"{job_id}.r<rank>.stderr"
+    if record.num_gpu > 1 and not record.command:  # an emulated job is one process
+        name = f"{job_id}.stderr (torch: {name})"
+    lines.append(f"  output in {os.path.join(run, 'trainers', name)} on its node; "
+                 f"`interlace-logs {job_id}` shows it")
+    return lines
 
 
 def submit_main(argv: Sequence[str] | None = None) -> int:
@@ -187,6 +222,18 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
             return 2
     parser = _submit_parser()
 
+    def check(args: argparse.Namespace) -> int | None:
+        if not command and args.own_workdir:
+            print("interlace-submit: --own-workdir: only for a command (after `--`)",
+                  file=sys.stderr)
+            return 2
+        relative = _relative_paths(command) if args.own_workdir else []
+        if relative:
+            print(f"interlace-submit: --own-workdir: {relative[0]} is relative to this "
+                  f"directory, not the job's: give its absolute path", file=sys.stderr)
+            return 2
+        return None
+
     def body(args: argparse.Namespace, requester: Any, feeder: Any) -> int:
         record = make_record(args, args.job_id or 0, command, os.getcwd())
         problems = validate([record])
@@ -200,6 +247,7 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
             outcome, job_id = feeder.submit(record), args.job_id
         if outcome == "accepted":
             print(f"submitted job {job_id}")
+            print("\n".join(where_it_runs(record, job_id, args.endpoints)))
             return 0
         if outcome == "duplicate":
             print(f"interlace-submit: job id {job_id} is taken", file=sys.stderr)
@@ -207,7 +255,7 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
             print(f"interlace-submit: refused: {outcome}", file=sys.stderr)
         return 1
 
-    return _run("interlace-submit", argv, parser, body)
+    return _run("interlace-submit", argv, parser, body, check)
 
 
 # -- interlace-status ------------------------------------------------------------------------
@@ -218,11 +266,12 @@ def _when(seconds: Any) -> str:
 
 
 def format_job(job: dict[str, Any], output: bool = False) -> str:
-    """One line per job: id, state, GPUs, progress, and position / expected start if queued;
-    a job whose program failed says how, and a failed one (or any, with `output`) is
-    followed by the last lines of its output."""
+    """One line per job: id, state, GPUs, progress (`?` where a command reported none), and
+    position / expected start if queued; a job whose program failed says how, and a failed
+    one (or any, with `output`) is followed by the last lines of its output."""
+    done = "?" if job.get("progress_known") is False else f"{job['iterations_done']:.0f}"
     line = (f"{job['job_id']:>6}  {job['state']:<9} {job['num_gpu']:>2} GPU  "
-            f"{job['iterations_done']:.0f}/{job['iterations']:.0f} it")
+            f"{done}/{job['iterations']:.0f} it")
     if job["state"] == "running":
         line += f"  on {','.join(job['nodes'])}"
     moves = [f"{n} {what}" for what, n in (("preempted", job.get("preemptions")),

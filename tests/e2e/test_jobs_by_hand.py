@@ -388,3 +388,16 @@ def test_the_loader_wrapper_yields_every_batch_and_times_each_fetch_as_io(tmp_pa
 
     assert list(job.loader(batches())) == [0, 1, 2] and fetched == [0, 1, 2]
     assert job._times["io"] >= 0.03  # every fetch, and the final empty one, counted as io
+
+
+def test_a_standalone_run_that_resumes_says_where_from(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no INTERLACE_JOB_ID: checkpoints under ./checkpoints
+    job = api.Job(environ={}, handle_sigterm=False)
+    assert job.resume() == (0, None)
+    job.save(5, {"x": 1})
+    job.close()
+    assert capsys.readouterr().err == ""  # a first start says nothing
+    again = api.Job(environ={}, handle_sigterm=False)
+    assert again.resume() == (5, {"x": 1})
+    again.close()
+    assert capsys.readouterr().err == "resumed from checkpoints at iteration 5\n"
