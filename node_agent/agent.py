@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from broker.refusal import Refusal, as_handler
-from node_agent import checks, launcher, progress_file, user_command
+from node_agent import checks, launcher, user_command
 from node_agent.config import AgentConfig
 from node_agent.gates import takes_turns
 from node_agent.jobs import Job, JobTable
@@ -98,8 +98,7 @@ class Agent:
                 if workload["kind"] == "emulated" else None
             procs = launcher.spawn(self.cfg, job_id, gpus, workload, start, rank, world,
                                    rendezvous, gate, pace_file)
-            progress = progress_file.path_for(user_command.job_dir(self.cfg.checkpoint_dir,
-                                                                   job_id)) \
+            progress = user_command.progress_path(self.cfg, job_id, workload) \
                 if workload["kind"] == "command" else None
             table.jobs[job_id] = Job(job_id=job_id, procs=procs, gpus=gpus, total=total,
                                      group=list(group), slot=int(msg["slot"]), start=start,

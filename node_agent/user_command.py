@@ -71,13 +71,34 @@ def check(w: dict) -> dict[str, Any]:
         raise Refusal("bad_workload", f"need a non-empty argv and iterations > 0, got {w!r}")
     if workdir and not Path(workdir).is_dir():
         raise Refusal("bad_workload", f"work dir {workdir!r} does not exist on this node")
+    progress = w.get("progress_file") or ""
+    if not isinstance(progress, str) or len(progress) > 1024 or "\0" in progress:
+        raise Refusal("bad_workload", "progress_file must be a path of at most 1024 characters")
     return {"kind": "command", "iterations": total, "argv": argv, "workdir": workdir,
-            "turns": bool(w.get("turns", True)), "own_workdir": bool(w.get("own_workdir"))}
+            "turns": bool(w.get("turns", True)), "own_workdir": bool(w.get("own_workdir")),
+            "progress_file": progress}
+
+
+def workdir_of(cfg: AgentConfig, job_id: int, workload: dict) -> str:
+    """Where the command runs: where it was submitted, or its own directory."""
+    if workload.get("own_workdir"):
+        return str(own_workdir(cfg.run_dir, job_id))
+    return workload["workdir"] or os.getcwd()
+
+
+def progress_path(cfg: AgentConfig, job_id: int, workload: dict) -> Path:
+    """The file the agent reads the command's progress from: the one it was submitted with
+    (`--progress-file`, in its working directory unless absolute), else the job's own."""
+    named = workload.get("progress_file")
+    if named:
+        return Path(workdir_of(cfg, job_id, workload)) / named
+    return progress_file.path_for(job_dir(cfg.checkpoint_dir, job_id))
 
 
 def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: float,
                 start: float, rank: int, world: int, local_rank: int, rendezvous: dict,
-                gate: Any, gpu_mem: float = 0.0, workdir: str = "") -> dict[str, str]:
+                gate: Any, gpu_mem: float = 0.0, workdir: str = "",
+                progress: str = "") -> dict[str, str]:
     """The documented variables for one process of the job (see the module docstring)."""
     visible = ",".join(map(str, gpus))
     own = {
@@ -93,8 +114,8 @@ def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: flo
         "INTERLACE_TIME_SCALE": repr(cfg.time_scale), "INTERLACE_NODE": cfg.node,
         "INTERLACE_CLIENT_KEY": cfg.client_key or "",
         "INTERLACE_GPU_MEM_GB": repr(float(gpu_mem)),
-        "INTERLACE_PROGRESS_FILE": str(progress_file.path_for(job_dir(cfg.checkpoint_dir,
-                                                                      job_id))),
+        "INTERLACE_PROGRESS_FILE": progress or str(progress_file.path_for(
+            job_dir(cfg.checkpoint_dir, job_id))),
         "INTERLACE_WORKDIR": workdir,
     }
     torch_names = {"RANK": own["INTERLACE_RANK"], "WORLD_SIZE": own["INTERLACE_WORLD_SIZE"],
@@ -113,11 +134,9 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
     job_dir(cfg.checkpoint_dir, job_id).mkdir(parents=True, exist_ok=True)
     cfg.trainer_dir.mkdir(parents=True, exist_ok=True)
     ranks = len(gpus) if world > 1 else 1
+    workdir = workdir_of(cfg, job_id, workload)
     if workload.get("own_workdir"):
-        workdir = str(own_workdir(cfg.run_dir, job_id))
         Path(workdir).mkdir(parents=True, exist_ok=True)
-    else:
-        workdir = workload["workdir"] or os.getcwd()
     procs: list[subprocess.Popen] = []
     path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
     for i in range(ranks):
@@ -126,7 +145,8 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
                    PYTHONPATH=path,  # trainer.api of this very checkout
                    **environment(cfg, job_id, mine, workload["iterations"], start, rank + i,
                                  world, i, rendezvous, gate if i == 0 else None,
-                                 workload.get("gpu_mem_gb", 0.0), workdir))
+                                 workload.get("gpu_mem_gb", 0.0), workdir,
+                                 str(progress_path(cfg, job_id, workload))))
         with joblog.open_output(cfg.trainer_dir, job_id, rank + i if world > 1 else None,
                                 start, cfg.node) as err:
             try:  # own session, as for the packaged trainers: the agent alone signals it

@@ -51,6 +51,9 @@ class JobRecord:
     max_restarts: int | None = None
     # a command run in a directory of its own on its node (RUN/jobs/job-<id>), not `workdir`
     own_workdir: bool = False
+    # where a command writes its progress (a path in its working directory, or absolute);
+    # "": the agent's default file (INTERLACE_PROGRESS_FILE)
+    progress_file: str = ""
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -81,6 +84,8 @@ def record_to_map(record: JobRecord) -> dict[str, Any]:
         del out["max_restarts"]
     if not record.own_workdir:
         del out["own_workdir"]
+    if not record.progress_file:
+        del out["progress_file"]
     return out
 
 

@@ -325,6 +325,7 @@ class Handlers:
 
 MAX_COMMAND_ARGS = 256
 MAX_COMMAND_CHARS = 16_384  # the whole argv, with the work dir; a job record must fit a frame
+MAX_PATH_CHARS = 1024  # a progress file's path
 
 
 def command_problem(record: JobRecord) -> str | None:
@@ -334,9 +335,14 @@ def command_problem(record: JobRecord) -> str | None:
         return "command must be a list of strings and workdir a string"
     if not isinstance(record.own_workdir, bool):
         return "own_workdir must be true or false"
+    progress = record.progress_file
+    if not isinstance(progress, str) or len(progress) > MAX_PATH_CHARS or "\0" in progress:
+        return f"progress_file must be a path of at most {MAX_PATH_CHARS} characters"
     if not command:
         if record.own_workdir:
             return "own_workdir needs a command"
+        if progress:
+            return "progress_file needs a command"
         return "a workdir needs a command" if workdir else None
     if not all(isinstance(a, str) for a in command) or not command[0]:
         return "command must be a non-empty list of strings"

@@ -48,7 +48,8 @@ class Launcher:
                 jobs[j].record.command for j in want.group if j in jobs)
             return {"kind": "command", "iterations": job.record.iterations,
                     "argv": list(job.record.command), "workdir": job.record.workdir,
-                    "turns": turns, "own_workdir": job.record.own_workdir}
+                    "turns": turns, "own_workdir": job.record.own_workdir,
+                    "progress_file": job.record.progress_file}
         if opt.workload == "torch":
             return {"kind": "torch", "iterations": job.record.iterations, "model": job.model,
                     "batch_size": 0, "config": dict(opt.torch_config),

@@ -85,7 +85,8 @@ def make_record(args: argparse.Namespace, job_id: int, command: Sequence[str],
                      gpu_mem_gb=float(args.gpu_mem), gpu_types=tuple(args.gpu_type),
                      tenant=args.tenant, priority_class=args.priority_class,
                      max_restarts=None if args.max_restarts is None else int(args.max_restarts),
-                     own_workdir=bool(command) and args.own_workdir)
+                     own_workdir=bool(command) and args.own_workdir,
+                     progress_file=args.progress_file if command else "")
 
 
 def _connect(prog: str, args: argparse.Namespace) -> tuple[Any, Any]:
@@ -181,6 +182,11 @@ def _submit_parser() -> argparse.ArgumentParser:
                    help="run the command in a fresh directory of its own, RUN/jobs/job-<id> "
                         "on its node, kept across its relaunches (default: this directory); "
                         "name your files by absolute paths then")
+    p.add_argument("--progress-file", default="", metavar="PATH",
+                   help="the file the command writes its iterations done to (a number a "
+                        "line, the last one counting), in its working directory or absolute; "
+                        "the agent reads it as the job's progress (default: the file named by "
+                        "INTERLACE_PROGRESS_FILE)")
     _common(p)
     return p
 
@@ -223,10 +229,12 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
     parser = _submit_parser()
 
     def check(args: argparse.Namespace) -> int | None:
-        if not command and args.own_workdir:
-            print("interlace-submit: --own-workdir: only for a command (after `--`)",
-                  file=sys.stderr)
-            return 2
+        for option, given in (("--own-workdir", args.own_workdir),
+                              ("--progress-file", args.progress_file)):
+            if given and not command:
+                print(f"interlace-submit: {option}: only for a command (after `--`)",
+                      file=sys.stderr)
+                return 2
         relative = _relative_paths(command) if args.own_workdir else []
         if relative:
             print(f"interlace-submit: --own-workdir: {relative[0]} is relative to this "

@@ -2,6 +2,7 @@
 as the job's iterations, and what it never trusts."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 from pathlib import Path
@@ -81,3 +82,36 @@ def test_the_agent_takes_the_file_where_it_is_ahead_and_logs_bad_content_once(tm
     assert table.iterations(job) == 45.0 and len(log.records) == 2
     assert not math.isnan(table.iterations(_job(None, start=3.0)))
     assert table.iterations(_job(None, start=3.0)) == 45.0  # no file for a packaged job
+
+
+def test_the_file_a_command_was_submitted_with_is_read_in_its_working_directory(tmp_path):
+    """`interlace-submit --progress-file PATH`: relative to where the command runs (its own
+    directory with --own-workdir), an absolute one as it is; without it, the job's own file
+    (INTERLACE_PROGRESS_FILE). Whatever the agent reads, the program is told."""
+    from node_agent import user_command
+    from scheduler.live.handlers import command_problem
+    from traces.record import JobRecord
+
+    cfg = AgentConfig(node="n0", gpus=(0,), cpus=1, mem=1.0, endpoints_file="/e.json",
+                      run_dir=tmp_path)
+    w = {"kind": "command", "iterations": 10, "argv": ["x"], "workdir": "/submitted"}
+    assert user_command.progress_path(cfg, 7, dict(w, progress_file="done.txt")) == \
+        Path("/submitted/done.txt")
+    assert user_command.progress_path(cfg, 7, dict(w, progress_file="done.txt",
+                                                    own_workdir=True)) == \
+        tmp_path / "jobs" / "job-7" / "done.txt"
+    assert user_command.progress_path(cfg, 7, dict(w, progress_file="/abs/p")) == Path("/abs/p")
+    default = user_command.progress_path(cfg, 7, w)
+    assert default == progress_file.path_for(user_command.job_dir(cfg.checkpoint_dir, 7))
+    env = user_command.environment(cfg, 7, (0,), 10.0, 0.0, 0, 1, 0, {}, None,
+                                   progress="/abs/p")
+    assert env["INTERLACE_PROGRESS_FILE"] == "/abs/p"
+    base = JobRecord(job_id=1, num_gpu=1, submit_time=0.0, iterations=10, model_name="m",
+                     batch_size=1, duration=1.0, interval=0.0, iteration_time=0.1,
+                     stage_times=(0.1, 0.0, 0.0))
+    assert command_problem(dataclasses.replace(base, progress_file="p")) == \
+        "progress_file needs a command"
+    assert "at most 1024" in command_problem(dataclasses.replace(
+        base, command=("x",), progress_file="p" * 2000))
+    with pytest.raises(Exception, match="progress_file"):
+        user_command.check(dict(w, workdir="", progress_file="p" * 2000))

@@ -119,10 +119,11 @@ def test_a_plain_epoch_script_reports_progress_resumes_mid_epoch_and_is_cancelle
         ep = str(cluster.endpoints_file)
         # 12 epochs of 25 batches: one iteration is one batch
         assert submit_main(["--endpoints", ep, "--gpus", "1", "--iterations", "300",
-                            "--job-id", "1", "--own-workdir", "--", sys.executable, SCRIPT,
-                            "--epochs", "12", "--batches", "25", "--sleep", "0.1"]) == 0
+                            "--job-id", "1", "--own-workdir", "--progress-file", "done.txt",
+                            "--", sys.executable, SCRIPT, "--epochs", "12", "--batches", "25",
+                            "--sleep", "0.1", "--progress", "done.txt"]) == 0
         workdir = cluster.run_dir / "jobs" / "job-1"
-        progress = cluster.run_dir / "checkpoints" / "job-1" / "progress"
+        progress = workdir / "done.txt"  # --progress-file: in its working directory
         seen: list[float] = []
 
         def grown() -> bool:

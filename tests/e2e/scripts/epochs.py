@@ -1,11 +1,12 @@
 """An epoch-based plain script, as users write them: no trainer/api.py, its own checkpoint.
 
-    python epochs.py --epochs E --batches B [--sleep S] [--no-progress]
+    python epochs.py --epochs E --batches B [--sleep S] [--progress PATH | --no-progress]
 
 Submitted with `--iterations E*B`: one iteration is one batch. Each batch "trains" (sleeps S
 seconds), then rank 0 saves (epoch, batch) to state.json in its working directory (written
-and renamed, so a kill never leaves half a file) and appends the batches done to
-$INTERLACE_PROGRESS_FILE (unless --no-progress). A start that finds state.json resumes
+and renamed, so a kill never leaves half a file) and appends the batches done to PATH (the
+file `interlace-submit --progress-file PATH` names; default $INTERLACE_PROGRESS_FILE; none
+with --no-progress). A start that finds state.json resumes
 mid-epoch from it and says so. SIGTERM kills it (the default), as it would most scripts.
 Used by tests/e2e/test_logs_live.py.
 """
@@ -19,12 +20,13 @@ p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, required=True)
 p.add_argument("--batches", type=int, required=True)
 p.add_argument("--sleep", type=float, default=0.05)
+p.add_argument("--progress", default=os.environ.get("INTERLACE_PROGRESS_FILE"))
 p.add_argument("--no-progress", action="store_true")
 args = p.parse_args()
 
 rank = int(os.environ.get("INTERLACE_RANK", "0"))
 state = Path("state.json")
-progress = os.environ.get("INTERLACE_PROGRESS_FILE") if not args.no_progress else None
+progress = args.progress if not args.no_progress else None
 epoch, batch = 0, 0
 if state.exists():
     saved = json.loads(state.read_text())
