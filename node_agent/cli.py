@@ -47,6 +47,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--heartbeat", type=seconds, default=0.5, help="seconds between heartbeats")
     p.add_argument("--report-every", type=seconds, default=0.2,
                    help="trainers' wall seconds between telemetry/checkpoints")
+    p.add_argument("--lease", type=seconds, default=6.0, metavar="S",
+                   help="seconds its trainers go on without the scheduler hearing this agent, "
+                        "then stop with a checkpoint (the scheduler's registration reply "
+                        "sets it: below its --agent-timeout)")
     p.add_argument("--stop-timeout", type=seconds, default=10.0,
                    help="seconds a trainer gets to checkpoint after SIGTERM before SIGKILL")
     p.add_argument("--address", default="127.0.0.1",
@@ -77,7 +81,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                       endpoints_file=str(Path(a.endpoints).resolve()),
                       run_dir=Path(a.run_dir).resolve(), time_scale=a.time_scale,
                       heartbeat=a.heartbeat, report_every=a.report_every,
-                      stop_timeout=a.stop_timeout, address=a.address,
+                      stop_timeout=a.stop_timeout, address=a.address, lease=a.lease,
                       wait_endpoints=a.wait_endpoints,
                       metrics=a.metrics, metrics_key=a.metrics_key,
                       metrics_insecure=a.metrics_insecure,

@@ -32,6 +32,9 @@ class AgentConfig:
     # and its threads at whether to stop: a trainer that exits by itself is reported this late
     # at most (a stop's end at once)
     tick: float = 0.05
+    # how long its trainers may go on unheard (node_agent/lease.py), until the scheduler
+    # says otherwise at registration
+    lease: float = 6.0
 
     @property
     def name(self) -> str:
@@ -44,3 +47,7 @@ class AgentConfig:
     @property
     def trainer_dir(self) -> Path:
         return self.run_dir / "trainers"
+
+    @property
+    def lease_file(self) -> Path:
+        return self.run_dir / f"lease-{self.node}"

@@ -46,7 +46,8 @@ def spawn(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], workload: dict, 
               cfg.node, "--endpoints", cfg.endpoints_file, "--checkpoint-dir",
               str(cfg.checkpoint_dir), "--iterations", repr(workload["iterations"]),
               "--time-scale", repr(cfg.time_scale), "--report-every", repr(cfg.report_every),
-              "--start-iteration", repr(start), "--run-dir", str(cfg.run_dir)]
+              "--start-iteration", repr(start), "--run-dir", str(cfg.run_dir),
+              "--lease-file", str(cfg.lease_file)]
     common += ["--client-key", cfg.client_key] if cfg.client_key else []
     if workload.get("gpu_mem_gb"):  # declared: the emulated trainer reports it
         common += ["--gpu-mem", repr(workload["gpu_mem_gb"])]

@@ -11,6 +11,7 @@ from typing import Any
 from broker.messages import MessageError
 from node_agent.config import AgentConfig
 from node_agent.jobs import JobTable
+from node_agent.lease import Lease
 
 TRANSIENT_CODES = frozenset({"no_service"})  # the broker, not the scheduler, said no: try again
 
@@ -36,11 +37,17 @@ class Link:
         self.next_heartbeat = 0.0
         self.retry_at = 0.0
         self._complaint: str | None = None  # last failure logged, so a long outage logs once
+        # renewed at every answer: the scheduler heard this agent then
+        self.lease = Lease(cfg.lease_file, cfg.lease)
+        self.reply: dict[str, Any] = {}  # the last answer's body
 
     def _send(self, type_: str, **fields: Any) -> str:
         """One request: "ok", "retry" (not heard, or we must register first) or "refused"."""
         try:
-            self.req.request("scheduler", type_, **fields)
+            reply = self.req.request("scheduler", type_, **fields)
+            self.lease.renew()
+            body = reply.get("body")
+            self.reply = body if isinstance(body, dict) else {}
             if self._complaint is not None:
                 self.log.info("scheduler_reachable", after=self._complaint)
                 self._complaint = None
@@ -95,9 +102,14 @@ class Link:
         outcome = self._send("agent.register", node=self.cfg.node, gpus=list(self.cfg.gpus),
                              cpus=self.cfg.cpus, mem=self.cfg.mem, **told, **beat)
         if outcome == "ok":
+            told_lease = self.reply.get("lease_s")
+            if isinstance(told_lease, (int, float)) and 0 < told_lease < self.lease.seconds:
+                self.lease.seconds = float(told_lease)
+                self.lease.renew()
             self.registered = True
             self.next_heartbeat = time.monotonic() + self.cfg.heartbeat
-            self.log.info("registered", gpus=list(self.cfg.gpus), **told)
+            self.log.info("registered", gpus=list(self.cfg.gpus), lease=self.lease.seconds,
+                          **told)
         return self.registered
 
     def deliver(self, once: bool = False) -> bool:

@@ -117,6 +117,7 @@ def environment(cfg: AgentConfig, job_id: int, gpus: tuple[int, ...], total: flo
         "INTERLACE_PROGRESS_FILE": progress or str(progress_file.path_for(
             job_dir(cfg.checkpoint_dir, job_id))),
         "INTERLACE_WORKDIR": workdir,
+        "INTERLACE_LEASE_FILE": str(cfg.lease_file),
     }
     torch_names = {"RANK": own["INTERLACE_RANK"], "WORLD_SIZE": own["INTERLACE_WORLD_SIZE"],
                    "LOCAL_RANK": own["INTERLACE_LOCAL_RANK"], "CUDA_VISIBLE_DEVICES": visible}

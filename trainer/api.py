@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from trainer import checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_STOPPED
 from trainer.gate_client import connect
+from trainer.lease import LeaseWatch
 from trainer.ledger import Ledger
 from trainer.reporting import FIRST_REPORT_AFTER, Profile, Reporter  # noqa: F401  (public)
 from trainer.stages import STAGES
@@ -89,6 +90,7 @@ class Setup:
     ledger: Path | None = None
     launch: str = ""
     gpu_mem_gb: float = 0.0  # GPU memory the job declared (GB per GPU; 0: none)
+    lease: Path | None = None  # the agent's lease file (trainer/lease.py; None: no fencing)
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> "Setup":
@@ -111,7 +113,9 @@ class Setup:
                    endpoints=(env.get("INTERLACE_ENDPOINTS") or None) if managed else None,
                    client_key=env.get("INTERLACE_CLIENT_KEY") or None,
                    ledger=Path(env["INTERLACE_LEDGER"]) if env.get("INTERLACE_LEDGER") else None,
-                   launch=launch, gpu_mem_gb=float(env.get("INTERLACE_GPU_MEM_GB") or 0.0))
+                   launch=launch, gpu_mem_gb=float(env.get("INTERLACE_GPU_MEM_GB") or 0.0),
+                   lease=Path(env["INTERLACE_LEASE_FILE"])
+                   if managed and env.get("INTERLACE_LEASE_FILE") else None)
 
 
 class Autosave:
@@ -174,6 +178,8 @@ class Job:
         self._outcome: str | None = None  # "stopped" or "finished", once decided
         self._within = False  # inside `with job:`: the ledger's end waits for its end
         self.gate = connect(setup.gate, setup.job_id)
+        self._lease = LeaseWatch(setup.lease if setup.managed else None)
+        self._log = log
         self._reporter = Reporter(self._telemetry(log), setup.time_scale, self.report_every,
                                   self.clock())
         if setup.gpu_mem_gb > 0:  # what it declared, until something measures it
@@ -240,8 +246,25 @@ class Job:
         self._duties(self.clock())
 
     def should_stop(self) -> bool:
-        """True once the scheduler asked this job to stop (SIGTERM) or the agent is gone."""
-        return self._stop.is_set() or self.orphaned
+        """True once the scheduler asked this job to stop (SIGTERM), the agent is gone, or
+        its lease ran out (fenced: the scheduler may run the job elsewhere by now)."""
+        return self._stop.is_set() or self.orphaned or self.fenced
+
+    @property
+    def fenced(self) -> bool:
+        """The agent's lease ran out: the scheduler has not heard it for so long that it may
+        have run this job elsewhere (node_agent/lease.py). Said once in the log."""
+        if self._lease.fenced:
+            return True
+        if not self._lease.expired():
+            return False
+        log = self._log
+        if log is None:
+            import structlog
+            log = structlog.get_logger("trainer.api").bind(job=self.id)
+        log.warning("trainer_fenced", job=self.id, lease=str(self._lease.path),
+                    position=self.position)
+        return True
 
     @property
     def orphaned(self) -> bool:

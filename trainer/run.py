@@ -62,6 +62,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--start-iteration", type=float, default=0.0,
                    help="iterations already done per the scheduler; the checkpoint wins if ahead")
     p.add_argument("--run-dir", default=None, help="write JSON logs to RUN_DIR/trainer-<job>.log")
+    p.add_argument("--lease-file", default=None,
+                   help="the agent's lease (node_agent/lease.py): stop once it has run out")
     p.add_argument("--pace-file", default=None,
                    help="emulated: a file the agent replaces with a new iteration time when the "
                         "job is regrouped on its GPUs (trainer/pace.py); read between chunks")
@@ -144,7 +146,8 @@ def job_for(args: argparse.Namespace, stop: StopFlag, parent: int, log: Any) -> 
         client_key=args.client_key,
         ledger=ledger_path(args.run_dir, args.node) if args.run_dir else None,
         launch=f"{args.master_addr}:{args.master_port}" if args.world_size > 1 else "",
-        gpu_mem_gb=max(0.0, args.gpu_mem))
+        gpu_mem_gb=max(0.0, args.gpu_mem),
+        lease=Path(args.lease_file) if args.lease_file else None)
     return Job(setup=setup, store=TorchStore(args.checkpoint_dir, args.job_id) if torch else None,
                stop=stop, parent=parent, report_every=args.report_every, handle_sigterm=False,
                started=process_started() if torch else None, log=log)

@@ -129,7 +129,10 @@ class Handlers:
         state.journal.log_event("agent_registered", now, node=name,
                                 detail={"gpus": list(gpus), "strays": strays, "lost": lost})
         state.rounds.wake("agent")
-        return {"registered": True, "node": name, "strays": strays}
+        # its trainers stop by themselves after this long unheard: before this scheduler
+        # declares the agent dead and runs their jobs elsewhere
+        return {"registered": True, "node": name, "strays": strays,
+                "lease_s": round(LEASE_SHARE * state.opt.agent_timeout, 3)}
 
     def _check_node_shape(self, name: str, index: int, gpus: int, gpu_mem: float,
                           gpu_type: str) -> None:
@@ -323,6 +326,7 @@ class Handlers:
     })
 
 
+LEASE_SHARE = 0.6  # of --agent-timeout: an agent's lease (node_agent/lease.py)
 MAX_COMMAND_ARGS = 256
 MAX_COMMAND_CHARS = 16_384  # the whole argv, with the work dir; a job record must fit a frame
 MAX_PATH_CHARS = 1024  # a progress file's path

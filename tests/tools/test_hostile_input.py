@@ -36,6 +36,7 @@ ENTRY = {  # console script -> module:function (setup.cfg's entry points)
     "interlace-tail": "scheduler.tools.tail:main",
     "interlace-slurm": "scheduler.tools.slurm.cli:main",
     "interlace-spec": "specs.cli:main",
+    "interlace-logs": "scheduler.tools.logs:main",
 }
 # runs an entry point as its console script does; reports its peak memory (KB) at exit on
 # the descriptor HOSTILE_FD (VmHWM: this program's own; getrusage's maxrss would keep the
@@ -408,6 +409,8 @@ TOOLS = {
                          ["JOB", "--timeout", "--retries"], ["--endpoints", "--client-key"]),
     "interlace-cancel": ("scheduler.tools.jobs:cancel_main", [*BROKER, "--", "JOB"],
                          ["JOB", "--timeout", "--retries"], ["--endpoints", "--client-key"]),
+    "interlace-logs": ("scheduler.tools.logs:main", ["--run-dir", "RUN", "--", "JOB"], ["JOB"],
+                       ["RUN"]),
     "interlace-slurm run": ("scheduler.tools.slurm.cli:main", ["run"],
                             ["--time-scale", "--gpus-per-node", "--stop-timeout"], []),
     "interlace-slurm agent": ("scheduler.tools.slurm.cli:main",
