@@ -10,6 +10,7 @@ import itertools
 import math
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -257,10 +258,12 @@ class Message:
 
 
 class IdSource:
-    """Unique message ids per sender: pid, start time and a counter (no shared state)."""
+    """Unique message ids per sender: a random part per source and a counter (no shared
+    state). Random, not the pid and the time: two sources made in one millisecond by threads
+    of one process had the same ids, and a service answered one the other's cached reply."""
 
     def __init__(self, sender: str):
-        self._prefix = f"{sender}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+        self._prefix = f"{sender}-{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._count = itertools.count(1)
 
     def __call__(self) -> str:
