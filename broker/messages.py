@@ -92,8 +92,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 # So every number that senders measure or count is checked here, where it enters, against
 # bounds no honest sender comes near. A violation is a MessageError("bad_value").
 # times, iterations, ids, an agent's CPUs and memory: specs.limits, shared with the traces
-from specs.limits import (MAX_CPUS, MAX_GPU_MEM_GB, MAX_ID, MAX_ITERATIONS, MAX_MEM,  # noqa: E402
-                          MAX_SECONDS)
+from specs.limits import (MAX_CPUS, MAX_ENVELOPE_ID_CHARS, MAX_GPU_MEM_GB,  # noqa: E402
+                          MAX_ID, MAX_ITERATIONS, MAX_MEM, MAX_SECONDS, MAX_SENDER_CHARS)
 from specs.pools import NAME  # noqa: E402  (pool names and GPU types)
 MAX_GPU_ID = 65_535  # a device index an agent may announce
 MAX_STAGES = 16  # stage names in one timing map (real trainers send 3 or 4)
@@ -321,6 +321,10 @@ def _validate(raw: Mapping[str, Any]) -> None:
             raise MessageError("missing_field", f"envelope field {name!r} is missing", msg_id)
         if not _is(raw[name], types):
             raise MessageError("bad_field", f"{name!r} must be {_names(types)}", msg_id)
+    for name, most in (("id", MAX_ENVELOPE_ID_CHARS), ("sender", MAX_SENDER_CHARS)):
+        if len(raw[name]) > most:  # an id is remembered, a sender logged: both bounded
+            raise MessageError("bad_value", f"{name!r} is {len(raw[name])} characters long, "
+                                            f"at most {most}")
     if raw["v"] != VERSION:
         raise MessageError("bad_version", f"version {raw['v']} is not supported (want {VERSION})", msg_id)
     spec = SCHEMA.get(raw["type"])

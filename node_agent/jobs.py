@@ -21,6 +21,7 @@ from typing import Any
 from node_agent import launcher
 from node_agent.config import AgentConfig
 from node_agent.gates import Gates
+from specs.limits import MAX_DETAIL_CHARS
 from trainer import checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_OOM, EXIT_STOPPED
 
@@ -110,7 +111,8 @@ class JobTable:
         lines = tail.splitlines()
         if rc > 0:
             detail += ": " + lines[-1][-300:]
-        return detail + "\n" + "\n".join(lines[-launcher.OUTPUT_LINES:])
+        # within what the scheduler takes: a report it refused would be retried for ever
+        return (detail + "\n" + "\n".join(lines[-launcher.OUTPUT_LINES:]))[:MAX_DETAIL_CHARS]
 
     def running(self) -> list[dict[str, Any]]:
         return self.snapshot(reported=False)["running"]

@@ -36,6 +36,7 @@ from typing import Any
 
 from broker.refusal import Refusal
 from node_agent.config import AgentConfig
+from specs.limits import MAX_COMMAND_ARGS, MAX_COMMAND_CHARS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # trainer.api of this very checkout
 
@@ -56,6 +57,9 @@ def check(w: dict) -> dict[str, Any]:
                                       f"{err!r}") from None
     if not argv or not argv[0] or not total > 0:
         raise Refusal("bad_workload", f"need a non-empty argv and iterations > 0, got {w!r}")
+    if len(argv) > MAX_COMMAND_ARGS or sum(map(len, argv)) + len(workdir) > MAX_COMMAND_CHARS:
+        raise Refusal("bad_workload", f"argv too long (at most {MAX_COMMAND_ARGS} arguments, "
+                                      f"{MAX_COMMAND_CHARS} characters with the work dir)")
     if workdir and not Path(workdir).is_dir():
         raise Refusal("bad_workload", f"work dir {workdir!r} does not exist on this node")
     return {"kind": "command", "iterations": total, "argv": argv, "workdir": workdir,

@@ -13,7 +13,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from broker.refusal import Refusal, all_ints, running_list
+from broker.refusal import Refusal, all_ints, bounded_strings, running_list
 from scheduler.events import NodeOnline
 from scheduler.live.access import caller_of, own_max_job_id, owns, submit_as, taken_from_other
 from scheduler.live.failures import split_report
@@ -22,6 +22,8 @@ from scheduler.live.ledger import node_name
 from scheduler.live.lifecycle import STOPPING
 from scheduler.live.state import LiveState
 from scheduler.live import status
+from specs.limits import (MAX_COMMAND_ARGS, MAX_COMMAND_CHARS, MAX_DETAIL_CHARS,
+                          MAX_PATH_CHARS)
 from traces.record import JobRecord, record_from_map
 from traces.validate import validate
 
@@ -43,6 +45,7 @@ class Handlers:
         if handler is None:
             raise Refusal("unsupported", f"the scheduler does not handle {msg.type!r}")
         caller_of(self.tenancy, msg)  # forbidden: a key that may not send this kind
+        bounded_strings(msg.fields, STRING_LIMITS)  # before anything is read, logged or kept
         if handler is Handlers.on_submit:  # journals first, then takes the lock
             return handler(self, msg)
         with self.state.lock:
@@ -323,8 +326,10 @@ class Handlers:
     })
 
 
-MAX_COMMAND_ARGS = 256
-MAX_COMMAND_CHARS = 16_384  # the whole argv, with the work dir; a job record must fit a frame
+# the strings of a request that may be longer than a name (specs.limits.MAX_NAME_CHARS)
+STRING_LIMITS = MappingProxyType({"job.workdir": MAX_PATH_CHARS,
+                                  "job.command[]": MAX_COMMAND_CHARS,
+                                  "detail": MAX_DETAIL_CHARS})
 
 
 def command_problem(record: JobRecord) -> str | None:

@@ -5,6 +5,7 @@ checkpoint records edited on disk. docs/security.md says what each defends."""
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -27,6 +28,15 @@ def _control(tmp_path: Path, name: str = "run", **options) -> LiveCluster:
     cluster.start_scheduler()
     wait_for(lambda: cluster.status() is not None, 60, "the scheduler to answer")
     return cluster
+
+
+def _stop(cluster: LiveCluster) -> None:
+    """Agents first, the broker last: an agent's last reports then find the scheduler, not
+    retries into a broker that is gone."""
+    for name in sorted(cluster.procs, key=lambda n: ["agent", "scheduler"].index(n.split("-")[0])
+                       if n.split("-")[0] in ("agent", "scheduler") else 2):
+        cluster.kill(name, signal.SIGTERM)
+    cluster.stop_all()
 
 
 def _journaled(run_dir: Path) -> list[tuple[int, dict]]:
@@ -107,4 +117,79 @@ def test_concurrent_submits_from_threads_of_one_process_are_each_journaled_once(
             second.close()
         assert len(_journaled(cluster.run_dir)) == THREADS + 1
     finally:
-        cluster.stop_all()
+        _stop(cluster)
+
+
+# -- bounded strings ----------------------------------------------------------------------------
+def _refused(requester, service: str, type_: str, **fields) -> RequestFailed:
+    with pytest.raises(RequestFailed) as refused:
+        requester.request(service, type_, **fields)
+    return refused.value
+
+
+def test_over_long_strings_are_refused_naming_the_field_and_nothing_is_journaled(tmp_path):
+    cluster = _control(tmp_path)
+    try:
+        cluster.start_agent(0)
+        wait_for(lambda: cluster._online() == 1, 60, "the agent to register")
+        requester = cluster.requester("long", timeout=5.0, retries=1)
+        base = job_map(job(1))
+        command = {**base, "command": ["/bin/true"], "workdir": "/tmp"}
+        try:
+            cases = [
+                ("job.model_name", 256, {**base, "model_name": "m" * 250_000}),
+                ("job.tenant", 256, {**base, "tenant": "t" * 1000}),
+                ("job.workdir", 4096, {**command, "workdir": "/" + "d" * 5000}),
+                ("job.command[1]", 16384, {**command, "command": ["/bin/echo", "a" * 20_000]}),
+                ("a key of job", 256, {**base, "k" * 300: 1}),
+            ]
+            for field, limit, record in cases:
+                err = _refused(requester, "scheduler", "job.submit", job=record)
+                assert err.code == "bad_request", (field, err)
+                assert err.reason.startswith(f"{field} is ") and \
+                    err.reason.endswith(f"characters long, at most {limit}"), err.reason
+                assert "\n" not in err.reason and len(err.reason) < 200
+            err = _refused(requester, "scheduler", "agent.register", node="n" * 300,
+                           gpus=[0], cpus=1, mem=1.0)
+            assert (err.code, err.reason) == ("bad_request",
+                                              "node is 300 characters long, at most 256")
+            err = _refused(requester, "scheduler", "job.finished", job_id=1, node="n0",
+                           iterations=1.0, ok=False, detail="x" * 20_000)
+            assert err.reason == "detail is 20000 characters long, at most 16384"
+            err = _refused(requester, "scheduler", "status.query", what="w" * 1000)
+            assert err.reason == "what is 1000 characters long, at most 256"
+            # the agent bounds what it is ordered to run by the same rule
+            err = _refused(requester, "agent.n0", "job.launch", job_id=7, gpus=[0], group=[7],
+                           slot=0, start_iteration=0.0,
+                           workload={"kind": "command", "iterations": 10.0,
+                                     "argv": ["/bin/echo", "a" * 20_000], "workdir": "/tmp"})
+            assert (err.code, err.reason) == (
+                "bad_request", "workload.argv[1] is 20000 characters long, at most 16384")
+            # a job within every bound is taken
+            ok = requester.request("scheduler", "job.submit",
+                                   job={**base, "model_name": "m" * 256, "job_id": 2})
+            assert ok["body"]["accepted"]
+        finally:
+            requester.close()
+        assert [j for j, _ in _journaled(cluster.run_dir)] == [2]
+        # the refusals are logged once each, cut short, never the strings themselves
+        logs = sum(p.stat().st_size for p in cluster.run_dir.glob("*.log"))
+        assert logs < 100_000, logs
+    finally:
+        _stop(cluster)
+
+
+def test_an_envelope_id_or_sender_past_its_bound_is_not_a_message():
+    """A service remembers each request's id to answer its retries: an id of 200 KB, 10,000
+    times over, would be 2 GB of cache."""
+    import msgpack
+
+    from broker.messages import MessageError, decode
+
+    for field, value in (("id", "i" * 257), ("sender", "s" * 129)):
+        raw = {"type": "status.query", "v": 1, "id": "ok-1", "sender": "ok", "ts": 1.0,
+               field: value}
+        with pytest.raises(MessageError) as bad:
+            decode(msgpack.packb(raw))
+        assert bad.value.code == "bad_value" and f"'{field}' is {len(value)} characters" \
+            in bad.value.reason
