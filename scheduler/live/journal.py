@@ -25,6 +25,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
@@ -101,6 +102,75 @@ class JournalError(Exception):
     """The journal cannot be used (wrong schema version, an event for an unknown job)."""
 
 
+class JournalLost(JournalError):
+    """A journal was made here and is now empty, missing, unreadable or another one: its
+    history would be lost in silence if a new one were started over it."""
+
+
+def marker_path(path: str | os.PathLike[str]) -> str:
+    """The file beside a journal that names it (`journal.db.id`): written when the journal
+    is made, so a journal later truncated, deleted or swapped is told from a new one."""
+    return os.fspath(path) + ".id"
+
+
+def _read_marker(path: str) -> str | None:
+    try:
+        with open(marker_path(path), encoding="ascii", errors="replace") as handle:
+            return handle.read(200).strip() or "?"
+    except FileNotFoundError:
+        return None
+
+
+def _write_marker(path: str, journal_id: str) -> None:
+    """Write the marker whole (a temporary file renamed) and durably."""
+    marker = marker_path(path)
+    temp = f"{marker}.tmp"
+    with open(temp, "w", encoding="ascii") as handle:
+        handle.write(journal_id + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, marker)
+    folder = os.open(os.path.dirname(os.path.abspath(marker)), os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def lost(path: str | os.PathLike[str]) -> str | None:
+    """Why the journal at `path` is lost (one line naming it), or None: its marker says a
+    journal was made here, and the file is missing or empty (`truncate -s 0`). An unreadable
+    or swapped one is found when it is opened (`Journal`)."""
+    path = os.fspath(path)
+    made = _read_marker(path)
+    if made is None:
+        return None
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return _lost_line(path, made, "is missing")
+    return _lost_line(path, made, "is empty") if size == 0 else None
+
+
+def _lost_line(path: str, made: str, what: str) -> str:
+    return (f"{path} {what}, but {marker_path(path)} says journal {made[:40]} was kept "
+            "there: its jobs would be forgotten; restore it, or start afresh with "
+            "--fresh-journal")
+
+
+def set_aside(path: str | os.PathLike[str]) -> list[str]:
+    """Move a lost journal, its write-ahead files and its marker to `NAME.lost-TIME...`, so a
+    fresh one can start with nothing destroyed; the paths moved to."""
+    path = os.fspath(path)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    moved = []
+    for name in (path, f"{path}-wal", f"{path}-shm", marker_path(path)):
+        if os.path.exists(name):
+            os.replace(name, f"{name}.lost-{stamp}")
+            moved.append(f"{name}.lost-{stamp}")
+    return moved
+
+
 class Entry(NamedTuple):
     """One journaled job; unpacks as (record, iterations_done, ...)."""
 
@@ -125,10 +195,27 @@ class Journal:
         self._lock = threading.Lock()
         self._durable = True  # the connection's synchronous setting: FULL (True) or NORMAL
         self._unsynced = False  # the last commit did not wait for the disk
+        why = lost(self.path)  # before SQLite makes a new journal of the empty file
+        if why:
+            raise JournalLost(why)
+        made = _read_marker(self.path)
         # autocommit mode; every change runs in an explicit BEGIN IMMEDIATE ... COMMIT
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        try:
+            self._open(made)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self, made: str | None) -> None:
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as err:  # not SQLite (garbage, or another file)
+            if made is not None:
+                raise JournalLost(_lost_line(self.path, made, f"is unreadable ({err})")) \
+                    from None
+            raise
         self._db.execute("PRAGMA synchronous=FULL")
         with self._tx() as db:
             has_meta = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' "
@@ -150,6 +237,15 @@ class Journal:
                 self._script(db, _SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                        (str(SCHEMA_VERSION),))
+            row = db.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()
+            if made is not None and (row is None or row[0] != made):
+                raise JournalLost(_lost_line(
+                    self.path, made, "is another journal" if row else "was made again"))
+            self.journal_id = row[0] if row else uuid.uuid4().hex
+            if row is None:  # made now, or by a version before markers: named from now on
+                db.execute("INSERT INTO meta VALUES ('journal_id', ?)", (self.journal_id,))
+        if made is None:
+            _write_marker(self.path, self.journal_id)
 
     @staticmethod
     def _script(db: sqlite3.Connection, script: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from broker.client import RequestFailed
 from tests.helpers import job
-from tests.live_system import ROOT, LiveCluster, _env, wait_for, write_spec
+from tests.live_system import ROOT, LiveCluster, _env, log_records, wait_for, write_spec
 from traces.feeder import job_map
 
 
@@ -193,3 +193,50 @@ def test_an_envelope_id_or_sender_past_its_bound_is_not_a_message():
             decode(msgpack.packb(raw))
         assert bad.value.code == "bad_value" and f"'{field}' is {len(value)} characters" \
             in bad.value.reason
+
+
+# -- a journal emptied under a run dir -----------------------------------------------------------
+def _restart_scheduler(cluster: LiveCluster) -> tuple[subprocess.Popen, Path, int]:
+    """The scheduler started again: its process, its stderr file and where this start's
+    output begins in it."""
+    stderr = cluster.run_dir / "scheduler.stderr"
+    at = stderr.stat().st_size if stderr.exists() else 0
+    cluster.start_scheduler()
+    return cluster.procs["scheduler"], stderr, at
+
+
+def test_a_truncated_journal_stops_the_scheduler_unless_it_is_told_to_start_afresh(tmp_path):
+    cluster = _control(tmp_path)
+    journal = cluster.run_dir / "journal.db"
+    try:
+        requester = cluster.requester("t", timeout=5.0, retries=1)
+        try:
+            assert requester.request("scheduler", "job.submit",
+                                     job=job_map(job(1, iterations=10**6)))["body"]["accepted"]
+        finally:
+            requester.close()
+        cluster.kill("scheduler", signal.SIGTERM)
+        subprocess.run(["truncate", "-s", "0", str(journal)], check=True)
+        before = sorted(p.name for p in cluster.run_dir.iterdir())
+
+        proc, stderr, at = _restart_scheduler(cluster)
+        wait_for(lambda: proc.poll() is not None or cluster.status() is not None, 60,
+                 "the scheduler to exit or answer")
+        assert proc.poll() is not None, "the scheduler started on an emptied journal"
+        assert proc.wait(timeout=30) == 2
+        said = stderr.read_bytes()[at:].decode().splitlines()
+        assert len(said) == 1, said
+        assert said[0].startswith(f"scheduler: {journal} is empty, but {journal}.id says "
+                                  "journal ") and said[0].endswith("--fresh-journal"), said
+        assert journal.stat().st_size == 0
+        assert sorted(p.name for p in cluster.run_dir.iterdir()) == before
+
+        cluster.scheduler_args = ["--fresh-journal"]
+        proc, stderr, at = _restart_scheduler(cluster)
+        wait_for(lambda: cluster.status() is not None, 60, "the scheduler to start afresh")
+        assert proc.poll() is None
+        aside = [p.name for p in cluster.run_dir.glob("journal.db.lost-*")]
+        assert len(aside) == 1 and (cluster.run_dir / aside[0]).stat().st_size == 0
+        assert [r["moved"] for r in log_records(cluster.run_dir, "journal_set_aside")]
+    finally:
+        _stop(cluster)
