@@ -34,8 +34,10 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "service.heartbeat": {"service": (_STR, True)},
     "service.unregister": {"service": (_STR, True)},
     # -- feeder -> scheduler -------------------------------------------------------------
-    # a trace record as a map (traces.record fields); `new_id`: the scheduler gives the id
-    "job.submit": {"job": (_MAP, True), "new_id": (_BOOL, False)},
+    # a trace record as a map (traces.record fields); `new_id`: the scheduler gives the id;
+    # `submission`: the submitter's key for this submission (any retry of it names the same
+    # one, and is answered with the job it made)
+    "job.submit": {"job": (_MAP, True), "new_id": (_BOOL, False), "submission": (_STR, False)},
     # -- a user (interlace-cancel) -> scheduler -------------------------------------------
     "job.cancel": {"job_id": (_INT, True)},
     # -- agent -> scheduler ------------------------------------------------------------------

@@ -82,6 +82,14 @@ class Handlers:
         state = self.state
         caller = caller_of(self.tenancy, msg)
         record = submit_as(caller, self.tenancy, self.parse_job(msg["job"]))
+        key = msg.get("submission")
+        submission = None if key is None else (msg.caller or "", key)
+        if submission is not None:
+            if not key:
+                raise Refusal("bad_request", "submission must be a non-empty key")
+            earlier = state.journal.submitted(*submission)
+            if earlier is not None:  # a retry, after any crash: the job it made, never another
+                return self._submitted_before(record, earlier, key, bool(msg.get("new_id")))
         if msg.get("new_id"):  # the scheduler gives the id: no submitter has to guess one
             with state.lock:  # only this thread adds ids, so it stays free until accepted
                 record = replace(record, job_id=state.jobs.known() + 1)
@@ -89,9 +97,21 @@ class Handlers:
         if problem:
             raise Refusal("bad_job", problem)
         taken_from_other(state, caller, record.job_id)
-        if not state.jobs.accept(record, state.now()):  # durable before the reply
+        if not state.jobs.accept(record, state.now(), submission):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
         return {"accepted": True, "job_id": record.job_id}
+
+    def _submitted_before(self, record: JobRecord, job_id: int, key: str,
+                          new_id: bool) -> dict[str, Any]:
+        """The answer to a submission whose key the journal holds: the job it made, when
+        this is the same job again; a key reused for another job is refused."""
+        entry = self.state.journal.get(job_id)
+        if entry is None or (not new_id and record.job_id != job_id) \
+                or replace(entry.record, job_id=0) != replace(record, job_id=0):
+            raise Refusal("bad_request", f"submission {key[:64]!r} made job {job_id}, a "
+                                         "different job: name each submission by a key of "
+                                         "its own")
+        return {"accepted": True, "already": True, "job_id": job_id}
 
     def on_register(self, msg: Any) -> dict[str, Any]:
         state, ledger = self.state, self.state.ledger

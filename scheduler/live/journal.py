@@ -13,7 +13,9 @@ job's record and what its transitions add up to (phase, iterations done, first s
 preemptions), updated in the same transaction, so a query needs no replay. An older
 journal is migrated in place when opened: a version-1 one (no phases) from its events, which
 name what happened and so the phase each entered; a version-2 one (no `failed` phase, which
-its tables' checks refuse) by copying its tables into tables that allow it.
+its tables' checks refuse) by copying its tables into tables that allow it; a version-3 one
+(no `submissions`: the keys clients name their submissions by, so a retry is answered with
+the job it made) by adding that table.
 
 Times are trace seconds as the service's clock counts them (`*_trace`, `ts`), plus the wall
 clock of arrival (`submit_wall`, epoch seconds) for operators.
@@ -32,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from scheduler.live.lifecycle import ENDED, LAUNCHING, QUEUED, Phase, Transition, allowed
 from traces.record import JobRecord, record_from_map, record_to_map
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _PHASES = ", ".join(f"'{p.value}'" for p in Phase)
 _JOBS = f"""(
@@ -60,6 +62,12 @@ _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS jobs {_JOBS};
 CREATE TABLE IF NOT EXISTS events {_EVENTS};
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    caller TEXT NOT NULL,
+    key TEXT NOT NULL,
+    job_id INTEGER NOT NULL REFERENCES jobs (job_id),
+    PRIMARY KEY (caller, key)
+);
 """
 
 # A version-1 journal, made version 2: each job event names the phase it entered (version 1
@@ -223,18 +231,18 @@ class Journal:
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
                 if has_meta else None
             version = int(row[0]) if row is not None else None
-            if version not in (None, 1, 2, SCHEMA_VERSION):
+            if version not in (None, 1, 2, 3, SCHEMA_VERSION):
                 raise JournalError(f"{self.path}: schema version {version}, this scheduler "
-                                   f"reads {SCHEMA_VERSION} (and migrates 1 and 2)")
+                                   f"reads {SCHEMA_VERSION} (and migrates 1, 2 and 3)")
             if version in (1, 2):
                 # version 1's new columns take this version's checks at once
                 self._script(db, _FROM_V1 if version == 1 else _FROM_V2)
+            self._script(db, _SCHEMA)  # what an older version lacks: version 3, submissions
+            if version in (1, 2, 3):
                 self.migrated_from = version
                 latest = db.execute("SELECT MAX(ts) FROM events").fetchone()[0]
                 self._event(db, latest or 0.0, "journal_migrated", None, None,
                             {"from": version, "to": SCHEMA_VERSION})
-            else:
-                self._script(db, _SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                        (str(SCHEMA_VERSION),))
             row = db.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()
@@ -296,8 +304,11 @@ class Journal:
                     None if phase is None else phase.value))
 
     # -- changes ---------------------------------------------------------------------------
-    def submit(self, record: JobRecord, now_trace: float, durable: bool = True) -> bool:
+    def submit(self, record: JobRecord, now_trace: float, durable: bool = True,
+               submission: tuple[str, str] | None = None) -> bool:
         """Journal a new job (queued); False (and no change) when its id is already journaled.
+        `submission`: (caller, key) the submitter named this submission by, journaled with
+        the job in one transaction, so a retry after any crash finds it (`submitted`).
 
         Returns only after the commit is durable, so the caller may acknowledge at once;
         with `durable` False, only once `sync` has returned after it.
@@ -309,8 +320,17 @@ class Journal:
                 (record.job_id, json.dumps(record_to_map(record)), time.time(), float(now_trace)))
             if cur.rowcount != 1:
                 return False
+            if submission is not None:
+                db.execute("INSERT INTO submissions (caller, key, job_id) VALUES (?, ?, ?)",
+                           (*submission, record.job_id))
             self._event(db, now_trace, "submitted", record.job_id, None, None, QUEUED)
             return True
+
+    def submitted(self, caller: str, key: str) -> int | None:
+        """The job a submission of `caller` named `key` made, or None."""
+        rows = self._query("SELECT job_id FROM submissions WHERE caller=? AND key=?",
+                           (caller, key))
+        return rows[0][0] if rows else None
 
     def sync(self) -> None:
         """Make every commit so far durable: one synchronous commit (of the time it was made)

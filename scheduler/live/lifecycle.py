@@ -244,14 +244,17 @@ class Lifecycle:
             self.preemptions[job_id] = entry.preemptions
 
     # -- transitions ---------------------------------------------------------------------------
-    def accept(self, record: Any, now: float) -> bool:
+    def accept(self, record: Any, now: float,
+               submission: tuple[str, str] | None = None) -> bool:
         """(none) -> queued: journaled, durable before the caller acknowledges (by this
         commit, or by the service's sync before it replies: `sync_before_reply`), and in the
         core from the loop's next turn. False, and no change, for an id the journal holds
         already (a feeder's retry, not a refusal: the journal is what knows every id, the
-        ones that ended before this start too)."""
+        ones that ended before this start too). `submission`: (caller, key) the submitter
+        named it by, journaled with it."""
         s = self.state
-        if not s.journal.submit(record, now, durable=not s.sync_before_reply):
+        if not s.journal.submit(record, now, durable=not s.sync_before_reply,
+                                submission=submission):
             return False
         with s.lock:
             s.inbox.put(Submitted(record, now))

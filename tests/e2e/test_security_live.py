@@ -240,3 +240,74 @@ def test_a_truncated_journal_stops_the_scheduler_unless_it_is_told_to_start_afre
         assert [r["moved"] for r in log_records(cluster.run_dir, "journal_set_aside")]
     finally:
         _stop(cluster)
+
+
+# -- idempotent submission ------------------------------------------------------------------------
+def _submissions(run_dir: Path) -> list[tuple[str, str, int]]:
+    db = sqlite3.connect(f"file:{run_dir / 'journal.db'}?mode=ro", uri=True)
+    try:
+        return list(db.execute("SELECT caller, key, job_id FROM submissions ORDER BY job_id"))
+    finally:
+        db.close()
+
+
+def _submit(cluster: LiveCluster, record: dict, **fields) -> dict:
+    """One submit from a requester of its own (a new message id: a client's retry, not the
+    requester's resend, which the reply cache answers)."""
+    requester = cluster.requester("retry", timeout=5.0, retries=2)
+    try:
+        return requester.request("scheduler", "job.submit", job=record, **fields)["body"]
+    finally:
+        requester.close()
+
+
+_SUBMIT = ("import sys; from scheduler.tools.jobs import submit_main; "
+           "sys.exit(submit_main(sys.argv[1:]))")
+
+
+def test_a_retried_submission_is_answered_with_the_job_it_made_across_a_scheduler_kill(
+        tmp_path):
+    cluster = _control(tmp_path)
+    long = job_map(job(0, iterations=10**6))
+    try:
+        first = _submit(cluster, long, new_id=True, submission="K")
+        assert first["accepted"] and "already" not in first
+        made = first["job_id"]
+        again = _submit(cluster, long, new_id=True, submission="K")
+        assert again == {"accepted": True, "already": True, "job_id": made}
+        with pytest.raises(RequestFailed) as other:  # the key of another job
+            _submit(cluster, job_map(job(0, iterations=5)), new_id=True, submission="K")
+        assert other.value.code == "bad_request" and \
+            f"made job {made}, a different job" in other.value.reason
+        old = _submit(cluster, long, new_id=True)  # an old client, no key: a new job, as ever
+        assert old["accepted"] and old["job_id"] == made + 1
+        assert [j for j, _ in _journaled(cluster.run_dir)] == [made, made + 1]
+
+        cluster.kill("scheduler")  # SIGKILL, then a restart on the same run dir
+        cluster.start_scheduler()
+        wait_for(lambda: cluster.status() is not None, 60, "the scheduler to restart")
+        assert _submit(cluster, long, new_id=True, submission="K") == \
+            {"accepted": True, "already": True, "job_id": made}
+        assert _submit(cluster, {**long, "job_id": made}, submission="K")["job_id"] == made
+        assert [j for j, _ in _journaled(cluster.run_dir)] == [made, made + 1]
+
+        # interlace-submit while the scheduler is away: every try of it one submission
+        cluster.kill("scheduler")
+        proc = subprocess.Popen([sys.executable, "-c", _SUBMIT, "--endpoints",
+                                 str(cluster.endpoints_file), "--gpus", "1", "--iterations",
+                                 "1000000", "--timeout", "1", "--retries", "8"], cwd=ROOT,
+                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        for line in proc.stdout:  # its log: each resend of the unanswered submit
+            if "request.retry" in line:
+                break
+        cluster.start_scheduler()
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert out.splitlines()[-1] == f"submitted job {made + 2}"
+        assert [j for j, _ in _journaled(cluster.run_dir)] == [made, made + 1, made + 2]
+        keys = _submissions(cluster.run_dir)
+        assert [(c, k, j) for c, k, j in keys if k == "K"] == [("", "K", made)]
+        assert [j for _, _, j in keys] == [made, made + 2]  # interlace-submit's key journaled
+    finally:
+        _stop(cluster)

@@ -1,6 +1,7 @@
 """The scheduler's journal: idempotent submits, state that survives reopening, crash safety."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -190,3 +191,23 @@ def test_a_journal_from_before_markers_is_named_when_opened(tmp_path):
     with Journal(path) as j:
         assert j.get(1) is not None and j.journal_id != made
     assert Path(marker_path(path)).read_text().strip() == j.journal_id
+
+
+def test_a_version_3_journal_is_migrated_and_keeps_submission_keys(tmp_path):
+    from scheduler.live import journal as journal_module
+
+    path = tmp_path / "journal.db"
+    with sqlite3.connect(path) as db:  # version 3 as it was: no submissions table
+        db.executescript(journal_module._SCHEMA.split("CREATE TABLE IF NOT EXISTS submissions")[0])
+        db.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+        db.execute("INSERT INTO jobs (job_id, record, state, submit_wall, submit_trace) "
+                   "VALUES (1, ?, 'submitted', 0, 3.0)", (json.dumps(record_to_map(job(1))),))
+    with Journal(path) as j:
+        assert j.migrated_from == 3 and j.get(1).submit_trace == 3.0
+        assert j.submit(job(2), 4.0, submission=("", "k")) is True
+        assert j.submitted("", "k") == 2 and j.submitted("other", "k") is None
+        with pytest.raises(sqlite3.IntegrityError):  # one job per key and caller
+            j.submit(job(3), 5.0, submission=("", "k"))
+        assert j.get(3) is None  # the failed submit left nothing
+    with Journal(path) as again:
+        assert again.migrated_from is None and again.submitted("", "k") == 2
