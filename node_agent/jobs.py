@@ -10,6 +10,7 @@ after the snapshot, and a restarted agent from this one.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import subprocess
 import threading
@@ -65,7 +66,12 @@ class JobTable:
     def iterations(self, job_id: int, floor: float = 0.0) -> float:
         """Iterations done: the checkpoint's, never less than where the launch started it
         (a trainer stopped before its first checkpoint must not report its progress lost)."""
-        return max(checkpoint.iterations(self.cfg.checkpoint_dir, job_id), floor)
+        done = checkpoint.iterations(self.cfg.checkpoint_dir, job_id)
+        if not 0 <= done < math.inf:  # an edited record: never a report the schema refuses
+            self.log.warning("checkpoint_refused", job=job_id, claimed=repr(done),
+                             reason="not a finite count", resumes_from=floor)
+            return floor
+        return max(done, floor)
 
     def release_gate(self, job: Job) -> None:
         """Called with the lock held."""

@@ -416,6 +416,19 @@ class Journal:
         """Remember how far the trace clock got, so a restart continues from there."""
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (repr(float(now_trace)),))
+            # and the wall time it was so: how long a restart found the scheduler away
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('clock_wall', ?)",
+                       (repr(time.time()),))
+
+    def clock_wall(self) -> float | None:
+        """The wall time (epoch seconds) the trace clock was last remembered at, or None."""
+        rows = self._query("SELECT value FROM meta WHERE key='clock_wall'")
+        return float(rows[0][0]) if rows else None
+
+    def last_ts(self, job_id: int) -> float | None:
+        """The trace time of the job's latest event, or None."""
+        rows = self._query("SELECT MAX(ts) FROM events WHERE job_id=?", (job_id,))
+        return rows[0][0] if rows and rows[0][0] is not None else None
 
     # -- queries ---------------------------------------------------------------------------
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:

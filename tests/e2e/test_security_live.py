@@ -311,3 +311,72 @@ def test_a_retried_submission_is_answered_with_the_job_it_made_across_a_schedule
         assert [j for _, _, j in keys] == [made, made + 2]  # interlace-submit's key journaled
     finally:
         _stop(cluster)
+
+
+# -- checkpoint records edited on disk ------------------------------------------------------------
+TOTAL = 5000  # iterations: 0.3 trace s each, 15 s at the test's time scale
+
+
+def _job_status(cluster: LiveCluster, job_id: int) -> dict:
+    return next((j for j in (cluster.status() or {}).get("jobs") or []
+                 if j["job_id"] == job_id), {})
+
+
+def test_an_edited_checkpoint_record_is_refused_and_no_iteration_is_skipped(tmp_path):
+    cluster = LiveCluster(tmp_path / "run", spec=str(write_spec(tmp_path / "spec.csv", 1, 2)),
+                          nodes=1, gpus_per_node=2, policy="fifo", time_scale=100.0)
+    checkpoints = cluster.run_dir / "checkpoints"
+    try:
+        cluster.start()
+        for job_id in (1, 2):
+            assert _submit(cluster, job_map(job(job_id, iterations=TOTAL)))["accepted"]
+        wait_for(lambda: all(_job_status(cluster, j).get("iterations_done", 0) > 500
+                             for j in (1, 2)), 60, "both jobs to train a while")
+        cluster.kill("agent-n0", signal.SIGTERM)  # its trainers checkpoint and stop
+        wait_for(lambda: all(_job_status(cluster, j).get("state") == "pending"
+                             for j in (1, 2)), 60, "both jobs to wait again")
+        cluster.kill("scheduler", signal.SIGTERM)
+        db = sqlite3.connect(f"file:{cluster.run_dir / 'journal.db'}?mode=ro", uri=True)
+        try:  # where each job resumes from, as the scheduler settled it
+            done = dict(db.execute("SELECT job_id, iterations_done FROM jobs"))
+        finally:
+            db.close()
+        assert all(0 < d < TOTAL / 2 for d in done.values()), done
+
+        # the records edited while nothing runs: a forward jump, and Infinity
+        one = json.loads((checkpoints / "1.json").read_text())
+        assert one["iterations"] == done[1]
+        (checkpoints / "1.json").write_text(json.dumps({**one, "iterations": TOTAL - 10}))
+        two = (checkpoints / "2.json").read_text()
+        (checkpoints / "2.json").write_text(
+            two.replace(json.dumps(done[2]), "Infinity", 1))
+        assert "Infinity" in (checkpoints / "2.json").read_text()
+
+        cluster.start_scheduler()
+        wait_for(lambda: cluster.status() is not None, 60, "the scheduler to restart")
+        refused = {r["job_id"]: r for r in log_records(cluster.run_dir, "checkpoint_refused")}
+        assert refused[1]["claimed"] == repr(float(TOTAL - 10)) and refused[1]["reason"] == \
+            "no trainer of the job logged that checkpoint in its ledger"
+        assert refused[1]["resumes_from"] == done[1]
+        assert refused[2]["claimed"] == "inf" and "not a finite number" in refused[2]["reason"]
+        assert refused[2]["resumes_from"] == done[2]
+
+        cluster.start_agent(0)
+        status = cluster.wait_finished(2, 120)
+        assert status["counts"]["finished"] == 2
+        for j in (1, 2):  # each trainer refused the record too, and went on from the count
+            said = (cluster.run_dir / "trainers" / f"{j}.stderr").read_text()
+            assert f"job {j}: checkpoint_refused" in said
+        journaled = dict(_journaled(cluster.run_dir))
+        assert set(journaled) == {1, 2}
+        db = sqlite3.connect(f"file:{cluster.run_dir / 'journal.db'}?mode=ro", uri=True)
+        try:
+            assert sorted(db.execute("SELECT job_id, phase, iterations_done FROM jobs")) == \
+                [(1, "finished", TOTAL), (2, "finished", TOTAL)]
+        finally:
+            db.close()
+        # the iterations the trainers trained, by their ledgers: [0, 5000] each, tiled once
+        verdict = cluster.ledger_verdict({1: TOTAL, 2: TOTAL})
+        assert verdict.ok, verdict
+    finally:
+        _stop(cluster)
