@@ -4,7 +4,8 @@ Each class owns one socket and is meant for one thread. Requests are at-least-on
 requester resends the same message (same id) until a reply arrives, and a service answers a
 repeated id from its reply cache without running the handler again, so together they give
 exactly-once effects as long as the cache remembers the id (per caller: one key cannot be
-answered another's reply by reusing its id). Events are lossy by design;
+answered another's reply by reusing its id; and a different request under a remembered id is
+refused `id_reused`, never answered with the reply of the request first sent under it). Events are lossy by design;
 per-sender sequence numbers make losses visible (`Subscriber.gaps`).
 
 Every socket is built by `_open`, which keys it for CURVE when the endpoints carry a server
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -262,8 +264,9 @@ class Service:
         self.duplicates = 0   # requests answered from the reply cache
         self._endpoints = endpoints
         self._ids = IdSource(name)
-        # replies by (caller, request id): a retry is answered from here, to its own key only
-        self._cache: collections.OrderedDict[tuple[str | None, str], bytes] = \
+        # (digest of the request, reply) by (caller, request id): a retry, the same bytes
+        # again, is answered from here, to its own key only
+        self._cache: collections.OrderedDict[tuple[str | None, str], tuple[bytes, bytes]] = \
             collections.OrderedDict()
         self._liveness = max(5 * self.heartbeat, 1.0)  # silent this long: broker gone
         self._log = structlog.get_logger("broker.service").bind(service=name)
@@ -408,19 +411,26 @@ class Service:
             return error_payload(self.name, self._ids, "not_request",
                                  f"{req.type!r} is not a request type", req.id)
         key = (caller, req.id)
+        digest = hashlib.blake2b(payload, digest_size=16).digest()
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
+            if cached[0] != digest:  # another request under a used id: never its reply
+                reason = (f"message id {req.id[:80]!r} was used for another request; "
+                          "send this one under a new id")
+                self.refusals.refuse(refusal_kind(req.type, "id_reused"), req.sender, reason,
+                                     re=req.id)
+                return error_payload(self.name, self._ids, "id_reused", reason, req.id)
             self.duplicates += 1
             self._log.info("service.duplicate", type=req.type, re=req.id, sender=req.sender,
                            caller=caller)
-            return cached
+            return cached[1]
         if caller is not None:
             req = dataclasses.replace(req, caller=caller)
         out = self._run_handler(req)
         self.handled += 1
         if self.dedup:
-            self._cache[key] = out
+            self._cache[key] = (digest, out)
             while len(self._cache) > self.dedup:
                 self._cache.popitem(last=False)
         return out

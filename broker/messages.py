@@ -10,6 +10,7 @@ import itertools
 import math
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -33,8 +34,10 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "service.heartbeat": {"service": (_STR, True)},
     "service.unregister": {"service": (_STR, True)},
     # -- feeder -> scheduler -------------------------------------------------------------
-    # a trace record as a map (traces.record fields); `new_id`: the scheduler gives the id
-    "job.submit": {"job": (_MAP, True), "new_id": (_BOOL, False)},
+    # a trace record as a map (traces.record fields); `new_id`: the scheduler gives the id;
+    # `submission`: the submitter's key for this submission (any retry of it names the same
+    # one, and is answered with the job it made)
+    "job.submit": {"job": (_MAP, True), "new_id": (_BOOL, False), "submission": (_STR, False)},
     # -- a user (interlace-cancel) -> scheduler -------------------------------------------
     "job.cancel": {"job_id": (_INT, True)},
     # -- agent -> scheduler ------------------------------------------------------------------
@@ -91,8 +94,8 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 # So every number that senders measure or count is checked here, where it enters, against
 # bounds no honest sender comes near. A violation is a MessageError("bad_value").
 # times, iterations, ids, an agent's CPUs and memory: specs.limits, shared with the traces
-from specs.limits import (MAX_CPUS, MAX_GPU_MEM_GB, MAX_ID, MAX_ITERATIONS, MAX_MEM,  # noqa: E402
-                          MAX_SECONDS)
+from specs.limits import (MAX_CPUS, MAX_ENVELOPE_ID_CHARS, MAX_GPU_MEM_GB,  # noqa: E402
+                          MAX_ID, MAX_ITERATIONS, MAX_MEM, MAX_SECONDS, MAX_SENDER_CHARS)
 from specs.pools import NAME  # noqa: E402  (pool names and GPU types)
 MAX_GPU_ID = 65_535  # a device index an agent may announce
 MAX_STAGES = 16  # stage names in one timing map (real trainers send 3 or 4)
@@ -257,10 +260,12 @@ class Message:
 
 
 class IdSource:
-    """Unique message ids per sender: pid, start time and a counter (no shared state)."""
+    """Unique message ids per sender: a random part per source and a counter (no shared
+    state). Random, not the pid and the time: two sources made in one millisecond by threads
+    of one process had the same ids, and a service answered one the other's cached reply."""
 
     def __init__(self, sender: str):
-        self._prefix = f"{sender}-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+        self._prefix = f"{sender}-{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._count = itertools.count(1)
 
     def __call__(self) -> str:
@@ -318,6 +323,10 @@ def _validate(raw: Mapping[str, Any]) -> None:
             raise MessageError("missing_field", f"envelope field {name!r} is missing", msg_id)
         if not _is(raw[name], types):
             raise MessageError("bad_field", f"{name!r} must be {_names(types)}", msg_id)
+    for name, most in (("id", MAX_ENVELOPE_ID_CHARS), ("sender", MAX_SENDER_CHARS)):
+        if len(raw[name]) > most:  # an id is remembered, a sender logged: both bounded
+            raise MessageError("bad_value", f"{name!r} is {len(raw[name])} characters long, "
+                                            f"at most {most}")
     if raw["v"] != VERSION:
         raise MessageError("bad_version", f"version {raw['v']} is not supported (want {VERSION})", msg_id)
     spec = SCHEMA.get(raw["type"])

@@ -8,7 +8,10 @@ schema's own bounds (broker/messages.py BOUNDS) have already run when a handler 
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping
+
+from specs.limits import MAX_NAME_CHARS
 
 
 class Refusal(Exception):
@@ -37,6 +40,41 @@ def running_list(items: Any) -> list[tuple[int, float]]:
                                          f"iterations, got {item!r}")
         out.append((job_id, float(its)))
     return out
+
+
+def long_string(value: Any, limits: Mapping[str, int] | None = None,
+                default: int = MAX_NAME_CHARS) -> tuple[str, int, int] | None:
+    """The first string in `value` (a request's fields: maps, lists and their keys, to any
+    depth) longer than its bound, as (where, its length, the bound); None when all fit.
+    `limits` bounds a field by its path with list indices as `[]` (`job.command[]`); any
+    other string, a map's key included, is a name (`default`). Walked without recursion: a
+    frame of nested lists is deeper than Python's stack."""
+    limits = limits or {}
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            limit = limits.get(re.sub(r"\[\d+\]", "[]", path), default)
+            if len(item) > limit:
+                return path, len(item), limit
+        elif isinstance(item, Mapping):
+            for key, sub in item.items():
+                if isinstance(key, str) and len(key) > default:
+                    return f"a key of {path or 'the request'}", len(key), default
+                stack.append((f"{path}.{key}" if path else str(key), sub))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{path}[{i}]", sub) for i, sub in enumerate(item))
+    return None
+
+
+def bounded_strings(fields: Any, limits: Mapping[str, int] | None = None,
+                    default: int = MAX_NAME_CHARS) -> None:
+    """Refuse (`bad_request`, one line naming the field and its bound) a request with a
+    string past its bound (`long_string`)."""
+    found = long_string(fields, limits, default)
+    if found is not None:
+        where, length, limit = found
+        raise Refusal("bad_request", f"{where} is {length} characters long, at most {limit}")
 
 
 def as_handler(handle: Callable[[Any], dict[str, Any]], log: Any,

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from broker.refusal import Refusal, as_handler
+from broker.refusal import Refusal, as_handler, bounded_strings
 from node_agent import checks, launcher, user_command
 from node_agent.config import AgentConfig
 from node_agent.gates import takes_turns
@@ -58,6 +58,7 @@ class Agent:
             refusal = orders_refusal(msg.caller or "", self.cfg.node, msg.type)
             if refusal is not None:
                 raise Refusal("forbidden", refusal)
+        bounded_strings(msg.fields, checks.STRING_LIMITS)  # before anything is read or kept
         if msg.type == "job.launch":
             return self._launch(msg)
         if msg.type == "job.stop":

@@ -6,8 +6,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from types import MappingProxyType
+
 from broker.refusal import Refusal, all_ints
-from specs.limits import MAX_GPU_MEM_GB
+from specs.limits import MAX_COMMAND_CHARS, MAX_GPU_MEM_GB, MAX_PATH_CHARS
+
+# the strings of a request that may be longer than a name (specs.limits.MAX_NAME_CHARS)
+STRING_LIMITS = MappingProxyType({"workload.argv[]": MAX_COMMAND_CHARS,
+                                  "workload.workdir": MAX_PATH_CHARS,
+                                  "workload.progress_file": MAX_PATH_CHARS})
 
 
 def gpus(asked: Any, node: str, own: tuple[int, ...]) -> tuple[int, ...]:

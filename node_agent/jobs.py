@@ -10,6 +10,7 @@ after the snapshot, and a restarted agent from this one.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import subprocess
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 from node_agent import launcher, progress_file
 from node_agent.config import AgentConfig
 from node_agent.gates import Gates
+from specs.limits import MAX_DETAIL_CHARS
 from trainer import checkpoint
 from trainer.exits import EXIT_FINISHED, EXIT_OOM, EXIT_STOPPED
 
@@ -67,8 +69,14 @@ class JobTable:
     def iterations(self, job: Job) -> float:
         """Iterations done: the checkpoint's or a command's progress file's, whichever is
         ahead, never less than where the launch started it (a trainer stopped before its
-        first checkpoint must not report its progress lost)."""
-        done = max(checkpoint.iterations(self.cfg.checkpoint_dir, job.job_id), job.start)
+        first checkpoint must not report its progress lost). A record that is no finite
+        count is refused: never a report the schema refuses."""
+        done = checkpoint.iterations(self.cfg.checkpoint_dir, job.job_id)
+        if not 0 <= done < math.inf:
+            self.log.warning("checkpoint_refused", job=job.job_id, claimed=repr(done),
+                             reason="not a finite count", resumes_from=job.start)
+            done = job.start
+        done = max(done, job.start)
         if job.progress_file is None:
             return done
         value, problem = progress_file.read(job.progress_file, job.total)
@@ -122,7 +130,8 @@ class JobTable:
         lines = tail.splitlines()
         if rc > 0:
             detail += ": " + lines[-1][-300:]
-        return detail + "\n" + "\n".join(lines[-launcher.OUTPUT_LINES:])
+        # within what the scheduler takes: a report it refused would be retried for ever
+        return (detail + "\n" + "\n".join(lines[-launcher.OUTPUT_LINES:]))[:MAX_DETAIL_CHARS]
 
     def running(self) -> list[dict[str, Any]]:
         return self.snapshot(reported=False)["running"]

@@ -44,6 +44,8 @@ from typing import Any
 from broker.refusal import Refusal
 from node_agent import joblog, progress_file
 from node_agent.config import AgentConfig
+from specs.limits import MAX_PATH_CHARS
+from specs.limits import MAX_COMMAND_ARGS, MAX_COMMAND_CHARS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # trainer.api of this very checkout
 
@@ -69,11 +71,15 @@ def check(w: dict) -> dict[str, Any]:
                                       f"{err!r}") from None
     if not argv or not argv[0] or not total > 0:
         raise Refusal("bad_workload", f"need a non-empty argv and iterations > 0, got {w!r}")
+    if len(argv) > MAX_COMMAND_ARGS or sum(map(len, argv)) + len(workdir) > MAX_COMMAND_CHARS:
+        raise Refusal("bad_workload", f"argv too long (at most {MAX_COMMAND_ARGS} arguments, "
+                                      f"{MAX_COMMAND_CHARS} characters with the work dir)")
     if workdir and not Path(workdir).is_dir():
         raise Refusal("bad_workload", f"work dir {workdir!r} does not exist on this node")
     progress = w.get("progress_file") or ""
-    if not isinstance(progress, str) or len(progress) > 1024 or "\0" in progress:
-        raise Refusal("bad_workload", "progress_file must be a path of at most 1024 characters")
+    if not isinstance(progress, str) or len(progress) > MAX_PATH_CHARS or "\0" in progress:
+        raise Refusal("bad_workload", f"progress_file must be a path of at most "
+                                      f"{MAX_PATH_CHARS} characters")
     return {"kind": "command", "iterations": total, "argv": argv, "workdir": workdir,
             "turns": bool(w.get("turns", True)), "own_workdir": bool(w.get("own_workdir")),
             "progress_file": progress}

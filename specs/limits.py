@@ -32,6 +32,17 @@ MAX_MEM = 1_000_000_000  # memory of one node (GB)
 MAX_GPU_MEM_GB = 100_000.0  # memory of one GPU, or what a job needs on each (GB)
 MAX_GPU_TYPES = 64  # GPU types one job may accept (a real list names a handful)
 
+# -- strings on the wire -----------------------------------------------------------------------
+# Every string a request carries is bounded, so none costs memory, log or journal space in
+# proportion to what a sender chose: a name of 250,000 characters was taken and logged twice.
+MAX_NAME_CHARS = 256  # a name: a model, node, incarnation, key of a map, ... (the default)
+MAX_PATH_CHARS = 4096  # a work directory (Linux's PATH_MAX)
+MAX_COMMAND_ARGS = 256  # arguments of a user's command
+MAX_COMMAND_CHARS = 16_384  # the whole argv with the work dir; a job record must fit a frame
+MAX_DETAIL_CHARS = 16_384  # an agent's account of a failed trainer (its output's last lines)
+MAX_ENVELOPE_ID_CHARS = 256  # a message's id (a service remembers ids to answer retries)
+MAX_SENDER_CHARS = 128  # a message's sender name
+
 # -- command-line options ---------------------------------------------------------------------
 MAX_WAIT_S = 3600.0  # any option that is a wait or timeout: an hour is already a hang
 MAX_RETRIES = 100  # resends of one request

@@ -13,7 +13,7 @@ from typing import Container, Mapping, Sequence
 from specs.fit import POOL_TOO_LARGE, TOO_LARGE, Fit
 from specs.gpu_types import types_problem
 from specs.limits import (MAX_BATCH_SIZE, MAX_GPU_MEM_GB, MAX_GPUS, MAX_ID, MAX_ITERATIONS,
-                          MAX_SECONDS, MAX_TRACE_SECONDS, show)
+                          MAX_NAME_CHARS, MAX_SECONDS, MAX_TRACE_SECONDS, show)
 from specs.pools import NAME
 from traces.errors import Problem
 
@@ -167,7 +167,10 @@ def check_job(
                 iteration_time = float(value)  # type: ignore[arg-type]
         elif name == "model_name":
             if not isinstance(value, str) or not value.strip():
-                found.append((name, f"must be a non-empty name, got {shown}"))
+                found.append((name, f"must be a non-empty name, got {shown[:80]}"))
+            elif len(value) > MAX_NAME_CHARS:
+                found.append((name, f"is {len(value)} characters long, at most "
+                                    f"{MAX_NAME_CHARS}"))
             else:
                 model = value
 

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
@@ -134,10 +135,14 @@ class Feeder:
         from broker.client import RequestFailed, RequestTimeout
 
         deadline = self.clock() + self.patience
+        # one key for this submission, sent with every try of it: a scheduler that journaled
+        # an earlier try and died before its reply answers a later one with the job that try
+        # made (`already`), never a second job or a `duplicate` to be read as an id taken
+        key = uuid.uuid4().hex
         while True:
             try:
                 reply = self.requester.request(SERVICE, "job.submit", job=job_map(record),
-                                               **fields)
+                                               submission=key, **fields)
             except RequestTimeout:
                 raise FeedError(f"cannot reach the scheduler via {self.where}: no answer to "
                                 f"job {record.job_id} after {1 + self.requester.retries} tries "

@@ -329,7 +329,9 @@ class Job:
         state = None
         if self.store is None:
             record = self._record()
-            start = max(record.iterations if record else 0.0, self.start_iteration)
+            start = self.start_iteration
+            if record is not None and record.iterations > start:
+                start = self._believed(record.iterations)
         else:
             found = self.store.latest() if agree is None or self.rank == 0 else None
             start = found if found is not None else 0
@@ -342,10 +344,40 @@ class Job:
         self._begin(start)
         return start, state
 
+    def _believed(self, claimed: float) -> float:
+        """Where to go on from when the progress record is ahead of the scheduler's count:
+        the record where `_doubt` finds nothing wrong with it, else the scheduler's count,
+        said on stderr. An edited record (4990 of 5000 at 706 done, or Infinity) skips no
+        iteration."""
+        why = self._doubt(claimed)
+        if why is None:
+            return claimed
+        print(f"trainer: job {self.id}: checkpoint_refused: its progress record says "
+              f"{claimed!r} iterations: {why}; resuming from {self.start_iteration:g}",
+              file=sys.stderr, flush=True)
+        return self.start_iteration
+
+    def _doubt(self, claimed: float) -> str | None:
+        """Why a progress record's count is not where this job stands, or None: it must be
+        finite and within the total, and, where there is a ledger, some trainer of this job
+        must have checkpointed there (its ledger record is appended before the progress
+        record is written)."""
+        if not 0 <= claimed <= self.iterations:
+            return f"not a count within the total of {self.iterations:g}"
+        if self.setup.ledger is not None:
+            from trainer.ledger import read_ledgers
+
+            records, _ = read_ledgers(self.setup.ledger.parent.parent)
+            if not any(r.get("kind") == "checkpoint" and r.get("job") == self.id
+                       and r.get("iteration") == claimed for r in records):
+                return "no trainer of this job checkpointed there (the ledgers)"
+        return None
+
     def finished(self) -> bool:
         """Whether the progress record says this job is done: a relaunch has nothing to do."""
         record = self._record()
-        return record is not None and record.done and record.iterations >= self.iterations
+        return record is not None and record.done and record.iterations >= self.iterations \
+            and self._believed(record.iterations) == record.iterations
 
     def exit_finished(self) -> int:
         """End a job that `finished()`: the ledger's start and end at its recorded iterations,

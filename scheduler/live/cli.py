@@ -84,6 +84,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                    "failed and never run again (default 3; a job's own --max-restarts R "
                    "makes it R+1)")
     p.add_argument("--journal", default=None, help="journal path (default RUN_DIR/journal.db)")
+    p.add_argument("--fresh-journal", action="store_true",
+                   help="where the journal kept here is lost (empty, missing, unreadable, or "
+                        "another), set it aside as JOURNAL.lost-TIME and start a new one; "
+                        "without it that is an error (exit 2), since its jobs would be "
+                        "forgotten. A journal that reads well is used as ever")
     p.add_argument("--checkpoint-dir", default=None,
                    help="where agents write checkpoints (default RUN_DIR/checkpoints)")
     p.add_argument("--wait-endpoints", type=wait, default=30.0,
@@ -144,13 +149,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status 0 after a clean stop; 1 with one line on stderr naming the file when the
-    run dir, the journal or the endpoints cannot be had; 2 for a usage error."""
+    run dir, the journal or the endpoints cannot be had; 2 for a usage error, or a journal
+    kept here that is lost (empty, missing, unreadable: journal.lost) without
+    --fresh-journal."""
     args, spec = parse_args(argv)
     import sqlite3
 
     from broker.curve import component_endpoints
     from broker.logs import configure_logging
-    from scheduler.live.journal import JournalError
+    from scheduler.live.journal import JournalError, JournalLost
+    from scheduler.live.journal import set_aside as journal_set_aside
 
     run_dir = Path(args.run_dir).resolve()
     try:
@@ -162,12 +170,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     # opened once here, before anything waits for the broker, so an unwritable or corrupt
     # journal is one line at once (not a traceback once the broker is up)
     journal_path = Path(args.journal).resolve() if args.journal else run_dir / "journal.db"
+    set_aside: list[str] = []
     try:
-        Journal(journal_path).close()
+        try:
+            Journal(journal_path).close()
+        except JournalLost as err:
+            if not args.fresh_journal:
+                print(f"{SERVICE}: {err}", file=sys.stderr)
+                return 2
+            set_aside = journal_set_aside(journal_path)  # nothing destroyed
+            Journal(journal_path).close()
     except (OSError, sqlite3.Error, JournalError) as err:
         print(f"{SERVICE}: {journal_path}: cannot use the journal ({err})", file=sys.stderr)
         return 1
     log = configure_logging(SERVICE, run_dir, level=args.log_level)
+    if set_aside:
+        log.warning("journal_set_aside", path=str(journal_path), moved=set_aside,
+                    detail="--fresh-journal: a lost journal set aside; a new one started")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -13,7 +13,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from broker.refusal import Refusal, all_ints, running_list
+from broker.refusal import Refusal, all_ints, bounded_strings, running_list
 from scheduler.events import NodeOnline
 from scheduler.live.access import caller_of, own_max_job_id, owns, submit_as, taken_from_other
 from scheduler.live.failures import split_report
@@ -22,6 +22,8 @@ from scheduler.live.ledger import node_name
 from scheduler.live.lifecycle import STOPPING
 from scheduler.live.state import LiveState
 from scheduler.live import status
+from specs.limits import (MAX_COMMAND_ARGS, MAX_COMMAND_CHARS, MAX_DETAIL_CHARS,
+                          MAX_PATH_CHARS)
 from traces.record import JobRecord, record_from_map
 from traces.validate import validate
 
@@ -43,6 +45,7 @@ class Handlers:
         if handler is None:
             raise Refusal("unsupported", f"the scheduler does not handle {msg.type!r}")
         caller_of(self.tenancy, msg)  # forbidden: a key that may not send this kind
+        bounded_strings(msg.fields, STRING_LIMITS)  # before anything is read, logged or kept
         if handler is Handlers.on_submit:  # journals first, then takes the lock
             return handler(self, msg)
         with self.state.lock:
@@ -79,6 +82,14 @@ class Handlers:
         state = self.state
         caller = caller_of(self.tenancy, msg)
         record = submit_as(caller, self.tenancy, self.parse_job(msg["job"]))
+        key = msg.get("submission")
+        submission = None if key is None else (msg.caller or "", key)
+        if submission is not None:
+            if not key:
+                raise Refusal("bad_request", "submission must be a non-empty key")
+            earlier = state.journal.submitted(*submission)
+            if earlier is not None:  # a retry, after any crash: the job it made, never another
+                return self._submitted_before(record, earlier, key, bool(msg.get("new_id")))
         if msg.get("new_id"):  # the scheduler gives the id: no submitter has to guess one
             with state.lock:  # only this thread adds ids, so it stays free until accepted
                 record = replace(record, job_id=state.jobs.known() + 1)
@@ -86,9 +97,21 @@ class Handlers:
         if problem:
             raise Refusal("bad_job", problem)
         taken_from_other(state, caller, record.job_id)
-        if not state.jobs.accept(record, state.now()):  # durable before the reply
+        if not state.jobs.accept(record, state.now(), submission):  # durable before the reply
             return {"accepted": False, "job_id": record.job_id, "reason": "duplicate"}
         return {"accepted": True, "job_id": record.job_id}
+
+    def _submitted_before(self, record: JobRecord, job_id: int, key: str,
+                          new_id: bool) -> dict[str, Any]:
+        """The answer to a submission whose key the journal holds: the job it made, when
+        this is the same job again; a key reused for another job is refused."""
+        entry = self.state.journal.get(job_id)
+        if entry is None or (not new_id and record.job_id != job_id) \
+                or replace(entry.record, job_id=0) != replace(record, job_id=0):
+            raise Refusal("bad_request", f"submission {key[:64]!r} made job {job_id}, a "
+                                         "different job: name each submission by a key of "
+                                         "its own")
+        return {"accepted": True, "already": True, "job_id": job_id}
 
     def on_register(self, msg: Any) -> dict[str, Any]:
         state, ledger = self.state, self.state.ledger
@@ -327,9 +350,11 @@ class Handlers:
 
 
 LEASE_SHARE = 0.6  # of --agent-timeout: an agent's lease (node_agent/lease.py)
-MAX_COMMAND_ARGS = 256
-MAX_COMMAND_CHARS = 16_384  # the whole argv, with the work dir; a job record must fit a frame
-MAX_PATH_CHARS = 1024  # a progress file's path
+# the strings of a request that may be longer than a name (specs.limits.MAX_NAME_CHARS)
+STRING_LIMITS = MappingProxyType({"job.workdir": MAX_PATH_CHARS,
+                                  "job.progress_file": MAX_PATH_CHARS,
+                                  "job.command[]": MAX_COMMAND_CHARS,
+                                  "detail": MAX_DETAIL_CHARS})
 
 
 def command_problem(record: JobRecord) -> str | None:

@@ -13,7 +13,9 @@ job's record and what its transitions add up to (phase, iterations done, first s
 preemptions), updated in the same transaction, so a query needs no replay. An older
 journal is migrated in place when opened: a version-1 one (no phases) from its events, which
 name what happened and so the phase each entered; a version-2 one (no `failed` phase, which
-its tables' checks refuse) by copying its tables into tables that allow it.
+its tables' checks refuse) by copying its tables into tables that allow it; a version-3 one
+(no `submissions`: the keys clients name their submissions by, so a retry is answered with
+the job it made) by adding that table.
 
 Times are trace seconds as the service's clock counts them (`*_trace`, `ts`), plus the wall
 clock of arrival (`submit_wall`, epoch seconds) for operators.
@@ -25,13 +27,14 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from scheduler.live.lifecycle import ENDED, LAUNCHING, QUEUED, Phase, Transition, allowed
 from traces.record import JobRecord, record_from_map, record_to_map
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _PHASES = ", ".join(f"'{p.value}'" for p in Phase)
 _JOBS = f"""(
@@ -59,6 +62,12 @@ _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS jobs {_JOBS};
 CREATE TABLE IF NOT EXISTS events {_EVENTS};
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    caller TEXT NOT NULL,
+    key TEXT NOT NULL,
+    job_id INTEGER NOT NULL REFERENCES jobs (job_id),
+    PRIMARY KEY (caller, key)
+);
 """
 
 # A version-1 journal, made version 2: each job event names the phase it entered (version 1
@@ -101,6 +110,75 @@ class JournalError(Exception):
     """The journal cannot be used (wrong schema version, an event for an unknown job)."""
 
 
+class JournalLost(JournalError):
+    """A journal was made here and is now empty, missing, unreadable or another one: its
+    history would be lost in silence if a new one were started over it."""
+
+
+def marker_path(path: str | os.PathLike[str]) -> str:
+    """The file beside a journal that names it (`journal.db.id`): written when the journal
+    is made, so a journal later truncated, deleted or swapped is told from a new one."""
+    return os.fspath(path) + ".id"
+
+
+def _read_marker(path: str) -> str | None:
+    try:
+        with open(marker_path(path), encoding="ascii", errors="replace") as handle:
+            return handle.read(200).strip() or "?"
+    except FileNotFoundError:
+        return None
+
+
+def _write_marker(path: str, journal_id: str) -> None:
+    """Write the marker whole (a temporary file renamed) and durably."""
+    marker = marker_path(path)
+    temp = f"{marker}.tmp"
+    with open(temp, "w", encoding="ascii") as handle:
+        handle.write(journal_id + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, marker)
+    folder = os.open(os.path.dirname(os.path.abspath(marker)), os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def lost(path: str | os.PathLike[str]) -> str | None:
+    """Why the journal at `path` is lost (one line naming it), or None: its marker says a
+    journal was made here, and the file is missing or empty (`truncate -s 0`). An unreadable
+    or swapped one is found when it is opened (`Journal`)."""
+    path = os.fspath(path)
+    made = _read_marker(path)
+    if made is None:
+        return None
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return _lost_line(path, made, "is missing")
+    return _lost_line(path, made, "is empty") if size == 0 else None
+
+
+def _lost_line(path: str, made: str, what: str) -> str:
+    return (f"{path} {what}, but {marker_path(path)} says journal {made[:40]} was kept "
+            "there: its jobs would be forgotten; restore it, or start afresh with "
+            "--fresh-journal")
+
+
+def set_aside(path: str | os.PathLike[str]) -> list[str]:
+    """Move a lost journal, its write-ahead files and its marker to `NAME.lost-TIME...`, so a
+    fresh one can start with nothing destroyed; the paths moved to."""
+    path = os.fspath(path)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    moved = []
+    for name in (path, f"{path}-wal", f"{path}-shm", marker_path(path)):
+        if os.path.exists(name):
+            os.replace(name, f"{name}.lost-{stamp}")
+            moved.append(f"{name}.lost-{stamp}")
+    return moved
+
+
 class Entry(NamedTuple):
     """One journaled job; unpacks as (record, iterations_done, ...)."""
 
@@ -125,10 +203,27 @@ class Journal:
         self._lock = threading.Lock()
         self._durable = True  # the connection's synchronous setting: FULL (True) or NORMAL
         self._unsynced = False  # the last commit did not wait for the disk
+        why = lost(self.path)  # before SQLite makes a new journal of the empty file
+        if why:
+            raise JournalLost(why)
+        made = _read_marker(self.path)
         # autocommit mode; every change runs in an explicit BEGIN IMMEDIATE ... COMMIT
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        try:
+            self._open(made)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self, made: str | None) -> None:
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as err:  # not SQLite (garbage, or another file)
+            if made is not None:
+                raise JournalLost(_lost_line(self.path, made, f"is unreadable ({err})")) \
+                    from None
+            raise
         self._db.execute("PRAGMA synchronous=FULL")
         with self._tx() as db:
             has_meta = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' "
@@ -136,20 +231,29 @@ class Journal:
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
                 if has_meta else None
             version = int(row[0]) if row is not None else None
-            if version not in (None, 1, 2, SCHEMA_VERSION):
+            if version not in (None, 1, 2, 3, SCHEMA_VERSION):
                 raise JournalError(f"{self.path}: schema version {version}, this scheduler "
-                                   f"reads {SCHEMA_VERSION} (and migrates 1 and 2)")
+                                   f"reads {SCHEMA_VERSION} (and migrates 1, 2 and 3)")
             if version in (1, 2):
                 # version 1's new columns take this version's checks at once
                 self._script(db, _FROM_V1 if version == 1 else _FROM_V2)
+            self._script(db, _SCHEMA)  # what an older version lacks: version 3, submissions
+            if version in (1, 2, 3):
                 self.migrated_from = version
                 latest = db.execute("SELECT MAX(ts) FROM events").fetchone()[0]
                 self._event(db, latest or 0.0, "journal_migrated", None, None,
                             {"from": version, "to": SCHEMA_VERSION})
-            else:
-                self._script(db, _SCHEMA)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                        (str(SCHEMA_VERSION),))
+            row = db.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()
+            if made is not None and (row is None or row[0] != made):
+                raise JournalLost(_lost_line(
+                    self.path, made, "is another journal" if row else "was made again"))
+            self.journal_id = row[0] if row else uuid.uuid4().hex
+            if row is None:  # made now, or by a version before markers: named from now on
+                db.execute("INSERT INTO meta VALUES ('journal_id', ?)", (self.journal_id,))
+        if made is None:
+            _write_marker(self.path, self.journal_id)
 
     @staticmethod
     def _script(db: sqlite3.Connection, script: str) -> None:
@@ -200,8 +304,11 @@ class Journal:
                     None if phase is None else phase.value))
 
     # -- changes ---------------------------------------------------------------------------
-    def submit(self, record: JobRecord, now_trace: float, durable: bool = True) -> bool:
+    def submit(self, record: JobRecord, now_trace: float, durable: bool = True,
+               submission: tuple[str, str] | None = None) -> bool:
         """Journal a new job (queued); False (and no change) when its id is already journaled.
+        `submission`: (caller, key) the submitter named this submission by, journaled with
+        the job in one transaction, so a retry after any crash finds it (`submitted`).
 
         Returns only after the commit is durable, so the caller may acknowledge at once;
         with `durable` False, only once `sync` has returned after it.
@@ -213,8 +320,17 @@ class Journal:
                 (record.job_id, json.dumps(record_to_map(record)), time.time(), float(now_trace)))
             if cur.rowcount != 1:
                 return False
+            if submission is not None:
+                db.execute("INSERT INTO submissions (caller, key, job_id) VALUES (?, ?, ?)",
+                           (*submission, record.job_id))
             self._event(db, now_trace, "submitted", record.job_id, None, None, QUEUED)
             return True
+
+    def submitted(self, caller: str, key: str) -> int | None:
+        """The job a submission of `caller` named `key` made, or None."""
+        rows = self._query("SELECT job_id FROM submissions WHERE caller=? AND key=?",
+                           (caller, key))
+        return rows[0][0] if rows else None
 
     def sync(self) -> None:
         """Make every commit so far durable: one synchronous commit (of the time it was made)
@@ -300,6 +416,19 @@ class Journal:
         """Remember how far the trace clock got, so a restart continues from there."""
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (repr(float(now_trace)),))
+            # and the wall time it was so: how long a restart found the scheduler away
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('clock_wall', ?)",
+                       (repr(time.time()),))
+
+    def clock_wall(self) -> float | None:
+        """The wall time (epoch seconds) the trace clock was last remembered at, or None."""
+        rows = self._query("SELECT value FROM meta WHERE key='clock_wall'")
+        return float(rows[0][0]) if rows else None
+
+    def last_ts(self, job_id: int) -> float | None:
+        """The trace time of the job's latest event, or None."""
+        rows = self._query("SELECT MAX(ts) FROM events WHERE job_id=?", (job_id,))
+        return rows[0][0] if rows and rows[0][0] is not None else None
 
     # -- queries ---------------------------------------------------------------------------
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:

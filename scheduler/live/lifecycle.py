@@ -26,7 +26,9 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from scheduler.events import Checkpointed, Finished, Requeued, RunFailed, Submitted
 from scheduler.live.failures import Failure, from_detail
 from scheduler.live.ledger import Launch, Placed, node_name
+from scheduler.live.progress import ProgressGuard
 from trainer import checkpoint
+from trainer.ledger import LEDGER_DIR, read_ledgers
 
 
 class Phase(str, Enum):
@@ -174,6 +176,11 @@ class Lifecycle:
         # move or regroup a job the plan keeps running, which is no preemption)
         self.regroups: Counter[int] = Counter()
         self.regroup_stops: Counter[int] = Counter()
+        # every count a job would resume from is judged against its last settled one
+        self.guard = ProgressGuard(state.log, state.now, self._pace)
+        self._tt: dict[int, float] = {}  # the fastest pace each job was launched with
+        # the trainers' ledgers' checkpoints by job, and the files' state they were read at
+        self._ledgers: tuple[tuple, dict[int, set[float]]] = ((), {})
 
     # -- what the phases say -----------------------------------------------------------------
     def phase(self, job_id: int) -> Phase | None:
@@ -222,9 +229,50 @@ class Lifecycle:
     def ended(self, job_id: int) -> bool:
         return self._phases.get(job_id) in ENDED
 
+    def _pace(self, job_id: int) -> float | None:
+        """Trace seconds per iteration of a job whose pace the scheduler sets (an emulated
+        trainer runs at the pace it is launched with): the fastest it was launched with in
+        this run; None before a launch, or for one that runs at its own pace."""
+        record = self.records.get(job_id)
+        if record is None or record.command or self.state.opt.workload != "emulated":
+            return None
+        return self._tt.get(job_id)
+
+    def _evidenced(self, job_id: int, claimed: float) -> bool:
+        """Whether a trainer of the job logged a checkpoint at `claimed` in the ledgers of
+        the run dir (trainer/ledger.py); True where there are none to ask."""
+        folder = self.state.opt.run_dir / LEDGER_DIR
+        try:
+            files = sorted(folder.glob("*.jsonl"))
+            signature = tuple((f.name, f.stat().st_size) for f in files)
+        except OSError:
+            return True
+        if not files:
+            return True
+        if signature != self._ledgers[0]:  # appended to since: read again
+            found: dict[int, set[float]] = {}
+            for rec in read_ledgers(self.state.opt.run_dir)[0]:
+                if rec.get("kind") == "checkpoint" and isinstance(rec.get("job"), int):
+                    found.setdefault(rec["job"], set()).add(rec.get("iteration"))
+            self._ledgers = (signature, found)
+        return claimed in self._ledgers[1].get(job_id, ())
+
+    def _judge(self, job_id: int, claimed: Any, source: str) -> float:
+        """A claim of the job's progress as far as it is believable (ProgressGuard)."""
+        unpaced = self._pace(job_id) is None
+        return self.guard.judge(job_id, claimed, self.total(job_id), source,
+                                self._evidenced if unpaced else None)
+
     def checkpoint_of(self, job_id: int) -> float | None:
+        """The job's checkpoint record, as far as it is believable (ProgressGuard: else the
+        last good count); None without one."""
         ckpt = checkpoint.read(self.state.opt.checkpoints, job_id)
-        return ckpt.iterations if ckpt is not None else None
+        if ckpt is None:
+            return None
+        record = self.records.get(job_id)
+        if record is None:  # ended: nothing resumes from it
+            return ckpt.iterations
+        return self._judge(job_id, ckpt.iterations, "checkpoint file")
 
     def resume_point(self, job_id: int) -> float:
         """Iterations a waiting job will resume from: its checkpoint, or the last safe stop."""
@@ -248,14 +296,17 @@ class Lifecycle:
             self.preemptions[job_id] = entry.preemptions
 
     # -- transitions ---------------------------------------------------------------------------
-    def accept(self, record: Any, now: float) -> bool:
+    def accept(self, record: Any, now: float,
+               submission: tuple[str, str] | None = None) -> bool:
         """(none) -> queued: journaled, durable before the caller acknowledges (by this
         commit, or by the service's sync before it replies: `sync_before_reply`), and in the
         core from the loop's next turn. False, and no change, for an id the journal holds
         already (a feeder's retry, not a refusal: the journal is what knows every id, the
-        ones that ended before this start too)."""
+        ones that ended before this start too). `submission`: (caller, key) the submitter
+        named it by, journaled with it."""
         s = self.state
-        if not s.journal.submit(record, now, durable=not s.sync_before_reply):
+        if not s.journal.submit(record, now, durable=not s.sync_before_reply,
+                                submission=submission):
             return False
         with s.lock:
             s.inbox.put(Submitted(record, now))
@@ -275,6 +326,7 @@ class Lifecycle:
         if self._enter("launch", job_id, iterations=start, node=names[0],
                        detail={"nodes": names}) is None:
             return False
+        self._tt[job_id] = min(self._tt.get(job_id, want.tt), want.tt)
         self.state.ledger.begin_launch(job_id, want)
         return True
 
@@ -391,6 +443,7 @@ class Lifecycle:
         total = self.total(job_id)
         node = node_name(was.slices[0].node)
         now = s.now()
+        iterations = self._judge(job_id, iterations, f"stop report from {node}")
         if finished or iterations >= total:
             return self.finish(job_id, now, iterations, node, strays=False)
         if self._enter("stopped", job_id, ts=now, iterations=iterations, node=node,
@@ -416,6 +469,7 @@ class Lifecycle:
             return False
         s.ledger.regroup(job_id, want)
         self.regroups[job_id] += 1
+        self._tt[job_id] = min(self._tt.get(job_id, want.tt), want.tt)
         s.log.info("job_regrouped", job_id=job_id, group=list(want.group), slot=slot,
                    tt=want.tt, now=s.now(), nodes=[node_name(n) for n in want.nodes])
         self._emit_running(job_id, want)
@@ -455,6 +509,8 @@ class Lifecycle:
         """queued -> queued: a trainer of a waiting job stopped (a stop reported after its
         round, a stray) with a checkpoint the job now resumes from."""
         s = self.state
+        if job_id in self.records:  # else refused below, as any transition of no job
+            iterations = self._judge(job_id, iterations, f"{reason} on {node}")
         if self._enter("checkpointed", job_id, iterations=iterations, node=node,
                        detail={"reason": reason}) is None:
             return False
@@ -518,7 +574,7 @@ class Lifecycle:
         finished here, never launched once more, and that transition's result."""
         done = self.resume_point(job_id)
         if iterations is not None:
-            done = max(done, iterations)
+            done = max(done, self._judge(job_id, iterations, f"{reason} ({node})"))
         if done < self.total(job_id):
             return done, None
         self.state.log.info("job_finished_unheard", job_id=job_id, reason=reason,
@@ -539,6 +595,8 @@ class Lifecycle:
         if entry is None:  # the journal's phase is not ours: the stores disagree
             self._refuse(name, job_id, before, "the journal refused it")
             return None
+        if fields.get("iterations") is not None:  # settled: what later claims are judged by
+            self.guard.good(job_id, fields["iterations"], ts)
         self._set(job_id, move.target)
         if entry.preemptions:
             self.preemptions[job_id] = entry.preemptions

@@ -14,6 +14,8 @@ second time.
 """
 from __future__ import annotations
 
+import time
+
 from scheduler.events import Checkpointed, NodeOnline, RunFailed, RunsAlone, Submitted
 from scheduler.live.lifecycle import ENDED, FINISHED, OUT, Phase, replay
 from scheduler.live.state import LiveState
@@ -30,6 +32,12 @@ def recover(state: LiveState) -> None:
         state.log.warning("journal_replay_refused", count=len(history.refused),
                           first=[(j, b and b.value, a.value) for j, b, a in history.refused[:10]])
     live, ended, out = 0, 0, []
+    # trace seconds the scheduler was away (the trace clock goes on from the journal's);
+    # a journal from before this was kept: as long as since the first submit, the most
+    away_since = state.journal.clock_wall()
+    if away_since is None:
+        away_since = min((e.submit_wall for e in state.journal.entries()), default=time.time())
+    away = max(0.0, time.time() - away_since) * state.opt.time_scale
     for entry in state.journal.entries():  # arrival order: the order the core queues them in
         record = entry.record
         job_id = record.job_id
@@ -53,8 +61,14 @@ def recover(state: LiveState) -> None:
             state.log.error("job_unschedulable", job_id=job_id, reason=problem)
             continue
         state.inbox.put(Submitted(record, min(entry.submit_trace, now)))
+        # its checkpoint judged against the journal's count, and the time since it was
+        # settled (the scheduler's time away included: its trainers may have run on)
+        at = (state.journal.last_ts(job_id) or entry.submit_trace) - away
+        state.jobs.restore(job_id, phase, entry, entry.iterations_done, failure)
+        state.jobs.guard.good(job_id, entry.iterations_done, at)
         done = max(entry.iterations_done, state.jobs.checkpoint_of(job_id) or 0.0)
-        state.jobs.restore(job_id, phase, entry, done, failure)
+        state.jobs.settled[job_id] = done
+        state.jobs.guard.good(job_id, done, at)
         if job_id in history.alone:  # it ran out of GPU memory beside others once
             state.inbox.put(RunsAlone(job_id))
         state.inbox.put(Checkpointed(job_id, record.iterations - done))

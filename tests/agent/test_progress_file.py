@@ -111,7 +111,7 @@ def test_the_file_a_command_was_submitted_with_is_read_in_its_working_directory(
                      stage_times=(0.1, 0.0, 0.0))
     assert command_problem(dataclasses.replace(base, progress_file="p")) == \
         "progress_file needs a command"
-    assert "at most 1024" in command_problem(dataclasses.replace(
-        base, command=("x",), progress_file="p" * 2000))
+    assert "at most 4096" in command_problem(dataclasses.replace(
+        base, command=("x",), progress_file="p" * 5000))
     with pytest.raises(Exception, match="progress_file"):
-        user_command.check(dict(w, workdir="", progress_file="p" * 2000))
+        user_command.check(dict(w, workdir="", progress_file="p" * 5000))

@@ -214,7 +214,8 @@ def test_a_version_2_journal_is_migrated_and_takes_a_failed_job(tmp_path):
         assert [s for (s,) in seqs] == [1, 2, 3]  # the sequence went on
     with Journal(path) as again:
         assert again.migrated_from is None
-        assert again._query("SELECT value FROM meta WHERE key='schema_version'") == [("3",)]
+        assert again._query("SELECT value FROM meta WHERE key='schema_version'") == \
+            [(str(journal_module.SCHEMA_VERSION),)]
 
 
 def test_api_jobs_id_gives_all_the_output_kept_and_a_status_list_fits_one_frame(tmp_path):

@@ -1,6 +1,7 @@
 """The scheduler's journal: idempotent submits, state that survives reopening, crash safety."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -147,3 +148,66 @@ def test_a_regroup_stop_is_no_preemption(tmp_path):
         j.mark_started(1, 5, 3.0, node="n0")
         j.mark_stopped(1, 9, 4.0, node="n0", detail={"reason": "preempted"})
         assert j.get(1).preemptions == 1 and j.get(1).iterations_done == 9
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted", "garbage", "swapped"])
+def test_a_journal_lost_under_its_marker_is_refused_and_left_as_it_is(tmp_path, damage):
+    from scheduler.live.journal import JournalLost, marker_path
+
+    path = tmp_path / "journal.db"
+    with Journal(path) as j:
+        j.submit(job(1), 0.0)
+    made = Path(marker_path(path)).read_text().strip()
+    if damage == "truncated":
+        os.truncate(path, 0)
+    elif damage == "deleted":
+        path.unlink()
+    elif damage == "garbage":
+        path.write_bytes(b"not a journal" * 100)
+    else:  # another run's journal copied over this one
+        with Journal(tmp_path / "other.db") as other:
+            other.submit(job(2), 0.0)
+        os.replace(tmp_path / "other.db", path)
+    before = path.read_bytes() if path.exists() else None
+    with pytest.raises(JournalLost) as lost:
+        Journal(path)
+    assert str(path) in str(lost.value) and made in str(lost.value)
+    assert "\n" not in str(lost.value) and "--fresh-journal" in str(lost.value)
+    assert (path.read_bytes() if path.exists() else None) == before
+
+
+def test_a_journal_from_before_markers_is_named_when_opened(tmp_path):
+    from scheduler.live.journal import marker_path
+
+    path = tmp_path / "journal.db"
+    with Journal(path) as j:
+        j.submit(job(1), 0.0)
+        made = j.journal_id
+    os.unlink(marker_path(path))  # as a version without markers left it
+    db = sqlite3.connect(path)
+    db.execute("DELETE FROM meta WHERE key='journal_id'")
+    db.commit()
+    db.close()
+    with Journal(path) as j:
+        assert j.get(1) is not None and j.journal_id != made
+    assert Path(marker_path(path)).read_text().strip() == j.journal_id
+
+
+def test_a_version_3_journal_is_migrated_and_keeps_submission_keys(tmp_path):
+    from scheduler.live import journal as journal_module
+
+    path = tmp_path / "journal.db"
+    with sqlite3.connect(path) as db:  # version 3 as it was: no submissions table
+        db.executescript(journal_module._SCHEMA.split("CREATE TABLE IF NOT EXISTS submissions")[0])
+        db.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+        db.execute("INSERT INTO jobs (job_id, record, state, submit_wall, submit_trace) "
+                   "VALUES (1, ?, 'submitted', 0, 3.0)", (json.dumps(record_to_map(job(1))),))
+    with Journal(path) as j:
+        assert j.migrated_from == 3 and j.get(1).submit_trace == 3.0
+        assert j.submit(job(2), 4.0, submission=("", "k")) is True
+        assert j.submitted("", "k") == 2 and j.submitted("other", "k") is None
+        with pytest.raises(sqlite3.IntegrityError):  # one job per key and caller
+            j.submit(job(3), 5.0, submission=("", "k"))
+        assert j.get(3) is None  # the failed submit left nothing
+    with Journal(path) as again:
+        assert again.migrated_from is None and again.submitted("", "k") == 2

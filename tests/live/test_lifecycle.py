@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.core.state import NodeSlice, Status
 from scheduler.live import recovery, status
-from scheduler.live.journal import Journal, JournalError
+from scheduler.live.journal import SCHEMA_VERSION, Journal, JournalError
 from scheduler.live.ledger import Placed
 from scheduler.live.failures import Failure
 from scheduler.live.lifecycle import (ALLOWED, CANCELLED, ENDED, FAILED, FINISHED, LAUNCHING,
@@ -387,9 +387,11 @@ def test_a_version_1_journal_is_migrated_and_replays_to_its_jobs(tmp_path):
         assert kinds.count("journal_migrated") == 1 and kinds[-1] == "stopped"
     finally:
         state.journal.close()
-    with Journal(tmp_path / "journal.db") as again:  # migrated once: now a version-3 journal
+    with Journal(tmp_path / "journal.db") as again:  # migrated once: now of this version
         assert again.migrated_from is None
-        assert again._query("SELECT value FROM meta WHERE key='schema_version'") == [("3",)]
+        assert again._query("SELECT value FROM meta WHERE key='schema_version'") == \
+            [(str(SCHEMA_VERSION),)]
+        assert again.submit(job(5), 50.0, submission=("", "k")) and again.submitted("", "k") == 5
 
 
 def test_a_journal_of_an_unknown_version_is_refused_in_one_line(tmp_path):

@@ -305,3 +305,30 @@ def test_the_id_check_waits_for_a_scheduler_to_register_as_a_submission_would():
                        clock=lambda: now[0], wait=lambda s: now.__setitem__(0, now[0] + s))
     with pytest.raises(FeedError, match="no scheduler registered with the broker after 0.4s"):
         impatient.taken([job(0)])
+
+
+def test_every_try_of_a_submission_names_it_by_one_key_and_each_submission_by_its_own():
+    from broker.client import RequestFailed
+
+    class Away:
+        """No scheduler for two tries of each submission, then one that accepts it."""
+
+        retries, timeout = 0, 1.0
+
+        def __init__(self):
+            self.keys: list[str] = []
+
+        def request(self, service, method, **fields):
+            self.keys.append(fields["submission"])
+            if len(self.keys) % 3:
+                raise RequestFailed("no_service", "no scheduler registered")
+            return {"ok": True, "body": {"accepted": True, "already": True, "job_id": 9}}
+
+    now = [0.0]
+    feeder = Feeder(Away(), structlog.get_logger("test"), patience=30.0,
+                    clock=lambda: now[0], wait=lambda s: now.__setitem__(0, now[0] + s))
+    assert feeder.submit_new(job(0)) == ("accepted", 9)
+    assert feeder.submit(job(1)) == "accepted"
+    keys = feeder.requester.keys
+    assert len(keys) == 6 and len(set(keys[:3])) == 1 and len(set(keys[3:])) == 1
+    assert keys[0] != keys[3]
