@@ -54,13 +54,16 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "job.finished": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
                      "ok": (_BOOL, True), "detail": (_STR, False),
                      # the trainer ran out of GPU memory (exit EXIT_OOM)
-                     "oom": (_BOOL, False)},
+                     "oom": (_BOOL, False),
+                     # which launch it reports of: the agent's incarnation and launch_seq
+                     "incarnation": (_STR, False), "launch_seq": (_INT, False)},
     # `requested`: the end of a job.stop the scheduler sent (answered `stopping` at once):
     # whether the trainer completed instead (`finished`) and its exit status; without it,
     # the agent stopped the trainer on its own (shutdown)
     "job.stopped": {"job_id": (_INT, True), "node": (_STR, True), "iterations": (_NUM, True),
                     "requested": (_BOOL, False), "finished": (_BOOL, False),
-                    "exit_code": (_INT, False)},
+                    "exit_code": (_INT, False),
+                    "incarnation": (_STR, False), "launch_seq": (_INT, False)},
     # -- scheduler -> agent --------------------------------------------------------------
     "job.launch": {"job_id": (_INT, True), "gpus": (_LIST, True), "group": (_LIST, True),
                    "slot": (_INT, True), "workload": (_MAP, True), "start_iteration": (_NUM, True),

@@ -105,7 +105,7 @@ class Agent:
                                      group=list(group), slot=int(msg["slot"]), start=start,
                                      gate=group if gate is not None else (),
                                      takes_turns=takes_turns(workload), pace_file=pace_file,
-                                     progress_file=progress)
+                                     progress_file=progress, seq=table.launches + 1)
             table.launches += 1
             seq = table.launches
         self.log.info("job_launched", job=job_id, pids=[p.pid for p in procs], gpus=list(gpus),
@@ -181,7 +181,7 @@ class Agent:
         its = self.table.iterations(job)
         finished = self.ended_finished(job.job_id, rc)  # it completed as the stop arrived
         report = {"job_id": job.job_id, "node": self.cfg.node, "iterations": its,
-                  "requested": True, "finished": finished}
+                  "requested": True, "finished": finished, **self.table.token(job)}
         if rc is not None:
             report["exit_code"] = rc
         with self.table.lock:
@@ -205,7 +205,7 @@ class Agent:
     def shutdown_report(self, job: Job, rc: int | None) -> tuple[str, dict[str, Any]]:
         """The report of a job stopped because the agent is shutting down."""
         fields = {"job_id": job.job_id, "node": self.cfg.node,
-                  "iterations": self.table.iterations(job)}
+                  "iterations": self.table.iterations(job), **self.table.token(job)}
         if self.ended_finished(job.job_id, rc):
             return "job.finished", dict(fields, ok=True)
         return "job.stopped", fields

@@ -40,6 +40,7 @@ class Job:
     started: float = field(default_factory=time.monotonic)
     gate: tuple = ()  # key of the group's stage gate here, if the job shares its GPUs
     takes_turns: bool = False  # its trainer asks a gate for its stages when it has one
+    seq: int = 0  # its launch's number on this agent: with the incarnation, its fencing token
     pace_file: Path | None = None  # emulated: where a regroup in place tells the new pace
     progress_file: Path | None = None  # a command's: where it may write its iterations
 
@@ -108,7 +109,8 @@ class JobTable:
             del self.jobs[job_id]
             self.release_gate(job)
             its = self.iterations(job)
-            base = {"job_id": job_id, "node": self.cfg.node, "iterations": its}
+            base = {"job_id": job_id, "node": self.cfg.node, "iterations": its,
+                    **self.token(job)}
             if rc == EXIT_FINISHED:
                 self.outbox.append(("job.finished", dict(base, ok=True)))
             elif rc == EXIT_STOPPED:  # stopped by someone other than the scheduler
@@ -118,6 +120,11 @@ class JobTable:
                                                          detail=self.failure(job_id, rc),
                                                          oom=rc == EXIT_OOM)))
             self.log.info("trainer_exited", job=job_id, exit=rc, iterations=its)
+
+    def token(self, job: Job) -> dict[str, Any]:
+        """Which launch a report is of (this agent's incarnation, the launch's number): the
+        scheduler refuses a stop or failure of a launch it has since replaced."""
+        return {"incarnation": self.incarnation, "launch_seq": job.seq}
 
     def failure(self, job_id: int, rc: int) -> str:
         """A failed trainer's `job.finished` detail: a first line saying how it ended (with

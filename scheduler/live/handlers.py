@@ -247,9 +247,11 @@ class Handlers:
         if jobs.phase(job_id) is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
         now = state.now()
-        if msg["ok"]:
+        if msg["ok"]:  # a fact whichever launch it ran in: the work is done
             jobs.finish(job_id, now, its, name)
             return {"finished": True, "already": False}
+        if self._superseded(job_id, index, msg):
+            return {"finished": False, "ignored": True}
         where = state.ledger.where(job_id)
         if where is None or index not in where.nodes:
             state.log.info("stale_report", job_id=job_id, node=name, ok=False)
@@ -274,6 +276,8 @@ class Handlers:
             return {"ignored": True}
         if jobs.phase(job_id) is None:
             raise Refusal("unknown_job", f"job {job_id} was never submitted here")
+        if self._superseded(job_id, index, msg):
+            return {"ignored": True}
         if state.stop_waits.report(job_id, name, msg.fields):
             return {"awaited": True}
         if msg.get("requested"):
@@ -284,6 +288,18 @@ class Handlers:
         jobs.requeue(job_id, state.now(), f"stopped by {name}", skip=name,
                      iterations=float(msg["iterations"]))
         return {"requeued": True}
+
+    def _superseded(self, job_id: int, index: int, msg: Any) -> bool:
+        """A report of a launch on this node that a later launch there has replaced (its
+        fencing token, the agent's incarnation and launch number, is not the placed one's):
+        a late stop or failure of the old trainer must not stop, requeue or fail the new."""
+        placed = self.state.ledger.on(index).get(job_id)
+        token = (msg.get("incarnation"), msg.get("launch_seq"))
+        if placed is None or None in token or tuple(placed) == token:
+            return False
+        self.state.log.info("stale_report", job_id=job_id, node=msg["node"], launch=token,
+                            current=list(placed), type=msg.type)
+        return True
 
     def _settle_unawaited_stop(self, job_id: int, name: str, msg: Any) -> dict[str, Any]:
         """The end of a stop that no round waits for: a job that completed is finished; one

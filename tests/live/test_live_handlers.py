@@ -83,7 +83,9 @@ def test_register_brings_the_node_online_and_names_strays(live):
     state, h = live
     state.core.set_node_online(0, False)
     reply = register(h, running=[{"job_id": 7, "iterations": 3.0}])
-    assert reply == {"registered": True, "node": "n0", "strays": [7]}
+    # and the lease its trainers run on: 0.6 of the agent timeout (10 s), so they have
+    # stopped before the scheduler would run their jobs elsewhere (node_agent/lease.py)
+    assert reply == {"registered": True, "node": "n0", "strays": [7], "lease_s": 6.0}
     assert 0 not in state.core.cluster.offline
     assert state.ledger.strays == [(7, "n0")]
 
@@ -130,6 +132,9 @@ def test_a_restarted_agent_without_the_job_finishes_it_when_its_checkpoint_is_co
     holds every iteration is finished; one short of it goes back to the queue from there."""
     state, h = live
     _job_placed_on_n0(state, h, ("a", 1))
+    # the trainer runs on unheard, long enough to do its work (1000 iterations of 0.3 s): a
+    # checkpoint further ahead than the time allows would be refused (ProgressGuard)
+    state.trace.offset += 400.0
     checkpoint.write(state.opt.checkpoints, checkpoint.Checkpoint(1, checkpointed, 1000.0, "n0"))
     register(h, incarnation="b")  # the agent is back, running nothing
     job_1 = state.core.jobs[1]
@@ -151,6 +156,26 @@ def test_a_failure_reported_by_a_node_the_job_is_not_on_is_ignored(live):
     reply = say(h, "job.finished", job_id=1, node="n1", iterations=5.0, ok=False)
     assert reply == {"finished": False, "ignored": True} and 1 in state.ledger.placed
     reply = say(h, "job.finished", job_id=1, node="n0", iterations=5.0, ok=False)
+    assert reply == {"finished": False, "requeued": True} and 1 not in state.ledger.placed
+
+
+def test_a_stop_or_failure_of_a_launch_a_later_one_replaced_changes_nothing(live):
+    """Each report names its launch (the agent's incarnation and launch number, its fencing
+    token): a late stop or failure of an old trainer on the node, where the job now runs in
+    a later launch, is refused; the same report of the launch that runs is taken."""
+    state, h = live
+    _job_placed_on_n0(state, h, ("a", 2))
+    for old in (("a", 1), ("b", 2)):
+        token = dict(incarnation=old[0], launch_seq=old[1])
+        assert say(h, "job.finished", job_id=1, node="n0", iterations=5.0, ok=False,
+                   **token) == {"finished": False, "ignored": True}
+        assert say(h, "job.stopped", job_id=1, node="n0", iterations=5.0,
+                   **token) == {"ignored": True}
+    assert 1 in state.ledger.placed and state.jobs.status_of(1) == "running"
+    assert [kw["launch"] for kw in state.log.of("stale_report")] == [
+        ("a", 1), ("a", 1), ("b", 2), ("b", 2)]
+    reply = say(h, "job.finished", job_id=1, node="n0", iterations=5.0, ok=False,
+                incarnation="a", launch_seq=2)
     assert reply == {"finished": False, "requeued": True} and 1 not in state.ledger.placed
 
 
