@@ -148,6 +148,7 @@ class SchedulerService:
         try:
             return MetricsServer(self.state.metrics.registry, host, port,
                                  key=self.opt.metrics_key, insecure=self.opt.metrics_insecure,
+                                 key_always=self.opt.metrics_key_always,
                                  log=self.log)
         except MetricsUnavailable as err:
             self.log.error("metrics_unavailable", detail=str(err))

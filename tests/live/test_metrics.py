@@ -302,10 +302,12 @@ def test_the_command_lines_refuse_a_non_loopback_metrics_host_without_key_or_ins
     key = tmp_path / "key"
     key.write_text("s3cret\n")
     parsed = parse_args([*base, "--metrics", "0.0.0.0:9100", "--metrics-key", str(key)])[0]
-    assert parsed.metrics_key == "s3cret"
+    assert parsed.metrics_key == "s3cret" and not parsed.metrics_key_always
+    assert parse_args([*base, "--metrics", "9100", "--metrics-key", str(key),
+                       "--metrics-key-always"])[0].metrics_key_always
     (tmp_path / "empty").write_text("")
     for bad in (["--metrics", "0.0.0.0:1", "--metrics-key", str(tmp_path / "empty")],
-                ["--metrics-insecure"]):
+                ["--metrics-insecure"], ["--metrics", "9100", "--metrics-key-always"]):
         with pytest.raises(SystemExit):
             parse_args([*base, *bad])
     assert parse_args([*base, "--metrics", "9100"])[0].metrics == ("127.0.0.1", 9100)

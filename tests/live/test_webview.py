@@ -140,6 +140,8 @@ def test_the_scheduler_refuses_a_non_loopback_http_without_key_or_insecure(tmp_p
     assert refused.returncode == 2 and "--http: refusing to bind 0.0.0.0" in refused.stderr
     assert run("--http", "nonsense").returncode == 2
     assert run("--http-insecure").returncode == 2  # without --http: a mistake, said so
+    always = run("--http", "127.0.0.1:0", "--http-key-always")
+    assert always.returncode == 2 and "--http-key-always needs --http-key" in always.stderr
     key = tmp_path / "key"
     key.write_text("s3cret\n")
     for ok in (["--http", "0.0.0.0:0", "--http-insecure"], ["--http", "0.0.0.0:0",
