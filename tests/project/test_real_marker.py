@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # what a test names when it needs a component; helpers the tests call for one
 COMPONENT = re.compile(r"\b(CHROMIUM|Browser|_screenshot|PROMETHEUS|slurm_harness|SlurmCluster"
-                       r"|netns_peer|namespace_peer|strace)\b")
+                       r"|netns_peer|namespace_peer|small_disk|strace)\b")
 
 
 def _marks_real(decorators: list[ast.expr], source: str) -> bool:
