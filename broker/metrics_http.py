@@ -5,6 +5,9 @@ other than loopback (broker/curve.py `check_bind`), as the web view does for `--
 non-loopback host needs a key (`--metrics-key FILE`: non-loopback clients must send
 `Authorization: Bearer SECRET`, which Prometheus does with `authorization: credentials_file`)
 or an explicit `--metrics-insecure`, and a start with the latter logs a warning.
+`--metrics-key-always` asks every scraper for the key, loopback ones too (a reverse proxy on
+the same host forwards everyone from loopback). Served by a few threads of its own, with every
+client's time and size bounded (broker/http_serving.py).
 """
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ import hmac
 import threading
 from pathlib import Path
 from typing import Any, Callable
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from broker.curve import check_bind, is_loopback
+from broker.http_serving import BoundedServerMixIn
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -39,13 +43,17 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 def add_arguments(parser: Any) -> None:
-    """--metrics, --metrics-key and --metrics-insecure, the same for every component."""
+    """--metrics, --metrics-key, --metrics-key-always and --metrics-insecure, the same for
+    every component."""
     parser.add_argument("--metrics", default=None, metavar="HOST:PORT",
                         help="serve Prometheus metrics on HOST:PORT (or PORT, on loopback); "
                              "a non-loopback HOST needs --metrics-key or --metrics-insecure")
     parser.add_argument("--metrics-key", default=None, metavar="FILE",
                         help="a secret (the file's text) non-loopback scrapers must send as "
                              "'Authorization: Bearer SECRET'")
+    parser.add_argument("--metrics-key-always", action="store_true",
+                        help="ask every scraper for --metrics-key, loopback ones too (behind "
+                             "a reverse proxy on this host, every client comes from loopback)")
     parser.add_argument("--metrics-insecure", action="store_true",
                         help="let anyone who can reach --metrics read it, keyless")
 
@@ -55,9 +63,12 @@ def check_arguments(parser: Any, args: Any) -> None:
     args.metrics_key the secret's text or None; a non-loopback host without key or
     --metrics-insecure is refused."""
     if args.metrics is None:
-        if args.metrics_key or args.metrics_insecure:
-            parser.error("--metrics-key and --metrics-insecure need --metrics HOST:PORT")
+        if args.metrics_key or args.metrics_insecure or args.metrics_key_always:
+            parser.error("--metrics-key, --metrics-key-always and --metrics-insecure need "
+                         "--metrics HOST:PORT")
         return
+    if args.metrics_key_always and args.metrics_key is None:
+        parser.error("--metrics-key-always needs --metrics-key FILE")
     from broker.curve import InsecureBind
 
     try:
@@ -71,15 +82,16 @@ def check_arguments(parser: Any, args: Any) -> None:
         parser.error(f"--metrics: {err}")
 
 
-def guarded(app: Callable, key: str | None) -> Callable:
-    """The WSGI app, answering 401 to a non-loopback client without the key (if any)."""
+def guarded(app: Callable, key: str | None, always: bool = False) -> Callable:
+    """The WSGI app, answering 401 to a non-loopback client without the key (if any), and
+    with `always` to any client without it."""
     if key is None:
         return app
     expected = f"Bearer {key}".encode()
 
     def guard(environ: dict, start_response: Callable) -> Any:
         sent = environ.get("HTTP_AUTHORIZATION", "").encode()
-        if not is_loopback(environ.get("REMOTE_ADDR", "")) \
+        if (always or not is_loopback(environ.get("REMOTE_ADDR", ""))) \
                 and not hmac.compare_digest(sent, expected):
             start_response("401 Unauthorized", [("Content-Type", "text/plain"),
                                                 ("WWW-Authenticate", "Bearer")])
@@ -94,25 +106,30 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
+class _Server(BoundedServerMixIn, WSGIServer):
+    pass
+
+
 class MetricsServer:
     """The registry's /metrics on (host, port); port 0 takes a free one (`address` says
     which). Raises broker.curve.InsecureBind for a non-loopback host with neither key nor
-    `insecure`."""
+    `insecure`; `key_always` asks every client for the key."""
 
     def __init__(self, registry: Any, host: str, port: int, key: str | None = None,
-                 insecure: bool = False, log: Any = None):
+                 insecure: bool = False, log: Any = None, key_always: bool = False):
         from prometheus_client import make_wsgi_app
-        from prometheus_client.exposition import ThreadingWSGIServer
 
+        if key_always and key is None:
+            raise ValueError("--metrics-key-always needs --metrics-key")
         warning = check_bind(host, key is not None, insecure)
         if warning and log is not None:
             log.warning("metrics.insecure", host=host, detail=warning)
-        server_class = type("MetricsWSGIServer", (ThreadingWSGIServer,), {})
+        server_class = type("MetricsWSGIServer", (_Server,), {})
         if ":" in host:
             import socket
             server_class.address_family = socket.AF_INET6
         try:
-            self._httpd = make_server(host, port, guarded(make_wsgi_app(registry), key),
+            self._httpd = make_server(host, port, guarded(make_wsgi_app(registry), key, key_always),
                                       server_class, handler_class=_Quiet)
         except OSError as err:  # e.g. the port is taken: one line for the operator
             raise MetricsUnavailable(
@@ -123,7 +140,7 @@ class MetricsServer:
         self.address = self._httpd.server_address[:2]
         if log is not None:
             log.info("metrics_serving", host=self.address[0], port=self.address[1],
-                     keyed=key is not None)
+                     keyed=key is not None, key_always=key_always)
 
     def close(self) -> None:
         self._httpd.shutdown()

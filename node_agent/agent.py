@@ -261,7 +261,8 @@ def _serve_metrics(cfg: AgentConfig, agent: Agent, log: Any) -> Any:
     agent.table.gates.on_event = metrics.gate_event
     try:
         return MetricsServer(metrics.registry, *cfg.metrics, key=cfg.metrics_key,
-                             insecure=cfg.metrics_insecure, log=log)
+                             insecure=cfg.metrics_insecure, log=log,
+                             key_always=cfg.metrics_key_always)
     except MetricsUnavailable as err:
         log.error("metrics_unavailable", detail=str(err))
         raise SystemExit(f"node-agent {cfg.node}: {err}") from None

@@ -85,6 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
                       wait_endpoints=a.wait_endpoints,
                       metrics=a.metrics, metrics_key=a.metrics_key,
                       metrics_insecure=a.metrics_insecure,
+                      metrics_key_always=a.metrics_key_always,
                       client_key=str(Path(a.client_key).resolve()) if a.client_key else None)
     return cfg, a.log_level
 

@@ -26,6 +26,7 @@ class AgentConfig:
     metrics: tuple[str, int] | None = None  # (host, port) to serve Prometheus metrics on
     metrics_key: str | None = None  # the secret non-loopback scrapers must send (--metrics-key)
     metrics_insecure: bool = False  # allow a non-loopback metrics host keyless
+    metrics_key_always: bool = False  # ask loopback scrapers for the key too
     gpu_mem_gb: float = 0.0  # each of its GPUs' memory (GB; 0: not known), told the scheduler
     gpu_type: str = ""  # its GPUs' type as the spec names it ("": not known), told the scheduler
     # how often (s, at most a quarter heartbeat) the agent looks at its trainers and its link,

@@ -87,7 +87,7 @@ def pytest_collection_modifyitems(config, items):
             items[:] = [item for item in items if id(item) not in gone]
 
 
-# -- real components (Prometheus, Slurm, chromium, strace, a second address) --------------------
+# -- real components (Prometheus, Slurm, chromium, strace, a network namespace) -----------------
 # A test marked `real` skips, saying why, where its component is missing; these hooks make
 # such skips visible at the end of every run (they are easy to miss among the dots), and
 # INTERLACE_REQUIRE_REAL=1 (set by .ci/run, which installs the components) fails them instead.
@@ -129,3 +129,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"{nodeid}: {reason}")
     if not failed:
         terminalreporter.write_line(f"({REQUIRE_REAL}=1 turns these skips into failures)")
+
+
+@pytest.fixture
+def netns_peer():
+    """A client address that is not loopback, in a network namespace of its own
+    (tests/netns.py); the test skips, saying why, where namespaces cannot be made: mark it
+    `real`."""
+    from tests.netns import namespace_peer
+
+    with namespace_peer() as peer:
+        yield peer

@@ -66,6 +66,8 @@ class LiveCluster:
     # ("scheduler"; "agent-nI", the one key the broker lets serve node I's agent; "test" for
     # this object's own status queries)
     client_keys: dict[str, Path] = field(default_factory=dict)
+    # where each process's stdout and stderr go (<name>.stderr); None: the run dir
+    stderr_dir: Path | None = None
 
     @property
     def endpoints_file(self) -> Path:
@@ -75,7 +77,7 @@ class LiveCluster:
         return self.client_keys.get(name) or self.client_keys.get(name.split("-")[0])
 
     def _spawn(self, name: str, args: list[str], wrapper: Sequence[str] = ()) -> subprocess.Popen:
-        log = open(self.run_dir / f"{name}.stderr", "ab")
+        log = open((self.stderr_dir or self.run_dir) / f"{name}.stderr", "ab")
         env, key = _env(), self.key_of(name)
         if key is not None:
             env["INTERLACE_CLIENT_KEY"] = str(key)

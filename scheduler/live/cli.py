@@ -110,6 +110,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
     p.add_argument("--http-key", default=None, metavar="FILE",
                    help="a secret (the file's text) non-loopback web clients must send as "
                         "'Authorization: Bearer SECRET'")
+    p.add_argument("--http-key-always", action="store_true",
+                   help="ask every web client for --http-key, loopback ones too (behind a "
+                        "reverse proxy on this host, every client comes from loopback)")
     p.add_argument("--http-insecure", action="store_true",
                    help="let any web client that can reach --http see the view, keyless")
     from broker.keys import add_client_key_argument
@@ -203,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       workload=args.workload, torch_config=args.torch_config,
                       metrics=args.metrics, metrics_key=args.metrics_key,
                       metrics_insecure=args.metrics_insecure,
+                      metrics_key_always=args.metrics_key_always,
                       interference=not args.no_interference,
                       gpu_speed=dict(args.gpu_speed), tenancy=args.tenants,
                       failure_backoff=args.failure_backoff,

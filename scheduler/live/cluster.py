@@ -21,6 +21,7 @@ from scheduler.live import recovery, telemetry
 from scheduler.live.agents import declare_dead
 from scheduler.live.executor import RoundExecutor
 from scheduler.live.gateway import AgentGateway
+from scheduler.live.journal import JournalFull
 from scheduler.live.state import LiveState
 from scheduler.core.engine import SchedulingError
 from scheduler.events import Event, ProfileMeasured
@@ -107,7 +108,7 @@ class AgentCluster:
             queued = [j.id for j in state.core.queue if j.status is Status.PENDING]
             state.log.error("round_failed", error=f"{type(error).__name__}: {error}",
                             running=running, queued=queued, failures=state.rounds.failures,
-                            exc_info=error)
+                            exc_info=None if isinstance(error, JournalFull) else error)
         return True
 
     def refused(self, event: Event, error: SchedulingError) -> None:

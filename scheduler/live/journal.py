@@ -179,6 +179,17 @@ def set_aside(path: str | os.PathLike[str]) -> list[str]:
     return moved
 
 
+
+class JournalFull(JournalError):
+    """A change could not be written for want of space; nothing of it was kept. Its text is
+    the one line a refused request or the log says."""
+
+
+def _full(err: BaseException | None) -> bool:
+    return isinstance(err, sqlite3.OperationalError) \
+        and getattr(err, "sqlite_errorname", "") == "SQLITE_FULL"
+
+
 class Entry(NamedTuple):
     """One journaled job; unpacks as (record, iterations_done, ...)."""
 
@@ -283,7 +294,19 @@ class Journal:
         def __exit__(self, kind, value, tb) -> None:
             journal = self.journal
             try:
-                journal._db.execute("COMMIT" if kind is None else "ROLLBACK")
+                try:
+                    journal._db.execute("COMMIT" if kind is None else "ROLLBACK")
+                except sqlite3.OperationalError as err:
+                    if kind is not None or not _full(err):
+                        raise
+                    value = err
+                    try:  # SQLite may have rolled back already; if not, nothing is kept
+                        journal._db.execute("ROLLBACK")
+                    except sqlite3.OperationalError:
+                        pass
+                if _full(value):
+                    raise JournalFull(f"no space left on device writing "
+                                      f"{os.path.basename(journal.path)}") from None
                 if kind is None:
                     journal._unsynced = not self.durable
             finally:

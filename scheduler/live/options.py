@@ -36,6 +36,7 @@ class Options:
     metrics: tuple[str, int] | None = None  # (host, port) to serve Prometheus metrics on
     metrics_key: str | None = None  # the secret non-loopback scrapers must send (--metrics-key)
     metrics_insecure: bool = False  # allow a non-loopback metrics host keyless
+    metrics_key_always: bool = False  # ask loopback scrapers for the key too
     tenancy: Tenancy | None = None  # who shares the cluster (--tenants); None: one queue
     # a job's own failures (failures.py): the first backoff and its cap (wall seconds), and
     # the failures in a row without progress after which it is failed

@@ -31,12 +31,13 @@ from typing import Any, Callable
 
 import structlog
 
-from broker.refusal import as_handler
+from broker.refusal import Refusal, as_handler
 from scheduler.live import recovery, status
 from scheduler.live.agents import declare_dead as declare_agent_dead
 from scheduler.live.cluster import AgentCluster
 from scheduler.live.gateway import SERVICE, AgentGateway
 from scheduler.live.handlers import Handlers
+from scheduler.live.journal import JournalFull
 from scheduler.live.options import Options
 from scheduler.live.state import LiveState
 from scheduler.loop import Loop
@@ -72,8 +73,12 @@ class SchedulerService:
         return self.state.now()
 
     def handle(self, msg: Any) -> dict[str, Any]:
-        """Answer one request; Refusal for anything malformed or not applicable."""
-        return self.handlers.handle(msg)
+        """Answer one request; Refusal for anything malformed or not applicable, and for a
+        change the journal has no room for (`disk_full`: the operator's problem, said so)."""
+        try:
+            return self.handlers.handle(msg)
+        except JournalFull as err:
+            raise Refusal("disk_full", str(err)) from None
 
     def declare_dead(self, name: str, reason: str) -> None:
         declare_agent_dead(self.state, name, reason)
@@ -133,7 +138,10 @@ class SchedulerService:
                     sock.close()
                 except Exception:  # closing is best effort on the way out
                     pass
-            self.state.journal.set_clock(self.now())
+            try:
+                self.state.journal.set_clock(self.now())
+            except JournalFull as err:  # a restart continues from the clock saved before
+                self.log.warning("clock_not_saved", detail=str(err))
             self.log.info("scheduler_exit", rounds=self.state.rounds.count, clock=self.now(),
                           round_failures=self.state.rounds.failures,
                           refused=self.state.refusals.counts())
@@ -148,6 +156,7 @@ class SchedulerService:
         try:
             return MetricsServer(self.state.metrics.registry, host, port,
                                  key=self.opt.metrics_key, insecure=self.opt.metrics_insecure,
+                                 key_always=self.opt.metrics_key_always,
                                  log=self.log)
         except MetricsUnavailable as err:
             self.log.error("metrics_unavailable", detail=str(err))

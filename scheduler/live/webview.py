@@ -8,24 +8,35 @@ Why the same rule as the broker: the page shows every job, so it may be bound to
 non-loopback interface only with a key (`--http-key FILE`: clients send
 `Authorization: Bearer <the file's text>`) or `--http-insecure`; and whatever the bind, a
 non-loopback client without the key gets 403 and nothing else unless `--http-insecure`.
-Served by a ThreadingHTTPServer on daemon threads, so a slow browser never holds a round.
+`--http-key-always` asks the key of every client, loopback included: behind a reverse
+proxy on the same host every client arrives from loopback. Served by a few threads of its own
+(broker/http_serving.py), so a slow browser never holds a round and idle or hostile clients
+cost a bounded number of threads; a path longer than MAX_PATH, or a job id that is not a
+small integer, is answered in one line (404, 400), never with a traceback.
 """
 from __future__ import annotations
 
 import hmac
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
 from typing import Any
 
 from broker.curve import check_bind, is_loopback
+from broker.http_serving import BoundedServerMixIn
 from scheduler.live import webdata
 from scheduler.live.state import LiveState
 
 _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/index.html": ("index.html", "text/html; charset=utf-8"),
            "/app.js": ("app.js", "text/javascript; charset=utf-8")}
+MAX_PATH = 256  # longer than any page or job's address: answered 404 unread
+MAX_JOB_DIGITS = 18  # a job id is a small integer (int("9" * 5000) is slow, and refused)
+
+
+class _Server(BoundedServerMixIn, HTTPServer):
+    pass
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -36,10 +47,12 @@ def parse_address(text: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
-def admits(peer: str, authorization: str | None, key: str | None, insecure: bool) -> bool:
+def admits(peer: str, authorization: str | None, key: str | None, insecure: bool,
+           always: bool = False) -> bool:
     """May a client at `peer` see anything? Loopback always; others with the key (compared in
-    constant time) or when the operator said --http-insecure."""
-    if is_loopback(peer) or insecure:
+    constant time) or when the operator said --http-insecure. With `always`
+    (--http-key-always), every client needs the key."""
+    if not always and (is_loopback(peer) or insecure):
         return True
     if key is None or not authorization or not authorization.startswith("Bearer "):
         return False
@@ -54,15 +67,17 @@ class WebView:
     """The HTTP server over one scheduler's state; `start` serves it on a daemon thread."""
 
     def __init__(self, state: LiveState, host: str = "127.0.0.1", port: int = 0, *,
-                 key: str | None = None, insecure: bool = False, ttl: float = 0.5,
-                 log: Any = None):
+                 key: str | None = None, insecure: bool = False, key_always: bool = False,
+                 ttl: float = 0.5, log: Any = None):
+        if key_always and key is None:
+            raise ValueError("--http-key-always needs --http-key")
         self.warning = check_bind(host, key is not None, insecure)  # InsecureBind first
         self.state, self.key, self.insecure, self.log = state, key, insecure, log
+        self.key_always = key_always
         self.reader = webdata.JournalReader(str(state.opt.journal_path))
         self.snapshot = webdata.Snapshot(lambda: webdata.build(state, self.reader), ttl=ttl)
         self.refused = 0
-        self.server = ThreadingHTTPServer((host, port), self._handler_class())
-        self.server.daemon_threads = True
+        self.server = _Server((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
 
     @property
@@ -94,10 +109,12 @@ class WebView:
     # -- requests ------------------------------------------------------------------------------
     def respond(self, path: str, peer: str, authorization: str | None) -> tuple[int, str, bytes]:
         """(status, content type, body) for one GET; the whole decision, without sockets."""
-        if not admits(peer, authorization, self.key, self.insecure):
+        if not admits(peer, authorization, self.key, self.insecure, self.key_always):
             self.refused += 1
             return 403, "text/plain; charset=utf-8", b""
         path = path.split("?", 1)[0]
+        if len(path) > MAX_PATH:
+            return 404, "text/plain; charset=utf-8", b"not found\n"
         if path in _STATIC:
             name, ctype = _STATIC[path]
             return 200, ctype, _static(name)
@@ -105,10 +122,11 @@ class WebView:
             return 200, "application/json", self.snapshot.get()
         if path.startswith("/api/jobs/"):
             tail = path[len("/api/jobs/"):]
-            if tail.isdigit():
-                doc = webdata.job_detail(self.state, self.reader, int(tail))
-                if doc is not None:
-                    return 200, "application/json", json.dumps(doc).encode()
+            if not (tail.isascii() and tail.isdigit() and len(tail) <= MAX_JOB_DIGITS):
+                return 400, "text/plain; charset=utf-8", b"a job id is a small integer\n"
+            doc = webdata.job_detail(self.state, self.reader, int(tail))
+            if doc is not None:
+                return 200, "application/json", json.dumps(doc).encode()
         return 404, "text/plain; charset=utf-8", b"not found\n"
 
     def _handler_class(self) -> type:

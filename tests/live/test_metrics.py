@@ -269,6 +269,22 @@ def test_with_a_key_non_loopback_scrapers_must_send_it_and_loopback_ones_need_no
     assert get("127.0.0.1")[0].startswith("200")
 
 
+@pytest.mark.real
+def test_a_non_loopback_scraper_needs_the_key_through_the_real_server(live, netns_peer):
+    """The server bound on the host side of a veth pair, scraped from the network namespace
+    at its other end: a peer that is not loopback, as the server reads it off its socket."""
+    _, _, metrics = live
+    server = MetricsServer(metrics.registry, netns_peer.host, 0, key="s3cret")
+    try:
+        url = "http://%s:%d/metrics" % server.address
+        assert netns_peer.get(url)[0] == 401
+        assert netns_peer.get(url, {"Authorization": "Bearer wrong"})[0] == 401
+        code, body = netns_peer.get(url, {"Authorization": "Bearer s3cret"})
+        assert code == 200 and b"interlace_jobs" in body
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("module", ["scheduler", "agent"])
 def test_the_command_lines_refuse_a_non_loopback_metrics_host_without_key_or_insecure(
         module, capsys, tmp_path):
@@ -286,10 +302,12 @@ def test_the_command_lines_refuse_a_non_loopback_metrics_host_without_key_or_ins
     key = tmp_path / "key"
     key.write_text("s3cret\n")
     parsed = parse_args([*base, "--metrics", "0.0.0.0:9100", "--metrics-key", str(key)])[0]
-    assert parsed.metrics_key == "s3cret"
+    assert parsed.metrics_key == "s3cret" and not parsed.metrics_key_always
+    assert parse_args([*base, "--metrics", "9100", "--metrics-key", str(key),
+                       "--metrics-key-always"])[0].metrics_key_always
     (tmp_path / "empty").write_text("")
     for bad in (["--metrics", "0.0.0.0:1", "--metrics-key", str(tmp_path / "empty")],
-                ["--metrics-insecure"]):
+                ["--metrics-insecure"], ["--metrics", "9100", "--metrics-key-always"]):
         with pytest.raises(SystemExit):
             parse_args([*base, *bad])
     assert parse_args([*base, "--metrics", "9100"])[0].metrics == ("127.0.0.1", 9100)

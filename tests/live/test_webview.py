@@ -27,7 +27,6 @@ from scheduler.live.webdata import STAGES, Snapshot, occupancy, period
 from scheduler.live.webview import WebView, admits, parse_address
 from specs import spec_path
 from specs.spec import load_spec
-from tests.browser import Browser
 from tests.live_system import LiveCluster, wait_for
 from traces import write_trace
 from traces.generate import generate
@@ -48,17 +47,6 @@ def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def _other_address() -> str | None:
-    """A non-loopback IPv4 address of this machine, if it has one."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
-            addr = s.getsockname()[0]
-    except OSError:
-        return None
-    return None if addr.startswith("127.") else addr
 
 
 def _get(url: str, headers: dict | None = None) -> tuple[int, bytes]:
@@ -107,27 +95,18 @@ def test_a_non_loopback_bind_needs_a_key_or_insecure(tmp_path):
         view.close()
 
 
-def needs_second_address(test):
-    """A test that connects from a real non-loopback address of this machine: marked `real`,
-    and skipped, saying so, where the machine has none."""
-    return pytest.mark.real(pytest.mark.skipif(
-        _other_address() is None,
-        reason="this machine has no non-loopback IPv4 address to connect from")(test))
-
-
-@needs_second_address
-def test_a_non_loopback_client_gets_nothing_through_the_real_server(tmp_path):
-    """One real request per case through the running server, bound on this machine's real
-    non-loopback address and reached from it: the peer the server reads off its socket is
-    that address, not loopback, so without the key it gets nothing."""
-    addr = _other_address()
+@pytest.mark.real
+def test_a_non_loopback_client_gets_nothing_through_the_real_server(tmp_path, netns_peer):
+    """One real request per case through the running server, bound on the host side of a
+    veth pair and reached from the network namespace at its other end: the peer the server
+    reads off its socket is not loopback, so without the key it gets nothing."""
     state = _state(tmp_path)
-    view = WebView(state, addr, 0, key="s3cret").start()
+    view = WebView(state, netns_peer.host, 0, key="s3cret").start()
     try:
         for path in ("/", "/app.js", "/api/status", "/api/jobs/1"):
-            code, body = _get(view.url + path.lstrip("/"))
+            code, body = netns_peer.get(view.url + path.lstrip("/"))
             assert (code, body) == (403, b""), path
-        code, body = _get(view.url + "api/status", {"Authorization": "Bearer s3cret"})
+        code, body = netns_peer.get(view.url + "api/status", {"Authorization": "Bearer s3cret"})
         assert code == 200 and json.loads(body)["counts"] == {
             "pending": 0, "running": 0, "finished": 0, "cancelled": 0, "failed": 0}
         assert view.refused == 4
@@ -161,6 +140,8 @@ def test_the_scheduler_refuses_a_non_loopback_http_without_key_or_insecure(tmp_p
     assert refused.returncode == 2 and "--http: refusing to bind 0.0.0.0" in refused.stderr
     assert run("--http", "nonsense").returncode == 2
     assert run("--http-insecure").returncode == 2  # without --http: a mistake, said so
+    always = run("--http", "127.0.0.1:0", "--http-key-always")
+    assert always.returncode == 2 and "--http-key-always needs --http-key" in always.stderr
     key = tmp_path / "key"
     key.write_text("s3cret\n")
     for ok in (["--http", "0.0.0.0:0", "--http-insecure"], ["--http", "0.0.0.0:0",

@@ -1,6 +1,6 @@
 """Every test that needs a real outside component carries the `real` marker, so that its skip
 is listed at the end of a run and INTERLACE_REQUIRE_REAL=1 turns it into a failure: a test
-whose module or body names a component (its binary, its harness, a second address) is marked
+whose module or body names a component (its binary, its harness, a network namespace) is marked
 `real`, on its module (`pytestmark`) or by a decorator that marks it."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # what a test names when it needs a component; helpers the tests call for one
 COMPONENT = re.compile(r"\b(CHROMIUM|Browser|_screenshot|PROMETHEUS|slurm_harness|SlurmCluster"
-                       r"|_other_address|strace)\b")
+                       r"|netns_peer|namespace_peer|small_disk|strace)\b")
 
 
 def _marks_real(decorators: list[ast.expr], source: str) -> bool:
