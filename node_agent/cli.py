@@ -50,7 +50,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--lease", type=seconds, default=6.0, metavar="S",
                    help="seconds its trainers go on without the scheduler hearing this agent, "
                         "then stop with a checkpoint (the scheduler's registration reply "
-                        "sets it: below its --agent-timeout)")
+                        "sets it, below its own timeout for a silent agent)")
     p.add_argument("--stop-timeout", type=seconds, default=10.0,
                    help="seconds a trainer gets to checkpoint after SIGTERM before SIGKILL")
     p.add_argument("--address", default="127.0.0.1",
