@@ -30,6 +30,8 @@ works unchanged):
                             line, the last one counting (node_agent/progress_file.py)
   INTERLACE_WORKDIR         the directory it runs in: where it was submitted, or the job's own
                             (`interlace-submit --own-workdir`, RUN/jobs/job-<id>)
+  INTERLACE_LEASE_FILE      the agent's lease: trainer/api.py's should_stop() turns true once it
+                            has run out (node_agent/lease.py)
 
 OMP_NUM_THREADS is 1 unless the agent's own environment sets it. Each rank's stdout and stderr
 are appended to its output file (node_agent/joblog.py), after a marker line per launch.

@@ -304,7 +304,7 @@ def test_a_retried_submission_is_answered_with_the_job_it_made_across_a_schedule
         cluster.start_scheduler()
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-        assert out.splitlines()[-1] == f"submitted job {made + 2}"
+        assert f"submitted job {made + 2}" in out.splitlines()
         assert [j for j, _ in _journaled(cluster.run_dir)] == [made, made + 1, made + 2]
         keys = _submissions(cluster.run_dir)
         assert [(c, k, j) for c, k, j in keys if k == "K"] == [("", "K", made)]
