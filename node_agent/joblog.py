@@ -7,6 +7,7 @@ relaunch began and from which iteration, without a file per launch to gather.
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -15,6 +16,20 @@ PREFIX = "--- interlace: launch"
 _MARKER = re.compile(r"^--- interlace: launch from iteration (?P<start>\S+) on (?P<node>\S*) "
                      r"at (?P<at>\S+) ---$")
 _RANK_FILE = re.compile(r"^(?P<job>\d+)\.r(?P<rank>\d+)\.stderr$")
+
+
+def tail(path: str | os.PathLike, limit: int) -> tuple[str, bool] | None:
+    """The file's last `limit` bytes at most, as text, and whether that cut the file (its
+    first line is then partial); None when it cannot be read. Reads `limit` bytes whatever
+    the file's size: a program's output and a progress file may grow without bound."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", "replace"), size > limit
+    except OSError:
+        return None
 
 
 def marker(start: float, node: str, at: float | None = None) -> str:

@@ -153,14 +153,10 @@ def _mtime(path: Path) -> float:
 
 def stderr_tail(path: Path, limit: int = 400) -> str:
     """The file's last `limit` bytes at most, from a line's start, trailing blanks off."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
+    read_back = joblog.tail(path, limit)
+    if read_back is None:
         return ""
-    if size > limit:  # the first line read is cut: drop it
+    text, cut = read_back
+    if cut:  # the first line read is cut: drop it
         text = text.partition("\n")[2]
     return text.strip("\n").rstrip()

@@ -14,6 +14,8 @@ import math
 import os
 from pathlib import Path
 
+from node_agent import joblog
+
 MAX_BYTES = 4096  # read from the end of the file: the last line is all that counts
 NAME = "progress"  # the file's name in the job's checkpoint directory
 
@@ -44,12 +46,5 @@ def parse(text: str, total: float) -> tuple[float | None, str | None]:
 
 def read(path: str | os.PathLike, total: float) -> tuple[float | None, str | None]:
     """parse() of the file's end; (None, None) when there is no file (nothing written yet)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - MAX_BYTES))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return None, None
-    return parse(text, total)
+    read_back = joblog.tail(path, MAX_BYTES)
+    return (None, None) if read_back is None else parse(read_back[0], total)

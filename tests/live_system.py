@@ -68,6 +68,8 @@ class LiveCluster:
     client_keys: dict[str, Path] = field(default_factory=dict)
     # where each process's stdout and stderr go (<name>.stderr); None: the run dir
     stderr_dir: Path | None = None
+    # more arguments for the named processes ("scheduler", "agent-n0", ...: --http, --metrics)
+    extra: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def endpoints_file(self) -> Path:
@@ -81,6 +83,7 @@ class LiveCluster:
         env, key = _env(), self.key_of(name)
         if key is not None:
             env["INTERLACE_CLIENT_KEY"] = str(key)
+        args = [*args, *self.extra.get(name, [])]
         proc = subprocess.Popen([*wrapper, sys.executable, *args], cwd=ROOT, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc

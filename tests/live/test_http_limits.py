@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -30,22 +29,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@dataclass
-class ServedCluster(LiveCluster):
-    """A LiveCluster whose named processes get extra arguments (--http, --metrics)."""
-
-    extra: dict[str, list[str]] = field(default_factory=dict)
-
-    def _spawn(self, name, args, wrapper=()):
-        return super()._spawn(name, [*args, *self.extra.get(name, [])], wrapper)
-
-
-def _start(run_dir: Path, **always: list[str]) -> tuple[ServedCluster, dict[str, str]]:
+def _start(run_dir: Path, **always: list[str]) -> tuple[LiveCluster, dict[str, str]]:
     ports = {name: _free_port() for name in ("web", "scheduler", "agent")}
     urls = {"web": f"http://127.0.0.1:{ports['web']}/",
             "scheduler": f"http://127.0.0.1:{ports['scheduler']}/metrics",
             "agent": f"http://127.0.0.1:{ports['agent']}/metrics"}
-    live = ServedCluster(run_dir, spec="n2g8", nodes=1, gpus_per_node=8, extra={
+    live = LiveCluster(run_dir, spec="n2g8", nodes=1, gpus_per_node=8, extra={
         "scheduler": ["--http", f"127.0.0.1:{ports['web']}",
                       "--metrics", f"127.0.0.1:{ports['scheduler']}",
                       *always.get("scheduler", [])],

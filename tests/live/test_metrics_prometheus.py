@@ -11,7 +11,6 @@ import socket
 import subprocess
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -31,16 +30,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@dataclass
-class MeteredCluster(LiveCluster):
-    """A LiveCluster whose named processes get extra arguments (here: --metrics)."""
-
-    extra: dict[str, list[str]] = field(default_factory=dict)
-
-    def _spawn(self, name, args, wrapper=()):
-        return super()._spawn(name, [*args, *self.extra.get(name, [])], wrapper)
 
 
 class Prometheus:
@@ -93,7 +82,7 @@ class Prometheus:
 @pytest.fixture
 def metered(tmp_path):
     ports = {"scheduler": free_port(), "agent": free_port()}
-    live = MeteredCluster(tmp_path / "run", spec="n2g8", nodes=2, gpus_per_node=8,
+    live = LiveCluster(tmp_path / "run", spec="n2g8", nodes=2, gpus_per_node=8,
                           time_scale=100.0, extra={
                               "scheduler": ["--metrics", f"127.0.0.1:{ports['scheduler']}"],
                               "agent-n0": ["--metrics", f"127.0.0.1:{ports['agent']}"]})
