@@ -479,7 +479,11 @@ def main(argv: list[str] | None = None) -> int:
     procs: list = []
     hosts: list = []
     try:
-        _, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat, pin=pin)
+        # --finish's stand-ins do a job's days of work in seconds: the scheduler is told so,
+        # else it would refuse their progress as more than the jobs' pace allows
+        unpaced = ("--unpaced-trainers",) if args.finish is not None else ()
+        _, sched = start_services(procs, run_dir, spec_file, ep_file, args.heartbeat, unpaced,
+                                  pin=pin)
         tail = LogTail(run_dir / "scheduler.log")
         procs.extend(busy_processes(args.load))
         if args.finish is not None:

@@ -89,6 +89,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, C
                         "another), set it aside as JOURNAL.lost-TIME and start a new one; "
                         "without it that is an error (exit 2), since its jobs would be "
                         "forgotten. A journal that reads well is used as ever")
+    p.add_argument("--unpaced-trainers", action="store_true",
+                   help="the emulated trainers do not keep the pace they are launched with "
+                        "(stand-ins that do a job's work in a second, as bench/bench_scale.py "
+                        "runs them): a job's progress is not bounded by what that pace "
+                        "allows (it must still be finite, within the job, and not behind)")
     p.add_argument("--checkpoint-dir", default=None,
                    help="where agents write checkpoints (default RUN_DIR/checkpoints)")
     p.add_argument("--wait-endpoints", type=wait, default=30.0,
@@ -204,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       journal=Path(args.journal) if args.journal else None,
                       checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
                       workload=args.workload, torch_config=args.torch_config,
+                      unpaced_trainers=args.unpaced_trainers,
                       metrics=args.metrics, metrics_key=args.metrics_key,
                       metrics_insecure=args.metrics_insecure,
                       metrics_key_always=args.metrics_key_always,

@@ -233,8 +233,9 @@ class Lifecycle:
         """Trace seconds per iteration of a job whose pace the scheduler sets (an emulated
         trainer runs at the pace it is launched with): the fastest it was launched with in
         this run; None before a launch, or for one that runs at its own pace."""
-        record = self.records.get(job_id)
-        if record is None or record.command or self.state.opt.workload != "emulated":
+        record, opt = self.records.get(job_id), self.state.opt
+        if record is None or record.command or opt.workload != "emulated" \
+                or opt.unpaced_trainers:
             return None
         return self._tt.get(job_id)
 

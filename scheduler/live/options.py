@@ -28,6 +28,9 @@ class Options:
     checkpoint_dir: Path | None = None  # default: run_dir/checkpoints (where agents write)
     # "emulated": trainers replay the planned pace; "torch": real training of the job's model
     workload: str = "emulated"
+    # the trainers do not keep the pace they are launched with (stand-ins that compress a
+    # job's work): a progress claim is then not bounded by what its pace allows
+    unpaced_trainers: bool = False
     torch_config: dict = field(default_factory=dict)  # workload settings for every torch job
     profile_threshold: float = 0.1  # relative move of a measured profile that re-plans
     interference: bool = True  # groups slowed by the preset's factors (False: none)
