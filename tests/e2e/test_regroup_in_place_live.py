@@ -6,7 +6,9 @@ tests/e2e/scripts/alternating.py swaps which stage leads every few iterations, i
 phase for the two jobs, so the best slot order of their group flips as their measured
 profiles do. Each flip is the stage gate's business: the agent regroups the gate in place
 and neither program is stopped or launched again for it (the agents' own records), and
-`interlace-status` and `interlace-report` show the regroups apart from preemptions.
+`interlace-status` and `interlace-report` show the regroups apart from preemptions. A plain
+program (no trainer API) grouped with an adapted one never enters their gate's rotation, so
+the adapted one is never held up behind it.
 """
 from __future__ import annotations
 
@@ -69,3 +71,38 @@ def test_slot_order_flips_are_regroups_in_place_never_restarts(tmp_path, capsys,
         cluster.stop_all()
     assert report_main([str(cluster.run_dir)]) == 0
     assert f"regroups: {len(regrouped)} in place" in capsys.readouterr().out
+
+
+PLAIN = "import time\nfor _ in range(600):\n    time.sleep(0.05)\n"  # ~30 s; no API, no turns
+
+
+def test_a_plain_job_grouped_with_an_adapted_one_holds_up_nothing(tmp_path, monkeypatch):
+    """A plain program (no trainer API) and an adapted one in one group on one GPU: the plain
+    one never takes a turn, so the gate never counts it in its rotation; the adapted one
+    takes every turn without waiting for it (the agent's gate would wait 30 s for a member
+    in its rotation that does not ask), and nothing is dropped or restarted."""
+    monkeypatch.chdir(ROOT)
+    cluster = LiveCluster(tmp_path / "run", spec=str(write_spec(tmp_path / "spec.csv", 1, 1)),
+                          nodes=1, gpus_per_node=1, policy="muri-s", time_scale=10.0,
+                          scheduler_args=["--preset", "paper"])
+    try:
+        cluster.start()
+        ep = str(cluster.endpoints_file)
+        assert submit_main(["--endpoints", ep, "--gpus", "1", "--job-id", "1",
+                            "--iterations", "150", "--", sys.executable, SCRIPT, "io",
+                            "1000"]) == 0
+        assert submit_main(["--endpoints", ep, "--gpus", "1", "--job-id", "2",
+                            "--iterations", "600", "--", sys.executable, "-c", PLAIN]) == 0
+        wait_for(lambda: all(_records(cluster, "job_finished", j) for j in (1, 2)), 120,
+                 "both jobs to finish")
+        together = [r for r in log_records(cluster.run_dir, "job_launched", "agent")
+                    if r.get("gate")]
+        assert {r["job"] for r in together} == {1, 2}, "the two jobs never shared a gate"
+        assert not log_records(cluster.run_dir, "gate_member_dropped", "agent")
+        # the adapted job (~14 s of turns) was never held up behind the plain one (~30 s)
+        ended = {j: _records(cluster, "job_finished", j)[0]["ts"] for j in (1, 2)}
+        assert ended[1] < ended[2], ended
+        joined = {r["job"] for r in log_records(cluster.run_dir, "gate_member_join", "agent")}
+        assert 1 in joined and 2 not in joined  # the plain one never entered the rotation
+    finally:
+        cluster.stop_all()
