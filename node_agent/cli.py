@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from node_agent.config import AgentConfig
+from node_agent.lease import DEFAULT_S as DEFAULT_LEASE_S
 from specs.limits import MAX_CPUS, MAX_GPU_MEM_GB, MAX_MEM, MAX_TIME_SCALE, MAX_WAIT_S
 from specs.options import number
 
@@ -47,7 +48,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p.add_argument("--heartbeat", type=seconds, default=0.5, help="seconds between heartbeats")
     p.add_argument("--report-every", type=seconds, default=0.2,
                    help="trainers' wall seconds between telemetry/checkpoints")
-    p.add_argument("--lease", type=seconds, default=6.0, metavar="S",
+    p.add_argument("--lease", type=seconds, default=DEFAULT_LEASE_S, metavar="S",
                    help="seconds its trainers go on without the scheduler hearing this agent, "
                         "then stop with a checkpoint (the scheduler's registration reply "
                         "sets it, below its own timeout for a silent agent)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from node_agent.lease import DEFAULT_S as DEFAULT_LEASE_S
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -35,7 +37,7 @@ class AgentConfig:
     tick: float = 0.05
     # how long its trainers may go on unheard (node_agent/lease.py), until the scheduler
     # says otherwise at registration
-    lease: float = 6.0
+    lease: float = DEFAULT_LEASE_S
 
     @property
     def name(self) -> str:

@@ -18,10 +18,6 @@ from typing import Callable
 DEFAULT_S = 6.0  # without a scheduler that says: 0.6 of its default --agent-timeout (10 s)
 
 
-def path_for(run_dir: str | os.PathLike, node: str) -> Path:
-    return Path(run_dir) / f"lease-{node}"
-
-
 class Lease:
     """The file a node's trainers read; `renew()` after every answer from the scheduler."""
 
