@@ -21,6 +21,13 @@ identity has a token bucket (`rate_limit` per second, `rate_burst` at once); the
 answered `rate_limited` without reaching the service. Frame sizes and queue lengths are
 bounded on every socket (table in broker.wire).
 
+Floods (docs/security.md, "Floods"): a worker is handed at most `window` requests it has
+not answered; the rest wait in the broker (broker.queues), the cluster's own liveness and
+orders ahead of everyone, then each requester in turn. So a heartbeat never waits behind a
+flood in the worker's socket, and a flooding client waits behind itself. Beyond each queue's
+bounds, or after `max_wait` seconds waiting (its requester has resent it or left), a request
+is answered `overloaded`, never forwarded.
+
 Who sent a request: a message's `sender` is whatever the sender wrote. With keys, the broker
 reads the name of the CURVE key each request arrived under (authorized/NAME.key: the ZAP
 handler gives the connection the User-Id NAME) and forwards it to the worker in a frame of
@@ -54,11 +61,12 @@ from broker.endpoints import Endpoints
 from broker.keys import KeyFileError, ServerKeys, load_server
 from broker.logs import configure_logging
 from broker.messages import MAX_MESSAGE_BYTES, IdSource, MessageError, decode
+from broker.queues import MAX_WAIT_S, ServiceQueue, Waiting
 from broker.ratelimit import TokenBuckets
 from broker.wire import (EMPTY, EVENT_HWM, HARD_LIMIT_FACTOR, HB, MAX_SUBSCRIPTION_BYTES, REP,
                          REQ, REQUEST_HWM, SUBSCRIPTION_HWM, error_payload, is_request_type,
                          service_name)
-from specs.keyroles import serve_refusal
+from specs.keyroles import serve_refusal, urgent
 
 __all__ = ["Broker", "InsecureBind", "is_loopback", "main"]
 
@@ -68,12 +76,15 @@ TICK_S = 0.1                 # longest wait between checks of the stop flag
 MAX_PARKED = 10_000          # requests held during the start-up grace; beyond, answered at once
 RATE_LIMIT = 1000.0          # requests per second per requester identity, sustained...
 RATE_BURST = 2000            # ...and at once (far above any honest component's rate)
+WINDOW = 16                  # requests a worker holds unanswered before more wait here
 
 
 @dataclass
 class _Worker:
     service: str
     last_seen: float
+    inflight: int = 0        # requests handed to it and not yet answered
+    replied: float = 0.0     # when it last answered one
 
 
 @dataclass
@@ -85,6 +96,7 @@ class _Parked:
     service: str
     payload: bytes
     msg_id: str
+    urgent: bool = False
 
 
 class Broker:
@@ -94,11 +106,14 @@ class Broker:
                  service_timeout: float = 10.0, max_message: int = MAX_MESSAGE_BYTES,
                  startup_grace: float | None = None, keys: ServerKeys | None = None,
                  insecure: bool = False, rate_limit: float = RATE_LIMIT,
-                 rate_burst: int = RATE_BURST):
+                 rate_burst: int = RATE_BURST, window: int = WINDOW,
+                 max_wait: float = MAX_WAIT_S):
         if len(ports) != 3:
             raise ValueError("ports: need three (events_in, events_out, requests)")
         if service_timeout <= 0:
             raise ValueError("service_timeout must be > 0")
+        if window < 1 or max_wait <= 0:
+            raise ValueError("window must be >= 1 and max_wait > 0")
         self._log = structlog.get_logger("broker").bind(component="broker")
         warning = check_bind(host, keys is not None, insecure)  # InsecureBind before any socket
         if warning:
@@ -106,6 +121,10 @@ class Broker:
         self._keys = keys
         self._buckets = TokenBuckets(rate_limit, rate_burst) if rate_limit > 0 else None
         self.rate_limited = 0  # requests answered `rate_limited`
+        self.overloaded = 0    # requests answered `overloaded`
+        self._window, self._max_wait = int(window), float(max_wait)
+        self._queues: dict[str, ServiceQueue] = {}  # by service: what waits for a worker
+        self._crowded: set[bytes] = set()  # senders answered `overloaded` since the last sweep
         # malformed requests, answered `error` here: counted by kind, logged once per sender
         self.refusals = RefusalLog(self._log)
         self._limited: set[bytes] = set()  # senders limited since the last sweep (logged once)
@@ -220,9 +239,12 @@ class Broker:
             now = time.monotonic()
             if self._parked:
                 self._release_parked(now)
+            if self._queues:
+                self._expire(now)
             if now >= next_sweep:
                 self._sweep(now)
                 self._limited.clear()
+                self._crowded.clear()
                 next_sweep = now + self._timeout
 
     def _wait_ms(self) -> int:
@@ -289,29 +311,89 @@ class Broker:
         if limited:
             return self._rate_limited(client, name, msg.id)
         now = time.monotonic()
-        if self._forward(name, client, caller, payload, now):
+        first = urgent(name, caller.decode("utf-8") if self._auth is not None else None,
+                       msg.type)
+        if self._admit(name, Waiting(client, caller, payload, msg.id, now), first, now):
             return
         if now < self._started + self._grace and len(self._parked) < MAX_PARKED:
             self._parked.append(_Parked(self._started + self._grace, client, caller, name,
-                                        payload, msg.id))
+                                        payload, msg.id, first))
         else:
             self._no_service(client, name, msg.id)
 
+    def _admit(self, name: str, item: Waiting, first: bool, now: float) -> bool:
+        """Forward `item` to a worker of `name`, or hold it until one has room (answered
+        `overloaded` past the queue's bounds); False when `name` has no worker at all."""
+        queue = self._queues.get(name)
+        sent = self._forward(name, item.client, item.caller, item.payload, now) \
+            if not queue else False
+        if sent is None:
+            return False
+        if sent is False:  # its workers are busy, or others wait before it: it waits too
+            if queue is None:
+                queue = self._queues[name] = ServiceQueue()
+            why = queue.push(item.caller or item.client, first, item)
+            if why is not None:
+                self._overloaded(item.client, name, item.msg_id, why)
+            else:
+                self._dispatch(name, now)
+        return True
+
     def _forward(self, name: str, client: bytes, caller: bytes, payload: bytes,
-                 now: float) -> bool:
-        """Hand a request to a live worker of `name`; False when none takes it."""
+                 now: float) -> bool | None:
+        """Hand a request to a live worker of `name` with room in its window: True when one
+        took it, False when its workers are all busy, None when it has none."""
+        busy = False
         for _ in range(len(self._services.get(name, ()))):
-            worker = self._pick(name, now)
-            if worker is None:
+            ident = self._pick(name, now)
+            if ident is None:
                 break
-            error = self._send([worker, EMPTY, REQ, client, caller, payload])
+            worker = self._workers[ident]
+            if worker.inflight >= self._window:
+                busy = True
+                continue
+            error = self._send([ident, EMPTY, REQ, client, caller, payload])
             if error is None:
+                if not worker.inflight:
+                    worker.replied = now  # an idle worker's silence counts from here
+                worker.inflight += 1
                 return True
             if error == zmq.EHOSTUNREACH:  # its connection closed: it is gone
-                self._log.info("broker.worker_gone", service=name, worker=worker.hex())
-                self._forget(worker)
-            # else its queue is full: try the next worker, keep this one
-        return False
+                self._log.info("broker.worker_gone", service=name, worker=ident.hex())
+                self._forget(ident)
+            else:  # its socket's queue is full: busy, kept
+                busy = True
+        return False if busy else None
+
+    def _dispatch(self, name: str, now: float) -> None:
+        """Forward what waits for `name` while its workers have room."""
+        queue = self._queues.get(name)
+        while queue:
+            item = queue.peek()
+            if now - item.since >= self._max_wait:
+                queue.pop()
+                self._expired(name, item)
+                continue
+            if not self._forward(name, item.client, item.caller, item.payload, now):
+                return  # busy (what waits stays) or gone (the next sweep answers it)
+            queue.pop()
+
+    def _expire(self, now: float) -> None:
+        """Answer what waited too long, and everything waiting for a service left with no
+        worker."""
+        for name, queue in list(self._queues.items()):
+            if self._services.get(name):
+                for item in queue.expired(now, self._max_wait):
+                    self._expired(name, item)
+            else:
+                for item in queue.drain():
+                    self._no_service(item.client, name, item.msg_id)
+            if not queue:
+                del self._queues[name]
+
+    def _expired(self, name: str, item: Waiting) -> None:
+        self._overloaded(item.client, name, item.msg_id,
+                         f"waited {self._max_wait:g}s in the broker for a free worker")
 
     def _on_heartbeat(self, ident: bytes, caller: bytes, rest: list[bytes]) -> None:
         name = service_name(rest[0]) if len(rest) == 1 else None
@@ -336,9 +418,17 @@ class Broker:
                            workers=len(self._services[name]))
         else:
             worker.last_seen = now
+            if worker.inflight and now - worker.replied > self._timeout:
+                # alive, yet no answer for that long: what it holds is lost (a reply it
+                # could not send); its requesters resend, and it is given room again
+                self._log.warning("broker.window_reset", service=name, worker=ident.hex(),
+                                  unanswered=worker.inflight)
+                worker.inflight = 0
         self._send([ident, EMPTY, HB])
         if self._parked:
             self._release_parked(now, service=name)
+        if self._queues.get(name):
+            self._dispatch(name, now)
 
     def _on_reply(self, ident: bytes, rest: list[bytes]) -> None:
         worker = self._workers.get(ident)
@@ -353,8 +443,13 @@ class Broker:
             return self._refuse(ident, err.code, err.reason, err.msg_id)
         if msg.type not in ("reply", "error"):
             return self._refuse(ident, "not_reply", f"{msg.type!r} is not reply or error", msg.id)
-        worker.last_seen = time.monotonic()
+        now = time.monotonic()
+        worker.last_seen = worker.replied = now
+        if worker.inflight:
+            worker.inflight -= 1
         self._send([client, EMPTY, REP, payload])
+        if self._queues.get(worker.service):
+            self._dispatch(worker.service, now)
 
     # -- services -------------------------------------------------------------------------
     def _pick(self, name: str, now: float) -> bytes | None:
@@ -396,8 +491,9 @@ class Broker:
     def _release_parked(self, now: float, service: str | None = None) -> None:
         keep: list[_Parked] = []
         for parked in self._parked:
-            if service in (None, parked.service) and self._forward(
-                    parked.service, parked.client, parked.caller, parked.payload, now):
+            if service in (None, parked.service) and self._admit(
+                    parked.service, Waiting(parked.client, parked.caller, parked.payload,
+                                            parked.msg_id, now), parked.urgent, now):
                 continue
             if now >= parked.deadline:
                 self._no_service(parked.client, parked.service, parked.msg_id)
@@ -425,6 +521,16 @@ class Broker:
             SENDER, self._ids, "rate_limited",
             f"over {self._buckets.rate:g} requests/s (burst {self._buckets.burst:g}); "
             f"retry in {wait:.3f}s", msg_id)])
+
+    def _overloaded(self, client: bytes, name: str, msg_id: str, why: str) -> None:
+        """Answer, never drop: the sender learns to slow down instead of timing out."""
+        self.overloaded += 1
+        if client not in self._crowded:  # once per sender per sweep, not once per request
+            self._crowded.add(client)
+            self._log.warning("broker.overloaded", peer=client.hex(), service=name, detail=why)
+        self._send([client, EMPTY, REP, error_payload(
+            SENDER, self._ids, "overloaded", f"service {name!r} is overloaded: {why}; "
+            "retry later", msg_id)])
 
     def reload_keys(self) -> int:
         """Re-read the authorised client keys (after adding or revoking one); how many admitted.
@@ -517,6 +623,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"is answered rate_limited; 0 = no limit (default {RATE_LIMIT:g})")
     parser.add_argument("--rate-burst", type=int, default=RATE_BURST,
                         help=f"requests a requester may send at once (default {RATE_BURST})")
+    parser.add_argument("--window", type=int, default=WINDOW,
+                        help="requests a service's worker holds unanswered before more wait "
+                             f"in the broker (default {WINDOW})")
+    parser.add_argument("--queue-wait", type=float, default=MAX_WAIT_S,
+                        help="seconds a request may wait in the broker for a free worker "
+                             f"before it is answered `overloaded` (default {MAX_WAIT_S:g})")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--keys", type=Path, metavar="DIR",
                         help="CURVE keys from `interlace-keys generate DIR`: encrypt every "
@@ -527,13 +639,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rate_burst < 1 or args.rate_limit < 0:
         parser.error("--rate-burst must be >= 1 and --rate-limit >= 0")
+    if args.window < 1 or not args.queue_wait > 0:
+        parser.error("--window must be >= 1 and --queue-wait > 0")
     log = configure_logging("broker", args.run_dir, args.log_level)
     try:
         keys = load_server(args.keys) if args.keys is not None else None
         broker = Broker(args.host, args.ports, service_timeout=args.service_timeout,
                         max_message=args.max_message, startup_grace=args.startup_grace,
                         keys=keys, insecure=args.insecure, rate_limit=args.rate_limit,
-                        rate_burst=args.rate_burst)
+                        rate_burst=args.rate_burst, window=args.window,
+                        max_wait=args.queue_wait)
     except InsecureBind as err:
         log.error("broker.refused_bind", host=args.host, detail=str(err))
         return 2

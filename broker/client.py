@@ -33,7 +33,13 @@ from broker.wire import (EMPTY, EVENT_HWM, HB, REP, REQ, REQUEST_HWM, SUBSCRIPTI
                          error_payload, is_request_type, service_name)
 
 RECV_BATCH = 100  # messages a service handles per wake-up before checking its heartbeat
+DEDUP_BYTES = 64 << 20  # the bytes of replies a service keeps to answer retries
 RATE_BACKOFF_S = 0.05  # first pause after a `rate_limited` answer; doubles per try
+# the broker's answers that forwarded nothing and ask the sender to slow down: retried here
+SLOW_DOWN = frozenset({"rate_limited", "overloaded"})
+# the broker's answers that forwarded nothing: the service never saw the request, so asking
+# again later is safe (no worker yet, or one too busy)
+TRANSIENT = SLOW_DOWN | {"no_service"}
 
 
 def _open(endpoints: Endpoints, kind: int, address: str, **options: int) -> zmq.Socket:
@@ -162,8 +168,9 @@ class Requester:
         """Send and wait; the reply `Message` (fields re, ok, body) or RequestFailed/Timeout.
 
         A message that is not a valid request (bad fields, too large) raises MessageError
-        here, before anything is sent. A `rate_limited` answer (the broker did not forward
-        the request) is retried after a pause that doubles each time, within `retries`.
+        here, before anything is sent. A `rate_limited` or `overloaded` answer (the broker
+        did not forward the request) is retried after a pause that doubles each time, within
+        `retries`.
         """
         sock = self._socket()
         if service_name(service.encode("utf-8")) is None:
@@ -184,10 +191,10 @@ class Requester:
             if answer is None:
                 continue
             if answer.type == "error":
-                if answer["code"] == "rate_limited" and attempt < self.retries:
+                if answer["code"] in SLOW_DOWN and attempt < self.retries:
                     pause = min(self.timeout, RATE_BACKOFF_S * 2 ** attempt)
-                    self._log.info("request.rate_limited", service=service, id=msg.id,
-                                   pause=pause)
+                    self._log.info("request.slow_down", service=service, id=msg.id,
+                                   code=answer["code"], pause=pause)
                     time.sleep(pause)  # a pause asked for by the broker; nothing to await
                     continue
                 raise RequestFailed(answer["code"], answer["reason"], msg.id)
@@ -243,6 +250,7 @@ class Service:
 
     def __init__(self, endpoints: Endpoints, name: str, handler: Callable[[Message], dict | None],
                  *, heartbeat: float = 0.5, dedup: int = 10_000,
+                 dedup_bytes: int = DEDUP_BYTES,
                  refusals: RefusalLog | None = None,
                  before_replies: Callable[[], None] | None = None,
                  on_caught_up: Callable[[], None] | None = None):
@@ -260,6 +268,9 @@ class Service:
         # caller judging its peers' silence counts it up to then, not to the wall clock
         self.on_caught_up = on_caught_up
         self.heartbeat, self.dedup = float(heartbeat), int(dedup)
+        # the cache's replies' bytes, bounded too: 10,000 status replies of every job would
+        # otherwise hold gigabytes
+        self.dedup_bytes, self._cached_bytes = int(dedup_bytes), 0
         self.handled = 0      # requests answered by running the handler
         self.duplicates = 0   # requests answered from the reply cache
         self._endpoints = endpoints
@@ -346,7 +357,9 @@ class Service:
             return payload
         if msg.type != "reply":
             return payload  # an error already: nothing was promised
-        self._cache.pop((caller, msg["re"]), None)
+        dropped = self._cache.pop((caller, msg["re"]), None)
+        if dropped is not None:
+            self._cached_bytes -= len(dropped[1])
         return error_payload(self.name, self._ids, "internal",
                              f"not committed: {type(err).__name__}: {err}", msg["re"])
 
@@ -431,8 +444,9 @@ class Service:
         self.handled += 1
         if self.dedup:
             self._cache[key] = (digest, out)
-            while len(self._cache) > self.dedup:
-                self._cache.popitem(last=False)
+            self._cached_bytes += len(out)
+            while len(self._cache) > self.dedup or self._cached_bytes > self.dedup_bytes:
+                self._cached_bytes -= len(self._cache.popitem(last=False)[1][1])
         return out
 
     def _run_handler(self, req: Message) -> bytes:

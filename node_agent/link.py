@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from broker.client import TRANSIENT
 from broker.messages import MessageError
 from node_agent.config import AgentConfig
 from node_agent.jobs import JobTable
 from node_agent.lease import Lease
 
-TRANSIENT_CODES = frozenset({"no_service"})  # the broker, not the scheduler, said no: try again
 
 
 def gpus_told(cfg: AgentConfig) -> dict[str, Any]:
@@ -63,7 +63,7 @@ class Link:
                 self.registered = False
                 self.log.warning("scheduler_forgot_agent", type=type_)
                 return "retry"
-            if err.code in TRANSIENT_CODES:
+            if err.code in TRANSIENT:
                 self._complain(type_, err.code, err.reason)
                 return "retry"
             self.log.error("request_refused", type=type_, code=err.code, reason=err.reason)

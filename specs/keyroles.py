@@ -56,3 +56,19 @@ def orders_refusal(key: str, node: str, type_: str) -> str | None:
         return None
     return (f"key {key!r} may not send {type_} to agent {node}: only the scheduler's key "
             f"{SCHEDULER_KEY!r} may")
+
+
+LIVENESS_TYPES = frozenset({"agent.register", "agent.heartbeat"})
+
+
+def urgent(service: str, caller: str | None, type_: str) -> bool:
+    """Whether the broker serves this request ahead of every requester's own lane: the
+    cluster's own traffic, which a flood must not delay (an agent's registration, heartbeats
+    and reports to the scheduler; the scheduler's orders to an agent). Keyed (`caller` a key's
+    name), the key decides; without keys (None) only an agent's registration and heartbeats
+    to the scheduler are, by their type, as any local peer may send anything."""
+    if caller is None:
+        return service == SCHEDULER_SERVICE and type_ in LIVENESS_TYPES
+    if service == SCHEDULER_SERVICE:
+        return node_of_key(caller) is not None
+    return service.startswith(AGENT_SERVICE) and caller == SCHEDULER_KEY

@@ -36,7 +36,6 @@ from traces.record import JobRecord, record_to_map
 
 PROG = "interlace-feed"
 SERVICE = "scheduler"
-TRANSIENT = frozenset({"no_service"})  # broker up, scheduler not (yet) registered: try again
 PROGRESS_EVERY_S = 5.0  # how often --wait reports progress when stdout is not a terminal
 
 
@@ -132,7 +131,7 @@ class Feeder:
         return self._submit(record, new_id=True)
 
     def _submit(self, record: JobRecord, **fields: bool) -> tuple[str, int | None]:
-        from broker.client import RequestFailed, RequestTimeout
+        from broker.client import TRANSIENT, RequestFailed, RequestTimeout
 
         deadline = self.clock() + self.patience
         # one key for this submission, sent with every try of it: a scheduler that journaled
@@ -153,8 +152,8 @@ class Feeder:
                                      reason=err.reason)
                     return f"{err.code}: {err.reason}", None
                 if self.clock() >= deadline:
-                    raise FeedError(f"no scheduler registered with the broker after "
-                                    f"{self.patience:g}s ({err.reason})") from None
+                    raise FeedError(f"the broker could not reach the scheduler for "
+                                    f"{self.patience:g}s ({err.code}: {err.reason})") from None
                 self.log.info("scheduler_not_ready", job_id=record.job_id, reason=err.reason)
                 if self.wait(min(0.5, max(deadline - self.clock(), 0.01))):
                     raise Interrupted() from None
@@ -174,7 +173,7 @@ class Feeder:
         iterations differ: not a replay of the same trace), each with what differs; and
         the highest id it knows. One `status.query`, waiting up to `patience` for a
         scheduler to register, as a submission would."""
-        from broker.client import RequestFailed, RequestTimeout
+        from broker.client import TRANSIENT, RequestFailed, RequestTimeout
 
         deadline = self.clock() + self.patience
         while True:
@@ -190,8 +189,8 @@ class Feeder:
                     raise FeedError(f"status.query refused: {err.code}: {err.reason}") \
                         from None
                 if self.clock() >= deadline:
-                    raise FeedError(f"no scheduler registered with the broker after "
-                                    f"{self.patience:g}s ({err.reason})") from None
+                    raise FeedError(f"the broker could not reach the scheduler for "
+                                    f"{self.patience:g}s ({err.code}: {err.reason})") from None
                 self.log.info("scheduler_not_ready", reason=err.reason)
                 if self.wait(min(0.5, max(deadline - self.clock(), 0.01))):
                     raise Interrupted() from None
@@ -214,7 +213,7 @@ class Feeder:
     def wait_finished(self, job_ids: Sequence[int], timeout: float | None, poll: float,
                       out: TextIO | None = None) -> dict[str, int]:
         """Poll status.query until every job in `job_ids` has finished; the last counts."""
-        from broker.client import RequestFailed, RequestTimeout
+        from broker.client import TRANSIENT, RequestFailed, RequestTimeout
 
         want = set(job_ids)
         deadline = None if timeout is None else self.clock() + timeout

@@ -79,7 +79,7 @@ class AgentGateway:
         (declared dead then, the jobs it just launched would be started again elsewhere);
         and only when the agent's heartbeats are late too (`_heard_lately`), else it counts
         as a timeout."""
-        from broker.client import RequestFailed, RequestTimeout
+        from broker.client import TRANSIENT, RequestFailed, RequestTimeout
 
         state = self.state
         with state.lock:
@@ -99,12 +99,14 @@ class AgentGateway:
         except RequestFailed as err:
             state.log.warning("agent_request_refused", node=name, type=type_,
                               job_id=fields.get("job_id"), code=err.code, reason=err.reason)
-            if err.code == "no_service":  # the broker no longer knows the agent's service
-                if not self._heard_lately(name):
+            if err.code in TRANSIENT:  # the broker forwarded nothing: the agent never saw it
+                if err.code == "no_service" and not self._heard_lately(name):
+                    # the broker no longer knows the agent's service, nor has it been heard
                     declare_dead(state, name, f"{type_}: {err.reason}")
                     return None, False, None
-                # its heartbeats still come: a starved agent late with its service's
-                # heartbeats to the broker, not a dead one; as a timeout, asked again
+                # its heartbeats still come (a starved agent late with its service's
+                # heartbeats to the broker, not a dead one), or it was busy: as a timeout,
+                # asked again
                 if type_ == "job.launch":
                     with state.lock:
                         state.ledger.strays.append((fields["job_id"], name))

@@ -190,6 +190,19 @@ def test_dedup_cache_is_bounded(broker, requester):
     assert len(svc._cache) == 3
 
 
+def test_dedup_cache_is_bounded_in_bytes_too(broker, requester):
+    """Ten 10 KB replies with room for 25 KB: two kept (the newest), as their bytes say."""
+    def big(msg):
+        return {"pad": "x" * 10_000}
+
+    with service_thread(broker.endpoints, "echo", big, dedup_bytes=25_000) as svc:
+        for _ in range(10):
+            requester.request("echo", "status.query")
+        assert svc.handled == 10
+    assert len(svc._cache) == 2
+    assert svc._cached_bytes == sum(len(reply) for _, reply in svc._cache.values()) <= 25_000
+
+
 def test_no_service_is_answered_by_broker():
     with broker_thread(startup_grace=0.0) as b:
         requester = Requester(b.endpoints, "tester", timeout=5.0, retries=0)
