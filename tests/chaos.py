@@ -39,12 +39,22 @@ from pathlib import Path
 from typing import Callable
 
 from scheduler.tools.report import read_records
+from tests.flood import CLIENTS, FLOOD_ITERATIONS, Probe, run_floods
 from tests.live_system import ROOT, LiveCluster, log_records, wait_for
 from traces import write_trace
 from traces.generate import generate
 from trainer.ledger import judge_run_dir
 
 KINDS = ("agent", "trainer", "scheduler", "broker")
+# the hostile run: an agent paused (shorter than the agent timeout: slow, not dead), the
+# scheduler killed, and four clients flooding submits, then status queries (tests/flood.py)
+HOSTILE = ("pause", "scheduler", "submit-flood", "status-flood")
+FLOOD_SUBMITS = 25         # pipelined by each flooding client: each accepted one must run once
+FLOOD_QUERIES = (2500, 1250.0)  # status queries by each client, and at what rate per second
+FLOOD_FIRST_ID = 10_000    # flooded jobs' ids, clear of the trace's
+OPERATOR_BOUND_S = 2.0     # an operator's status query answered during a flood...
+AFTER_BOUND_S = 1.0        # ...and from 1 s to 3 s after it
+AFTER_WINDOW = (1.0, 3.0)
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,8 @@ def _down(rng: random.Random, target: str, min_spacing: float) -> float:
         return round(rng.uniform(0.0, min(3.0, min_spacing / 2)), 3)
     if target == "scheduler":
         return round(rng.uniform(1.5, 3.0), 3)
+    if target == "pause":  # past the lease (0.6 of the timeout) at times, never the timeout
+        return round(rng.uniform(2.0, 10.0), 3)
     return 0.0
 
 
@@ -154,6 +166,8 @@ class Chaos:
         self.done: list[dict] = []
         self.deaths: dict[int, float] = {}  # trainer pid -> wall time it was seen dead
         self.stop = threading.Event()
+        self.flooded: list[int] = []  # ids of the flooded submits the scheduler accepted
+        self.floods: list[tuple[float, float]] = []  # (start, end) of each flood, monotonic
 
     def execute(self, t0: float) -> list[dict]:
         """Kill by the plan (times from `t0`, a monotonic instant); returns what was hit."""
@@ -188,12 +202,40 @@ class Chaos:
             return f"agent-n{index} pid {pid}, restarted after {kill.down_s:.1f}s"
         if kill.target == "scheduler":
             return self._restart_scheduler(kill)
+        if kill.target == "pause":
+            index = kill.pick % live.nodes
+            agent = live.procs[f"agent-n{index}"]
+            os.killpg(agent.pid, signal.SIGSTOP)  # its trainers run on, in their own sessions
+            try:
+                self.stop.wait(kill.down_s)
+            finally:
+                os.killpg(agent.pid, signal.SIGCONT)
+            return f"agent-n{index} paused {kill.down_s:.1f}s"
+        if kill.target.endswith("-flood"):
+            return self._flood(kill.target.split("-")[0])
         if kill.target == "broker":
             pid = live.procs["broker"].pid
             live.kill("broker")
             live.start_broker()  # the same ports: every component reconnects by itself
             return f"broker pid {pid}, restarted on the same ports"
         raise ValueError(f"unknown target {kill.target!r}")
+
+    def _flood(self, kind: str) -> str:
+        n, rate = (FLOOD_SUBMITS, 0.0) if kind == "submit" else FLOOD_QUERIES
+        first = FLOOD_FIRST_ID + len(self.floods) * CLIENTS * n
+        began = time.monotonic()
+        results = run_floods(self.live.endpoints_file, kind, n, rate, patience=10.0,
+                             first_id=first if kind == "submit" else None)
+        self.floods.append((began, time.monotonic()))
+        self.flooded += [j for r in results for j in r["jobs"]]
+        # the window after it in which an operator's wait is judged (_flood_verdict): no
+        # other kill may start in it, however long the flood took
+        self.stop.wait(AFTER_WINDOW[1])
+        answers = collections.Counter()
+        for r in results:
+            answers.update(r["answers"])
+            answers["unanswered"] += r["unanswered"]
+        return f"{kind} flood by {CLIENTS} clients: {dict(answers)}"
 
     def _restart_scheduler(self, kill: Kill) -> str:
         """Kill and restart the scheduler while the busiest node's agent is paused, so the
@@ -335,6 +377,7 @@ class ChaosConfig:
     # longer than a scheduler kill's pause of an agent (restart + down_s): a paused agent is
     # slow, not dead, so a restarted scheduler that relaunches its jobs elsewhere is wrong
     agent_timeout: float = 12.0
+    kinds: tuple[str, ...] = KINDS  # HOSTILE: pauses, a scheduler kill and floods
 
 
 def chaos_trace(cfg: ChaosConfig, path: Path) -> dict[int, float]:
@@ -351,7 +394,7 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
     job, stop everything and judge. Returns the summary also written to run_dir/chaos.json."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    plan = plan_kills(cfg.seed, cfg.kills, cfg.window, cfg.min_spacing)
+    plan = plan_kills(cfg.seed, cfg.kills, cfg.window, cfg.min_spacing, cfg.kinds)
     say(f"chaos: seed={cfg.seed} jobs={cfg.jobs} kills={cfg.kills} run_dir={run_dir} "
         f"(rerun with the same seed for the same schedule)")
     say("chaos: plan " + ", ".join(f"{k.at:.1f}s {k.target}" for k in plan))
@@ -364,12 +407,15 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
     wall0 = time.monotonic()
     waited: str | None = None
     feeder_rc = None
+    probe = None
     try:
         live.start()
+        probe = Probe(live.requester("operator", timeout=10.0, retries=0))
+        probe.start()
         feeder = live.feed(run_dir / "trace.csv")
         chaos.execute(time.monotonic())
         try:
-            live.wait_finished(cfg.jobs, cfg.finish_timeout)
+            live.wait_finished(cfg.jobs + len(chaos.flooded), cfg.finish_timeout)
         except AssertionError as err:
             waited = str(err)
         try:
@@ -377,12 +423,22 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
         except subprocess.TimeoutExpired:
             feeder_rc = None
     finally:
+        if probe is not None:
+            probe.stop.set()
+            probe.join()
         live.stop_all()
         killed = sorted(chaos.deaths)  # the trainers this harness SIGKILLed, before the strays
         strays = _reap_trainers(run_dir)
         chaos.deaths.update(strays)
     wall = time.monotonic() - wall0
+    totals.update(dict.fromkeys(chaos.flooded, float(FLOOD_ITERATIONS)))
+    job_ids = sorted(totals)
     verdict = judge(run_dir, job_ids, feeder_rc, totals, chaos.deaths)
+    floods = [_flood_verdict(probe, began, ended) for began, ended in chaos.floods]
+    verdict.problems += [p for f in floods for p in f.pop("problems")]
+    if "pause" in cfg.kinds:  # every pause was shorter than the agent timeout
+        verdict.problems += [f"an agent paused, not dead, declared dead: {r.get('node')} "
+                             f"({r.get('reason')})" for r in log_records(run_dir, "agent_dead")]
     if strays:
         verdict.problems.append(f"trainers still running after the run: pids {sorted(strays)}")
     if waited:
@@ -390,6 +446,7 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
     summary = {
         "seed": cfg.seed, "config": asdict(cfg), "ok": verdict.ok, "wall_s": round(wall, 1),
         "plan": [asdict(k) for k in plan], "kills": chaos.done, "killed_trainers": killed,
+        "floods": floods, "flooded_jobs": len(chaos.flooded),
         "kills_by_kind": kills_by_kind(plan, chaos.done),
         "ledger": verdict.ledger,
         "verdict": {**asdict(verdict),
@@ -407,16 +464,36 @@ def run_chaos(cfg: ChaosConfig, run_dir: Path, say: Callable[[str], None] = prin
     say("chaos: kills by kind (planned/executed): " + ", ".join(
         f"{k} {v['planned']}/{v['executed']}" for k, v in summary["kills_by_kind"].items()))
     say("chaos: ledger: " + ", ".join(f"{k} {v}" for k, v in verdict.ledger.items()))
+    for flood in floods:
+        say(f"chaos: a flood of {flood['seconds']:.1f}s: an operator waited at most "
+            f"{flood['operator_worst_during']:.2f}s for status during it, "
+            f"{flood['operator_worst_after']:.2f}s after it")
     say(f"chaos: seed={cfg.seed} {'OK' if verdict.ok else 'FAILED'} in {wall:.0f}s; "
         f"{summary['kills_done']} kills; " + ("; ".join(verdict.problems) or
-                                            f"all {cfg.jobs} jobs finished exactly once"))
+                                            f"all {len(job_ids)} jobs finished exactly once"))
     return summary
+
+
+def _flood_verdict(probe: Probe, began: float, ended: float) -> dict:
+    """How long an operator waited for status during a flood, and in AFTER_WINDOW after it."""
+    during, after = probe.worst(began, ended), probe.worst(ended + AFTER_WINDOW[0],
+                                                           ended + AFTER_WINDOW[1])
+    problems = []
+    if during > OPERATOR_BOUND_S:
+        problems.append(f"an operator waited {during:.2f} s for status during a flood "
+                        f"(bound {OPERATOR_BOUND_S:g} s)")
+    if after > AFTER_BOUND_S:
+        problems.append(f"an operator waited {after:.2f} s for status after a flood "
+                        f"(bound {AFTER_BOUND_S:g} s)")
+    return {"seconds": round(ended - began, 2), "operator_worst_during": round(during, 3),
+            "operator_worst_after": round(after, 3), "problems": problems}
 
 
 def kills_by_kind(plan: list[Kill], done: list[dict]) -> dict[str, dict[str, int]]:
     """{kind: {planned, executed}}: a trainer kill with no trainer running (or one gone by
     the time it was hit) is planned but not executed."""
-    out = {k: {"planned": 0, "executed": 0} for k in KINDS}
+    out = {k: {"planned": 0, "executed": 0} for k in dict.fromkeys((*KINDS, *(k.target
+                                                                           for k in plan)))}
     for kill in plan:
         out[kill.target]["planned"] += 1
     for rec in done:

@@ -15,7 +15,7 @@ import pytest
 
 from trainer.ledger import read_ledgers
 
-from tests.chaos import KINDS, ChaosConfig, plan_kills, run_chaos
+from tests.chaos import HOSTILE, KINDS, ChaosConfig, plan_kills, run_chaos
 
 SEEDS = [int(x) for x in os.environ.get("CHAOS_SEEDS", "11,12,13").split(",")]
 JOBS = 10
@@ -139,3 +139,25 @@ def test_a_killed_process_is_watched_until_it_is_gone():
         proc.kill()
         proc.wait()
     assert kill_and_watch(proc.pid) is None  # already gone: no bound to give
+
+
+HOSTILE_SEEDS = [int(x) for x in os.environ.get("HOSTILE_SEEDS", "21,22").split(",")]
+
+
+@pytest.mark.parametrize("seed", HOSTILE_SEEDS)
+def test_paused_agents_a_killed_scheduler_and_floods_lose_and_double_nothing(tmp_path, seed):
+    """An agent paused (sometimes past its lease, never past the agent timeout), the
+    scheduler killed, four clients pipelining submits and four flooding status queries: every
+    job, the trace's and each flooded submit the scheduler acknowledged, finishes exactly once
+    by the trainers' ledgers; no agent is declared dead; an operator's status query is
+    answered within the flood bounds (tests/chaos.py)."""
+    print(f"hostile chaos seed {seed} (HOSTILE_SEEDS={seed} reproduces the schedule)")
+    summary = run_chaos(ChaosConfig(seed=seed, jobs=JOBS, kills=len(HOSTILE), kinds=HOSTILE,
+                                    window=(4.0, 40.0), min_spacing=8.0,
+                                    finish_timeout=240.0), tmp_path / "run")
+    assert summary["kills_done"] == len(HOSTILE), summary["kills"]
+    assert summary["flooded_jobs"] > 0 and len(summary["floods"]) == 2, summary["floods"]
+    assert summary["ok"], summary["verdict"]["problems"]
+    ledger = summary["ledger"]
+    assert ledger["jobs"] == ledger["finishes"] == JOBS + summary["flooded_jobs"]
+    assert ledger["overlaps"] == ledger["gaps"] == ledger["double_counts"] == 0, ledger
