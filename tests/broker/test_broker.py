@@ -620,3 +620,80 @@ def test_a_batch_is_answered_only_after_before_replies_and_not_at_all_when_it_fa
             assert synced == [1, 2]
     finally:
         requester.close()
+
+
+def test_a_heartbeat_and_another_requester_pass_a_flood_waiting_in_the_broker():
+    """Window 1: the worker holds one request; a flood of six from one client waits in the
+    broker. A heartbeat sent after it is handled next, and another client's query after at
+    most one more of the flood's; past the lane's bound the flood is answered `overloaded`."""
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def handler(msg):
+        if not order:
+            entered.set()
+            release.wait(5)
+        order.append(msg.id)
+        return {}
+
+    def client(endpoints):
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoints.requests)
+        return sock
+
+    def send(sock, type_, msg_id, **fields):
+        sock.send_multipart([EMPTY, REQ, b"scheduler",
+                             encode(make(type_, "t", msg_id, **fields))])
+
+    with broker_thread(window=1, max_wait=10.0) as b, \
+            service_thread(b.endpoints, "scheduler", handler):
+        flood, operator, agent = client(b.endpoints), client(b.endpoints), client(b.endpoints)
+        try:
+            send(flood, "status.query", "f0")
+            assert entered.wait(5)
+            for i in range(1, 6):
+                send(flood, "status.query", f"f{i}")
+            wait_until(lambda: len(b._queues.get("scheduler", ())) == 5, 5)
+            send(operator, "status.query", "op")
+            send(agent, "agent.heartbeat", "hb", node="n0")
+            wait_until(lambda: len(b._queues["scheduler"]) == 7, 5)
+            release.set()
+            wait_until(lambda: len(order) == 8, 5)
+        finally:
+            for sock in (flood, operator, agent):
+                sock.close(0)
+    assert order[:2] == ["f0", "hb"] and order.index("op") <= 3, order
+    assert sorted(order) == sorted(["hb", "op", *(f"f{i}" for i in range(6))])
+
+
+def test_what_waits_past_the_queue_wait_is_answered_overloaded_and_never_forwarded():
+    release = threading.Event()
+    seen: list[str] = []
+
+    def handler(msg):
+        seen.append(msg.id)
+        release.wait(5)
+        return {}
+
+    with broker_thread(window=1, max_wait=0.3) as b, \
+            service_thread(b.endpoints, "scheduler", handler):
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(b.endpoints.requests)
+        try:
+            for i in range(3):
+                sock.send_multipart([EMPTY, REQ, b"scheduler",
+                                     encode(make("status.query", "t", f"m{i}"))])
+            answers = {}
+            while len(answers) < 2:  # m1 and m2 expire while m0 holds the worker
+                assert sock.poll(5000)
+                answer = decode(sock.recv_multipart()[-1])
+                answers[answer["re"]] = answer.get("code")
+            release.set()
+            assert sock.poll(5000)
+            answers[decode(sock.recv_multipart()[-1])["re"]] = "ok"
+        finally:
+            sock.close(0)
+    assert answers == {"m1": "overloaded", "m2": "overloaded", "m0": "ok"}
+    assert seen == ["m0"] and b.overloaded == 2

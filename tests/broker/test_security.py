@@ -371,3 +371,23 @@ def test_cli_insecure_warns_at_start_and_keys_put_the_server_key_in_the_endpoint
                 assert requester.request("scheduler", "status.query", what="x")["ok"]
         finally:
             requester.close()
+
+
+def test_only_the_clusters_own_traffic_goes_ahead_of_a_flood():
+    from specs.keyroles import urgent
+
+    # keyed: the key decides, whatever the type says
+    assert urgent("scheduler", "agent-n3", "job.finished")
+    assert urgent("scheduler", "agent-n3", "agent.heartbeat")
+    assert not urgent("scheduler", "alice", "agent.heartbeat")
+    assert not urgent("scheduler", "scheduler", "status.query")
+    assert urgent("agent.n3", "scheduler", "job.launch")
+    assert not urgent("agent.n3", "agent-n3", "job.launch")
+    assert not urgent("agent.n3", "alice", "job.launch")
+    assert not urgent("echo", "scheduler", "status.query")
+    # without keys: an agent's registration and heartbeats to the scheduler, by their type
+    assert urgent("scheduler", None, "agent.heartbeat")
+    assert urgent("scheduler", None, "agent.register")
+    assert not urgent("scheduler", None, "job.submit")
+    assert not urgent("scheduler", None, "job.finished")
+    assert not urgent("agent.n0", None, "job.launch")
