@@ -121,23 +121,25 @@ class Feeder:
         progress.end()
         return result
 
-    def submit(self, record: JobRecord) -> str:
-        """'accepted', 'duplicate', or the refusal reason; FeedError when unreachable."""
-        return self._submit(record)[0]
+    def submit(self, record: JobRecord, key: str | None = None) -> str:
+        """'accepted', 'duplicate', or the refusal reason; FeedError when unreachable.
+        `key` names the submission (default: a fresh one)."""
+        return self._submit(record, key)[0]
 
-    def submit_new(self, record: JobRecord) -> tuple[str, int | None]:
+    def submit_new(self, record: JobRecord, key: str | None = None) -> tuple[str, int | None]:
         """The record under an id the scheduler gives (its own is ignored): ('accepted', the
         id) or (the refusal reason, None); FeedError when unreachable."""
-        return self._submit(record, new_id=True)
+        return self._submit(record, key, new_id=True)
 
-    def _submit(self, record: JobRecord, **fields: bool) -> tuple[str, int | None]:
+    def _submit(self, record: JobRecord, key: str | None,
+                **fields: bool) -> tuple[str, int | None]:
         from broker.client import TRANSIENT, RequestFailed, RequestTimeout
 
         deadline = self.clock() + self.patience
         # one key for this submission, sent with every try of it: a scheduler that journaled
         # an earlier try and died before its reply answers a later one with the job that try
         # made (`already`), never a second job or a `duplicate` to be read as an id taken
-        key = uuid.uuid4().hex
+        key = key or uuid.uuid4().hex
         while True:
             try:
                 reply = self.requester.request(SERVICE, "job.submit", job=job_map(record),

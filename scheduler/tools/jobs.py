@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import threading
+import uuid
 from typing import Any, Callable, Sequence
 
 from specs.gpu_types import parse_types
@@ -32,6 +34,8 @@ from traces.feeder import SERVICE, Feeder, FeedError, load_endpoints
 from traces.models import MODELS
 from traces.record import JobRecord
 from traces.validate import validate
+
+SUBMISSION_KEY = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
 # the option behind each field of the job record, to name it when the record is refused
 OPTION_OF = {"num_gpu": "--gpus", "iterations": "--iterations",
@@ -178,6 +182,11 @@ def _submit_parser() -> argparse.ArgumentParser:
                                      "(default: the scheduler's --max-failures, 3 failures)")
     p.add_argument("--job-id", type=JOB_ID, default=None,
                    help="the job's id (default: the scheduler gives it one)")
+    p.add_argument("--key", type=_submission_key, default=None,
+                   help="this submission's name, up to 128 letters, digits and _.:-: the "
+                        "same command with the same key again is answered with the job it "
+                        "made, never a second one (default: a fresh key, printed when no "
+                        "answer came)")
     p.add_argument("--own-workdir", action="store_true",
                    help="run the command in a fresh directory of its own, RUN/jobs/job-<id> "
                         "on its node, kept across its relaunches (default: this directory); "
@@ -216,6 +225,13 @@ def where_it_runs(record: JobRecord, job_id: int, endpoints: str) -> list[str]:
     return lines
 
 
+def _submission_key(text: str) -> str:
+    if not SUBMISSION_KEY.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a key: 1 to 128 letters, digits and _.:-")
+    return text
+
+
 def submit_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
@@ -249,10 +265,17 @@ def submit_main(argv: Sequence[str] | None = None) -> int:
             where = OPTION_OF.get(problems[0].field or "", problems[0].field)
             print(f"interlace-submit: {where}: {problems[0].message}", file=sys.stderr)
             return 2
-        if args.job_id is None:  # the scheduler gives the id: nothing to guess, or to probe
-            outcome, job_id = feeder.submit_new(record)
-        else:
-            outcome, job_id = feeder.submit(record), args.job_id
+        key = args.key or uuid.uuid4().hex
+        try:
+            if args.job_id is None:  # the scheduler gives the id: nothing to guess, or probe
+                outcome, job_id = feeder.submit_new(record, key=key)
+            else:
+                outcome, job_id = feeder.submit(record, key=key), args.job_id
+        except FeedError as err:  # no answer: it may have been taken all the same
+            print(f"interlace-submit: {err}\ninterlace-submit: the scheduler may have taken "
+                  f"it: the same command with --key {key} answers with the job it made, or "
+                  "submits it; never a second one", file=sys.stderr)
+            return 1
         if outcome == "accepted":
             print(f"submitted job {job_id}")
             print("\n".join(where_it_runs(record, job_id, args.endpoints)))

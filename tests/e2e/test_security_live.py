@@ -380,3 +380,40 @@ def test_an_edited_checkpoint_record_is_refused_and_no_iteration_is_skipped(tmp_
         assert verdict.ok, verdict
     finally:
         _stop(cluster)
+
+
+# -- a submit whose answer never came -----------------------------------------------------------
+def _submit_cli(cluster: LiveCluster, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _SUBMIT, "--endpoints",
+                           str(cluster.endpoints_file), "--gpus", "1", "--iterations", "1000",
+                           *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_submit_that_saw_no_answer_names_its_key_and_the_same_key_never_makes_a_second_job(
+        tmp_path):
+    """The scheduler paused while interlace-submit waits: it gives up, yet the scheduler takes
+    the submit once resumed. What it printed says how to find out without a second job."""
+    cluster = _control(tmp_path)
+    try:
+        scheduler = cluster.procs["scheduler"]
+        scheduler.send_signal(signal.SIGSTOP)
+        try:
+            gave_up = _submit_cli(cluster, "--timeout", "0.5", "--retries", "0")
+        finally:
+            scheduler.send_signal(signal.SIGCONT)
+        assert gave_up.returncode == 1
+        hint = gave_up.stderr.strip().splitlines()[-1]
+        assert hint.startswith("interlace-submit: the scheduler may have taken it"), hint
+        key = hint.split("--key ", 1)[1].split()[0]
+        wait_for(lambda: len(_journaled(cluster.run_dir)) == 1, 30,
+                 "the resumed scheduler to take the unanswered submit")
+        made = _journaled(cluster.run_dir)[0][0]
+        again = _submit_cli(cluster, "--key", key)
+        assert again.returncode == 0, again.stderr
+        assert f"submitted job {made}" in again.stdout.splitlines()
+        assert [j for j, _ in _journaled(cluster.run_dir)] == [made]  # never a second job
+        bad = _submit_cli(cluster, "--key", "no spaces")
+        assert bad.returncode == 2 and "--key" in bad.stderr and "not a key" in bad.stderr
+    finally:
+        _stop(cluster)
