@@ -697,3 +697,18 @@ def test_what_waits_past_the_queue_wait_is_answered_overloaded_and_never_forward
             sock.close(0)
     assert answers == {"m1": "overloaded", "m2": "overloaded", "m0": "ok"}
     assert seen == ["m0"] and b.overloaded == 2
+
+
+def test_a_worker_whose_reply_was_lost_gets_its_window_back():
+    """Window 1 and the one reply lost: the worker holds a request the broker will never see
+    answered. Its heartbeats go on, so after the service timeout the broker gives it room
+    again, and the requester's resend is answered (it would wait for ever otherwise)."""
+    with broker_thread(window=1, service_timeout=1.0) as b, \
+            service_thread(b.endpoints, "scheduler", echo, service_cls=DropFirstReply,
+                           heartbeat=0.2) as svc:
+        requester = Requester(b.endpoints, "t", timeout=0.3, retries=40)
+        try:
+            reply = requester.request("scheduler", "status.query")
+        finally:
+            requester.close()
+    assert reply["ok"] and svc.dropped == 1
