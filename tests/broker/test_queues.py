@@ -105,3 +105,40 @@ def test_bounds_name_the_limit_broken():
     assert "limit 3" in queue.push(b"c", False, Waiting(b"c", b"", b"x", "0", 0.0))
     queue.pop()
     assert "limit 10)" in queue.push(b"c", False, Waiting(b"c", b"", b"x" * 9, "0", 0.0))
+
+
+def test_peek_names_the_head_of_the_lane_whose_turn_it_is():
+    queue = ServiceQueue()
+    for lane, msg_id in ((b"a", "a0"), (b"a", "a1"), (b"b", "b0")):
+        queue.push(lane, False, Waiting(lane, b"", b"x", msg_id, 0.0))
+    seen = []
+    while (head := queue.peek()) is not None:
+        assert queue.pop() is head
+        seen.append(head.msg_id)
+    assert seen == ["a0", "b0", "a1"]
+
+
+def test_a_request_that_waited_exactly_the_limit_has_expired():
+    queue = ServiceQueue()
+    queue.push(b"a", False, Waiting(b"a", b"", b"x", "old", 0.0))
+    queue.push(b"a", False, Waiting(b"a", b"", b"x", "young", 0.5))
+    assert [w.msg_id for w in queue.expired(1.0, 1.0)] == ["old"]
+    assert [w.msg_id for w in queue.expired(1.4, 1.0)] == []
+    assert len(queue) == 1
+
+
+def test_the_default_bounds_are_the_documented_ones():
+    """docs/security.md ("Floods") states them; a lane of the default bound fills at 1,000."""
+    from pathlib import Path
+
+    from broker.queues import LANE_MAX, MAX_WAIT_S, TOTAL_BYTES, TOTAL_MAX
+
+    assert (LANE_MAX, TOTAL_MAX, TOTAL_BYTES, MAX_WAIT_S) == (1000, 10_000, 32 << 20, 1.0)
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "security.md")
+                   .read_text().split())
+    assert "At most 1,000 requests per lane, and 10,000 requests or 32 MiB per service" in doc
+    assert "`--queue-wait` seconds (default 1)" in doc
+    queue = ServiceQueue()
+    for i in range(LANE_MAX):
+        assert queue.push(b"a", False, Waiting(b"a", b"", b"x", f"{i}", 0.0)) is None
+    assert queue.push(b"a", False, Waiting(b"a", b"", b"x", "over", 0.0)) is not None
