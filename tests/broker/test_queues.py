@@ -142,3 +142,8 @@ def test_the_default_bounds_are_the_documented_ones():
     for i in range(LANE_MAX):
         assert queue.push(b"a", False, Waiting(b"a", b"", b"x", f"{i}", 0.0)) is None
     assert queue.push(b"a", False, Waiting(b"a", b"", b"x", "over", 0.0)) is not None
+    for lane in range(1, TOTAL_MAX // LANE_MAX):  # and the service's at 10,000
+        for i in range(LANE_MAX):
+            assert queue.push(bytes([lane]), False,
+                              Waiting(bytes([lane]), b"", b"x", f"{i}", 0.0)) is None
+    assert "limit 10000" in queue.push(b"z", False, Waiting(b"z", b"", b"x", "over", 0.0))
