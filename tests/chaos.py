@@ -270,6 +270,7 @@ class Verdict:
     jobs: int
     finished_logged: dict[int, int] = field(default_factory=dict)  # job -> job_finished lines
     finished_journal: dict[int, int] = field(default_factory=dict)  # job -> 'finished' events
+    finished_unlogged: list[int] = field(default_factory=list)  # journaled, no log line
     ledger: dict = field(default_factory=dict)  # the trainers' ledger verdict's totals
     journal_states: dict[str, int] = field(default_factory=dict)
     integrity: str = ""
@@ -313,7 +314,6 @@ def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None,
     logged = collections.Counter(rec.get("job_id")
                                  for rec in log_records(run_dir, "job_finished"))
     verdict.finished_logged = dict(logged)
-    verdict.problems += _exactly_once("scheduler.log", verdict.finished_logged, job_ids)
 
     db = sqlite3.connect(run_dir / "journal.db")
     try:
@@ -324,6 +324,11 @@ def judge(run_dir: Path, job_ids: list[int], feeder_rc: int | None,
             "SELECT job_id, COUNT(*) FROM events WHERE kind='finished' GROUP BY job_id"))
     finally:
         db.close()
+    # a SIGKILL of the scheduler can fall between a finish's journal commit and its log line:
+    # a job the journal shows finished may lack its line (counted), never have two
+    verdict.finished_unlogged = sorted(set(verdict.finished_journal) - set(logged))
+    verdict.problems += _exactly_once("scheduler.log", verdict.finished_logged,
+                                      [j for j in job_ids if j not in verdict.finished_unlogged])
     if verdict.integrity != "ok":
         verdict.problems.append(f"journal integrity_check: {verdict.integrity}")
     if verdict.journal_states.get("finished", 0) != len(job_ids) or len(
