@@ -228,9 +228,11 @@ class Chaos:
                              first_id=first if kind == "submit" else None)
         self.floods.append((began, time.monotonic()))
         self.flooded += [j for r in results for j in r["jobs"]]
-        # the window after it in which an operator's wait is judged (_flood_verdict): no
-        # other kill may start in it, however long the flood took
-        self.stop.wait(AFTER_WINDOW[1])
+        # the window after it in which an operator's wait is judged (_flood_verdict), and
+        # the bound on the last query started in it: no other kill may start before they
+        # end, however long the flood took (a scheduler kill just after the window once
+        # left a query started at its end unanswered)
+        self.stop.wait(AFTER_WINDOW[1] + AFTER_BOUND_S)
         answers = collections.Counter()
         for r in results:
             answers.update(r["answers"])
