@@ -21,9 +21,10 @@ def _command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "scheduler.sim.cli"]
 
 
-def test_ctrl_c_after_one_policy_keeps_it_and_says_so_in_one_line(tmp_path):
-    out, plot = tmp_path / "out", tmp_path / "jct.png"
-    # srsf takes about a second on the demo trace, muri-s many: the signal lands in muri-s
+def _interrupted_run(out: Path, plot: Path) -> tuple[subprocess.Popen, list[str], str, str]:
+    """interlace-sim on two policies, SIGINT once the second has started; (the process, its
+    stderr lines up to then, its stdout, the rest of its stderr)."""
+    # srsf takes about a second on the demo trace, muri-s a few: the signal lands in muri-s
     proc = subprocess.Popen(
         [*_command(), "--trace", "demo", "--spec", "n8g8", "--policy", "srsf,muri-s",
          "--out", str(out), "--plot", str(plot)],
@@ -42,6 +43,17 @@ def test_ctrl_c_after_one_policy_keeps_it_and_says_so_in_one_line(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return proc, seen, stdout, rest
+
+
+def test_ctrl_c_after_one_policy_keeps_it_and_says_so_in_one_line(tmp_path):
+    for attempt in range(3):
+        out, plot = tmp_path / f"out{attempt}", tmp_path / f"jct{attempt}.png"
+        proc, seen, stdout, rest = _interrupted_run(out, plot)
+        # a loaded machine can read muri-s's first line after muri-s has finished: the
+        # signal then lands in no run (exit 0, both policies done), which tests nothing
+        if not (proc.returncode == 0 and "muri-s: done in" in rest):
+            break
     assert "srsf: done in" in "".join(seen)
     assert proc.returncode == 130
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
