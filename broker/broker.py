@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import signal
 import sys
 import threading
@@ -91,11 +92,8 @@ class _Worker:
 class _Parked:
     """A request held during the start-up grace, waiting for its service to heartbeat."""
     deadline: float
-    client: bytes
-    caller: bytes
     service: str
-    payload: bytes
-    msg_id: str
+    item: Waiting
     urgent: bool = False
 
 
@@ -313,11 +311,11 @@ class Broker:
         now = time.monotonic()
         first = urgent(name, caller.decode("utf-8") if self._auth is not None else None,
                        msg.type)
-        if self._admit(name, Waiting(client, caller, payload, msg.id, now), first, now):
+        item = Waiting(client, caller, payload, msg.id, now)
+        if self._admit(name, item, first, now):
             return
         if now < self._started + self._grace and len(self._parked) < MAX_PARKED:
-            self._parked.append(_Parked(self._started + self._grace, client, caller, name,
-                                        payload, msg.id, first))
+            self._parked.append(_Parked(self._started + self._grace, name, item, first))
         else:
             self._no_service(client, name, msg.id)
 
@@ -491,12 +489,13 @@ class Broker:
     def _release_parked(self, now: float, service: str | None = None) -> None:
         keep: list[_Parked] = []
         for parked in self._parked:
+            # its wait in a queue counts from its release, not from its arrival
             if service in (None, parked.service) and self._admit(
-                    parked.service, Waiting(parked.client, parked.caller, parked.payload,
-                                            parked.msg_id, now), parked.urgent, now):
+                    parked.service, dataclasses.replace(parked.item, since=now), parked.urgent,
+                    now):
                 continue
             if now >= parked.deadline:
-                self._no_service(parked.client, parked.service, parked.msg_id)
+                self._no_service(parked.item.client, parked.service, parked.item.msg_id)
             else:
                 keep.append(parked)
         self._parked = keep
